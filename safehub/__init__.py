@@ -1,0 +1,207 @@
+"""safehub: a drop-in ``torch.hub.load`` that checks before any hubconf.py runs.
+
+Use it where you would use torch.hub::
+
+    import safehub as hub
+    model = hub.load("org/repo:v1.0", "model", pretrained=False)
+
+or route ``torch.hub.load/list/help`` through it for code you do not own::
+
+    import safehub
+    safehub.install()
+
+The functions below have exactly the signatures of ``torch.hub``'s. Configuration comes
+from policy files, the environment (``SAFEHUB_*``) and :class:`Hub`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from safehub.errors import (
+    CacheError,
+    FetchError,
+    HubconfError,
+    IntegrityError,
+    NotFoundError,
+    OfflineError,
+    PinError,
+    PolicyDenied,
+    PolicyError,
+    RateLimitError,
+    SafehubError,
+    SignatureError,
+    SpecError,
+    UntrustedRepoError,
+)
+
+if TYPE_CHECKING:
+    import os
+
+    from safehub.hub import Hub
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CacheError",
+    "FetchError",
+    "Hub",
+    "HubconfError",
+    "IntegrityError",
+    "NotFoundError",
+    "OfflineError",
+    "PinError",
+    "PolicyDenied",
+    "PolicyError",
+    "RateLimitError",
+    "SafehubError",
+    "SignatureError",
+    "SpecError",
+    "UntrustedRepoError",
+    "download_url_to_file",
+    "get_dir",
+    "help",
+    "install",
+    "list",
+    "load",
+    "load_state_dict_from_url",
+    "set_dir",
+    "uninstall",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Hub":
+        from safehub.hub import Hub
+
+        return Hub
+    raise AttributeError(f"module 'safehub' has no attribute {name!r}")
+
+
+def _hub() -> Hub:
+    from safehub.hub import Hub
+
+    return Hub()
+
+
+def load(
+    repo_or_dir,  # type: ignore[no-untyped-def]
+    model,
+    *args,
+    source="github",
+    trust_repo="check",
+    force_reload=False,
+    verbose=True,
+    skip_validation=False,
+    **kwargs,
+):
+    """Load entrypoint ``model`` of a GitHub repo or local folder, like ``torch.hub.load``.
+
+    Before any ``hubconf.py`` runs, the repo is resolved to one commit proven to be its
+    own, its archive is fetched and verified against that commit, and the content must
+    be trusted (``trust_repo``: ``"check"`` asks once per content on a terminal and
+    refuses in CI; ``True`` trusts it). Arguments after ``model`` go to the entrypoint.
+    ``skip_validation`` is accepted for compatibility and never skips the fork check.
+
+    >>> import safehub
+    >>> safehub.load("not a spec", "model")
+    Traceback (most recent call last):
+    ...
+    safehub.errors.SpecError: invalid repo spec 'not a spec': expected exactly one '/'
+      fix: write the repo as 'owner/name' or 'owner/name:ref', e.g. 'pytorch/vision:v0.10.0'
+    """
+    return _hub().load(
+        repo_or_dir, model, *args, source=source, trust_repo=trust_repo,
+        force_reload=force_reload, verbose=verbose, skip_validation=skip_validation, **kwargs,
+    )
+
+
+def list(  # noqa: A001
+    github,  # type: ignore[no-untyped-def]
+    force_reload=False,
+    skip_validation=False,
+    trust_repo="check",
+    verbose=True,
+):
+    """The callable entrypoints of a repo's hubconf.py, like ``torch.hub.list``.
+
+    The repo passes the same checks as in :func:`load` before its hubconf.py is imported.
+    """
+    return _hub().list(github, force_reload=force_reload, skip_validation=skip_validation,
+                       trust_repo=trust_repo, verbose=verbose)
+
+
+def help(github, model, force_reload=False, skip_validation=False, trust_repo="check"):  # type: ignore[no-untyped-def]  # noqa: A001
+    """The docstring of entrypoint ``model``, like ``torch.hub.help``, after every check."""
+    return _hub().help(github, model, force_reload=force_reload,
+                       skip_validation=skip_validation, trust_repo=trust_repo)
+
+
+def get_dir() -> str:
+    """torch.hub's directory (weights and checkpoints); safehub's cache lives elsewhere."""
+    from safehub._internal.torchhub import torch_hub
+
+    result: str = torch_hub().get_dir()
+    return result
+
+
+def set_dir(d: str | os.PathLike[str]) -> None:
+    """Set torch.hub's directory, as ``torch.hub.set_dir`` does."""
+    from safehub._internal.torchhub import torch_hub
+
+    torch_hub().set_dir(d)
+
+
+def download_url_to_file(
+    url: str,
+    dst: str,
+    hash_prefix: str | None = None,
+    progress: bool = True,
+) -> None:
+    """Download ``url`` to ``dst``, as ``torch.hub.download_url_to_file`` does."""
+    from safehub._internal.torchhub import torch_hub
+
+    torch_hub().download_url_to_file(url, dst, hash_prefix, progress)
+
+
+def load_state_dict_from_url(
+    url: str,
+    model_dir: str | None = None,
+    map_location=None,  # type: ignore[no-untyped-def]
+    progress: bool = True,
+    check_hash: bool = False,
+    file_name: str | None = None,
+    weights_only: bool = False,
+) -> dict[str, Any]:
+    """Download and ``torch.load`` a state dict, as ``torch.hub.load_state_dict_from_url``."""
+    from safehub._internal.torchhub import torch_hub
+
+    result: dict[str, Any] = torch_hub().load_state_dict_from_url(
+        url, model_dir, map_location, progress, check_hash, file_name, weights_only
+    )
+    return result
+
+
+_Func = Callable[..., Any]
+_REPLACEMENTS: dict[str, _Func] = {"load": load, "list": list, "help": help}
+
+
+def install() -> None:
+    """Route ``torch.hub.load``, ``list`` and ``help`` through safehub, process-wide.
+
+    Code you do not own that calls ``torch.hub.load("org/repo", ...)`` then gets every
+    safehub check. :func:`uninstall` restores torch's functions.
+    """
+    from safehub._internal import torchhub
+
+    torchhub.install(_REPLACEMENTS)
+
+
+def uninstall() -> None:
+    """Undo :func:`install`."""
+    from safehub._internal import torchhub
+
+    torchhub.uninstall()
+
+

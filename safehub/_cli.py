@@ -1,0 +1,199 @@
+"""The ``safehub`` command: a thin layer that parses, calls the library and prints.
+
+Exit codes: 0 ok, 1 refused or failed (a :class:`SafehubError`), 2 usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from safehub.errors import SafehubError, SpecError
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+
+
+def _hub(args: argparse.Namespace) -> Any:
+    from safehub.hub import Hub
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "cache_dir", None):
+        overrides["cache_dir"] = args.cache_dir
+    return Hub(**overrides)
+
+
+def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    if getattr(args, "json", False):
+        print(json.dumps(data, indent=2, sort_keys=True))
+    elif text:
+        print(text)
+
+
+# -- load ------------------------------------------------------------------------------
+
+def _describe(obj: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"type": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+    params = getattr(obj, "parameters", None)
+    if callable(params):
+        try:
+            info["parameters"] = sum(int(p.numel()) for p in params())
+        except Exception:  # noqa: S110 - only a summary
+            pass
+    return info
+
+
+def _cmd_load(args: argparse.Namespace) -> int:
+    try:
+        kwargs = json.loads(args.kwargs) if args.kwargs else {}
+    except ValueError as e:
+        raise SpecError(f"--kwargs is not JSON: {e}", hint='e.g. --kwargs \'{"pretrained": false}\'')
+    if not isinstance(kwargs, dict):
+        raise SpecError("--kwargs must be a JSON object", hint='e.g. --kwargs \'{"n": 2}\'')
+    hub = _hub(args)
+    trust: Any = True if args.trust else "check"
+    obj = hub.load(args.spec, args.entrypoint, source=args.source, trust_repo=trust,
+                   force_reload=args.force_reload, verbose=not args.quiet, **kwargs)
+    info = _describe(obj)
+    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "result": info},
+          f"loaded {args.spec} {args.entrypoint}: {info['type']}"
+          + (f" ({info['parameters']:,} parameters)" if "parameters" in info else ""))
+    return EXIT_OK
+
+
+# -- cache -----------------------------------------------------------------------------
+
+def _entry_info(entry: Any, repos: dict[str, list[str]]) -> dict[str, Any]:
+    v = entry.verdict
+    return {
+        "commit": v.commit,
+        "repos": repos.get(v.commit, []),
+        "digest": v.digest,
+        "tree": v.tree,
+        "level": v.level,
+        "files": len(v.files),
+        "bytes": sum(f.size for f in v.files),
+        "unverified": list(v.unverified),
+        "path": str(entry.path),
+    }
+
+
+def _repos_by_commit(hub: Any) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    repos = hub.cache.base / "repos"
+    if repos.is_dir():
+        for f in sorted(repos.glob("*/*.json")):
+            key = f"{f.parent.name}/{f.stem}"
+            for commit in hub.cache.read_repo(key)["commits"]:
+                out.setdefault(commit, []).append(key)
+    return out
+
+
+def _cmd_cache_ls(args: argparse.Namespace) -> int:
+    hub = _hub(args)
+    repos = _repos_by_commit(hub)
+    rows = [_entry_info(e, repos) for e in hub.cache.entries()]
+    text = "\n".join(
+        f"{r['commit'][:12]}  {','.join(r['repos']) or '-':30}  {r['files']:6} files  "
+        f"{r['digest'][:23]}  {r['level']}"
+        for r in rows
+    ) or f"(the cache at {hub.cache.root} is empty)"
+    _emit(args, rows, text)
+    return EXIT_OK
+
+
+def _cmd_cache_verify(args: argparse.Namespace) -> int:
+    hub = _hub(args)
+    results = []
+    failed = 0
+    for entry in hub.cache.entries():
+        if args.commit and not any(entry.commit.startswith(c) for c in args.commit):
+            continue
+        try:
+            entry.verify()
+            results.append({"commit": entry.commit, "ok": True})
+        except SafehubError as e:
+            failed += 1
+            results.append({"commit": entry.commit, "ok": False, "error": e.message})
+    text = "\n".join(
+        f"{'ok  ' if r['ok'] else 'FAIL'} {r['commit']}" + ("" if r["ok"] else f": {r['error']}")
+        for r in results
+    ) or "(nothing to verify)"
+    _emit(args, results, text)
+    return EXIT_REFUSED if failed else EXIT_OK
+
+
+def _cmd_cache_clear(args: argparse.Namespace) -> int:
+    hub = _hub(args)
+    if args.commit:
+        for entry in list(hub.cache.entries()):
+            if any(entry.commit.startswith(c) for c in args.commit):
+                hub.cache.remove(entry.commit)
+    else:
+        hub.cache.clear()
+    _emit(args, {"cleared": args.commit or "all"}, f"cleared {hub.cache.root}")
+    return EXIT_OK
+
+
+
+# -- parser ----------------------------------------------------------------------------
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="safehub",
+        description="Load torch.hub repos only after policy, pin, signature and trust checks.",
+    )
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--json", action="store_true", help="print JSON for scripts and CI")
+    common.add_argument("--cache-dir", help="cache root (default: SAFEHUB_CACHE_DIR or the "
+                        "user cache dir)")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    load = sub.add_parser("load", parents=[common], help="load an entrypoint (like torch.hub.load)")
+    load.add_argument("spec", help="owner/name[:ref], or a folder with --source local")
+    load.add_argument("entrypoint", help="callable in hubconf.py")
+    load.add_argument("--source", default="github", choices=["github", "local"])
+    load.add_argument("--kwargs", help="JSON object of keyword arguments for the entrypoint")
+    load.add_argument("--trust", action="store_true", help="trust this content (trust_repo=True)")
+    load.add_argument("--force-reload", action="store_true", help="fetch and verify again")
+    load.add_argument("-q", "--quiet", action="store_true", help="no cache messages")
+    load.set_defaults(func=_cmd_load)
+
+    cache = sub.add_parser("cache", help="inspect or clear the cache")
+    csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")
+    ls = csub.add_parser("ls", parents=[common], help="list cached commits")
+    ls.set_defaults(func=_cmd_cache_ls)
+    verify = csub.add_parser("verify", parents=[common], help="re-hash cached trees fully")
+    verify.add_argument("commit", nargs="*", help="commit sha prefixes (default: all)")
+    verify.set_defaults(func=_cmd_cache_verify)
+    clear = csub.add_parser("clear", parents=[common], help="remove cached trees")
+    clear.add_argument("commit", nargs="*", help="commit sha prefixes (default: everything)")
+    clear.set_defaults(func=_cmd_cache_clear)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:
+        return int(e.code or 0)
+    func: Callable[[argparse.Namespace], int] = args.func
+    try:
+        return func(args)
+    except SpecError as e:
+        print(f"safehub: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except SafehubError as e:
+        if getattr(args, "json", False):
+            print(json.dumps({"error": type(e).__name__, "message": e.message, "hint": e.hint},
+                             indent=2))
+        print(f"safehub: {type(e).__name__}: {e}", file=sys.stderr)
+        return EXIT_REFUSED

@@ -1,0 +1,1 @@
+"""Private helpers of safehub; nothing here is a stable API."""

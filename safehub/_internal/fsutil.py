@@ -1,0 +1,60 @@
+"""Small filesystem helpers: atomic writes, removing read-only trees, JSON files."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["atomic_write", "read_json", "rmtree", "write_json"]
+
+
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def write_json(path: Path, data: Any, *, mode: int = 0o644) -> None:
+    """Atomically write ``data`` as stable, sorted JSON."""
+    text = json.dumps(data, indent=1, sort_keys=True, separators=(",", ": ")) + "\n"
+    atomic_write(path, text.encode(), mode=mode)
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file; ``FileNotFoundError`` passes through, bad JSON is a ``ValueError``."""
+    with open(path, "rb") as f:
+        return json.loads(f.read())
+
+
+def rmtree(path: Path) -> None:
+    """Remove a tree even where safehub made it read-only; a missing path is fine."""
+    if not os.path.lexists(path):
+        return
+    if os.path.islink(path) or not os.path.isdir(path):
+        os.unlink(path)
+        return
+    for dirpath, dirnames, _ in os.walk(path):
+        os.chmod(dirpath, stat.S_IRWXU)
+        for d in dirnames:
+            p = os.path.join(dirpath, d)
+            if not os.path.islink(p):
+                os.chmod(p, stat.S_IRWXU)
+    shutil.rmtree(path)

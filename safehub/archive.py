@@ -1,0 +1,420 @@
+"""Checking and extracting a GitHub zipball without trusting it.
+
+A zipball is untrusted input until it has passed every check here. :func:`extract`
+refuses, before writing anything:
+
+* an archive whose zip comment does not name the expected commit (``git archive`` writes
+  the commit id there);
+* entries outside one top folder, absolute paths, ``..``, ``.git``, backslashes, control
+  characters, empty path components;
+* special files (devices, FIFOs, sockets), and directory flags that contradict the mode;
+* duplicate names, including names equal up to case (they collide on macOS and Windows)
+  and a file that is also used as a directory;
+* symlinks that are absolute or resolve outside the tree (resolved the way the OS would,
+  through other links in the archive), and entries reached through a symlink;
+* more files or more bytes than the limits allow (declared sizes are capped first; zipfile
+  then never yields more than the declared size and checks each CRC).
+
+It then writes the files read-only into a fresh directory and returns their hashes, the
+git tree id and the content digest (:mod:`safehub.digest`), which the caller compares
+with the commit's tree (:func:`check_tree`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+import zipfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from safehub.config import Limits
+from safehub.digest import (
+    MODE_EXEC,
+    MODE_FILE,
+    MODE_LINK,
+    FileEntry,
+    content_digest,
+    git_tree_id,
+)
+from safehub.errors import IntegrityError
+
+__all__ = ["Extracted", "TreeCheck", "check_tree", "extract", "resolve_link"]
+
+_BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
+_UNIX = 3
+_MAX_LINK_HOPS = 40
+_READ = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What :func:`extract` wrote: the files (sorted by path) and their hashes."""
+
+    root: Path
+    files: tuple[FileEntry, ...]
+    empty_dirs: tuple[str, ...]
+    tree_id: str
+    digest: str
+
+
+@dataclass(frozen=True)
+class _Entry:
+    info: zipfile.ZipInfo
+    path: str
+    kind: str  # "file", "exec", "link" or "dir"
+
+
+def _fail(name: str, why: str) -> IntegrityError:
+    return IntegrityError(
+        f"refused archive entry {name!r}: {why}",
+        hint="the archive is not a plain `git archive` of the commit; do not load it "
+        "(if it came from a mirror, the mirror is serving altered content)",
+    )
+
+
+def _kind(info: zipfile.ZipInfo) -> str:
+    is_dir_name = info.filename.endswith("/")
+    mode = info.external_attr >> 16 if info.create_system == _UNIX else 0
+    if mode == 0:
+        return "dir" if is_dir_name else "file"
+    fmt = stat.S_IFMT(mode)
+    if fmt == stat.S_IFDIR:
+        kind = "dir"
+    elif fmt == stat.S_IFLNK:
+        kind = "link"
+    elif fmt == stat.S_IFREG:
+        kind = "exec" if mode & 0o111 else "file"
+    else:
+        raise _fail(info.filename, f"special file (mode {oct(mode)}); only files, "
+                    "directories and symlinks may appear in a repo")
+    if (kind == "dir") != is_dir_name:
+        raise _fail(info.filename, "the directory flag and the name disagree")
+    return kind
+
+
+def _relative(info: zipfile.ZipInfo, prefix: str) -> str:
+    name = info.filename
+    if not name.startswith(prefix):
+        raise _fail(name, f"outside the archive's top folder {prefix!r}")
+    rel = name[len(prefix):].rstrip("/") if name.endswith("/") else name[len(prefix):]
+    if rel == "":
+        return rel
+    if _BAD_CHARS.search(rel):
+        raise _fail(name, "control character or backslash in the name")
+    for part in rel.split("/"):
+        if part in ("", ".", ".."):
+            raise _fail(name, "empty, '.' or '..' path component")
+        if part.lower() == ".git":
+            raise _fail(name, "'.git' path component (git never archives one)")
+    return rel
+
+
+def resolve_link(path: str, links: Mapping[str, str]) -> str | None:
+    """Where ``path`` leads inside the tree, following ``links`` as the OS would.
+
+    ``links`` maps link paths to their targets. Returns the resolved relative path
+    (``""`` is the root), or ``None`` if the path leaves the tree, is absolute, or loops.
+
+    >>> resolve_link("a/up", {"a/up": "..", "x": "a/up/.."})
+    ''
+    >>> resolve_link("x", {"a/up": "..", "x": "a/up/.."}) is None
+    True
+    """
+    pending = path.split("/")
+    done: list[str] = []
+    hops = 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            if not done:
+                return None
+            done.pop()
+            continue
+        candidate = "/".join([*done, part])
+        target = links.get(candidate)
+        if target is None:
+            done.append(part)
+            continue
+        hops += 1
+        if hops > _MAX_LINK_HOPS or target.startswith("/"):
+            return None
+        pending = target.split("/") + pending
+    return "/".join(done)
+
+
+def _plan(zf: zipfile.ZipFile, limits: Limits) -> tuple[list[_Entry], dict[str, str]]:
+    """Validate every entry's name and type, and the sizes, before writing anything."""
+    infos = zf.infolist()
+    if not infos:
+        raise IntegrityError("the archive is empty", hint="check that the commit has files")
+    if len(infos) > limits.max_files:
+        raise IntegrityError(
+            f"the archive has {len(infos):,} entries, more than the limit of {limits.max_files:,}",
+            hint="if the repo really is that large, raise SAFEHUB_MAX_FILES",
+        )
+    top = infos[0].filename.split("/", 1)[0]
+    prefix = top + "/"
+    if not top or _BAD_CHARS.search(top) or top in (".", ".."):
+        raise _fail(infos[0].filename, "the archive has no proper top folder")
+    declared = sum(i.file_size for i in infos)
+    if declared > limits.max_tree_bytes:
+        raise IntegrityError(
+            f"the archive unpacks to {declared:,} bytes, more than the limit of "
+            f"{limits.max_tree_bytes:,}",
+            hint="if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES",
+        )
+    entries: list[_Entry] = []
+    seen: dict[str, str] = {}  # casefolded path -> path as written
+    kinds: dict[str, str] = {}
+    for info in infos:
+        rel = _relative(info, prefix)
+        kind = _kind(info)
+        if rel == "":
+            if kind != "dir":
+                raise _fail(info.filename, "the top folder is not a directory")
+            continue
+        folded = rel.casefold()
+        if folded in seen:
+            same = "twice" if seen[folded] == rel else f"and as {seen[folded]!r} (same up to case)"
+            raise _fail(info.filename, f"the path appears {same}")
+        seen[folded] = rel
+        kinds[rel] = kind
+        entries.append(_Entry(info, rel, kind))
+    links: dict[str, str] = {}
+    for e in entries:
+        parent = e.path.rpartition("/")[0]
+        while parent:
+            if kinds.get(parent, "dir") != "dir":
+                raise _fail(e.info.filename, f"its parent {parent!r} is not a directory")
+            parent = parent.rpartition("/")[0]
+        if e.kind == "link":
+            if e.info.file_size > 4096:
+                raise _fail(e.info.filename, "symlink target longer than 4096 bytes")
+            try:
+                target = zf.read(e.info).decode("utf-8")
+            except UnicodeDecodeError:
+                raise _fail(e.info.filename, "symlink target is not UTF-8") from None
+            if target.startswith("/") or _BAD_CHARS.search(target) or not target:
+                raise _fail(e.info.filename, f"absolute or malformed symlink target {target!r}")
+            links[e.path] = target
+    for path, target in links.items():
+        base = path.rpartition("/")[0]
+        if resolve_link(f"{base}/{target}" if base else target, links) is None:
+            raise _fail(path, f"symlink to {target!r} leads outside the tree")
+    return entries, links
+
+
+def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extracted:
+    """Check ``zip_path`` fully, then write its files read-only under ``dest`` (created).
+
+    ``commit`` is the 40-hex commit the archive must name in its zip comment.
+    """
+    try:
+        zf = zipfile.ZipFile(zip_path)
+    except (zipfile.BadZipFile, OSError) as e:
+        raise IntegrityError(
+            f"the download is not a valid zip archive ({e})",
+            hint="retry with force_reload=True; if it persists the server is broken",
+        ) from e
+    with zf:
+        comment = zf.comment.decode("ascii", "replace").strip()
+        if comment != commit:
+            raise IntegrityError(
+                f"the archive says it is commit {comment or '(nothing)'!r}, but {commit} "
+                "was asked for",
+                hint="the server (or a mirror) answered with another commit's archive; "
+                "do not load it",
+            )
+        entries, links = _plan(zf, limits)
+        dest.mkdir(parents=True)
+        files: list[FileEntry] = []
+        dirs: set[str] = set()
+        written = 0
+        try:
+            for e in entries:
+                target = dest / e.path
+                if e.kind == "dir":
+                    target.mkdir(parents=True, exist_ok=True)
+                    dirs.add(e.path)
+                    continue
+                target.parent.mkdir(parents=True, exist_ok=True)
+                if e.kind == "link":
+                    os.symlink(links[e.path], target)
+                    files.append(FileEntry.from_bytes(e.path, MODE_LINK, links[e.path].encode()))
+                    continue
+                entry = _write_file(zf, e, target)
+                written += entry.size
+                if written > limits.max_tree_bytes:
+                    raise IntegrityError(
+                        f"the archive unpacks to more than {limits.max_tree_bytes:,} bytes",
+                        hint="if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES",
+                    )
+                files.append(entry)
+        except zipfile.BadZipFile as err:
+            raise IntegrityError(
+                f"the archive is corrupt ({err})",
+                hint="retry with force_reload=True; if it persists the server is broken",
+            ) from err
+    files.sort(key=lambda f: f.path.encode())
+    parents = {p for f in files for p in _parents(f.path)}
+    empty = tuple(sorted(d for d in dirs if d not in parents))
+    make_read_only(dest)
+    return Extracted(dest, tuple(files), empty, git_tree_id(files), content_digest(files))
+
+
+def _parents(path: str) -> Iterable[str]:
+    parent = path.rpartition("/")[0]
+    while parent:
+        yield parent
+        parent = parent.rpartition("/")[0]
+
+
+def _write_file(zf: zipfile.ZipFile, e: _Entry, target: Path) -> FileEntry:
+    import hashlib
+
+    sha256 = hashlib.sha256()
+    blob = hashlib.sha1(b"blob %d\0" % e.info.file_size, usedforsecurity=False)
+    size = 0
+    fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with zf.open(e.info) as src, os.fdopen(fd, "wb") as out:
+        while chunk := src.read(_READ):
+            size += len(chunk)
+            sha256.update(chunk)
+            blob.update(chunk)
+            out.write(chunk)
+    if size != e.info.file_size:
+        raise _fail(e.info.filename, f"declares {e.info.file_size} bytes but holds {size}")
+    mode = MODE_EXEC if e.kind == "exec" else MODE_FILE
+    return FileEntry(e.path, mode, size, sha256.hexdigest(), blob.hexdigest())
+
+
+def make_read_only(root: Path) -> None:
+    """Drop write permission on every file and directory under ``root`` (links untouched)."""
+    for dirpath, dirnames, filenames in os.walk(root, topdown=False):
+        for name in filenames:
+            p = os.path.join(dirpath, name)
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                os.chmod(p, 0o555 if st.st_mode & 0o100 else 0o444)
+        for name in dirnames:
+            p = os.path.join(dirpath, name)
+            if not os.path.islink(p):
+                os.chmod(p, 0o555)
+    os.chmod(root, 0o555)
+
+
+@dataclass(frozen=True)
+class TreeCheck:
+    """How the extracted files were tied to the commit's tree.
+
+    ``level`` is ``"tree"`` when the git tree id matched exactly, ``"per-file"`` when the
+    fallback matched each file against the API's listing of the tree (see
+    :func:`check_tree`). ``unverified`` lists files whose bytes differ from the commit's
+    blobs (explained by ``.gitattributes``), ``omitted`` files the archive left out.
+    """
+
+    level: str
+    unverified: tuple[str, ...] = ()
+    omitted: tuple[str, ...] = ()
+
+
+# Attributes that make `git archive` output differ from the committed blobs.
+_CONTENT_ATTRS = re.compile(
+    r"(?<![\w-])(export-subst|eol|text|crlf|filter|ident|working-tree-encoding)(?![\w-])"
+)
+_IGNORE_ATTR = re.compile(r"(?<![\w-])export-ignore(?![\w-])")
+
+
+def check_tree(
+    ext: Extracted,
+    tree_id: str,
+    listing: Iterable[Mapping[str, object]] | None,
+    *,
+    allow_fallback: bool,
+) -> TreeCheck:
+    """Tie the extracted files to the commit's tree, or raise :class:`IntegrityError`.
+
+    The exact check compares git tree ids. When they differ, ``listing`` (the API's
+    recursive listing of the commit's tree, fetched by the caller only in that case)
+    permits the per-file fallback: every extracted file must exist in the tree with the
+    same mode; its bytes must equal the blob's, unless a ``.gitattributes`` of the commit
+    (itself verified byte for byte) declares attributes that rewrite content on export;
+    a tree file may be missing only if such a file declares ``export-ignore``; submodules
+    appear as empty folders. Extra files are never accepted.
+    """
+    if ext.tree_id == tree_id:
+        return TreeCheck("tree")
+    mismatch = IntegrityError(
+        f"the archive's files do not match the commit's tree (git tree {ext.tree_id}, "
+        f"expected {tree_id})",
+        hint="the archive was altered in transit or by a mirror; do not load it",
+    )
+    if listing is None:
+        raise mismatch
+    if not allow_fallback:
+        raise IntegrityError(
+            f"{mismatch.message}; the per-file fallback for repos whose .gitattributes "
+            "rewrites exports is forbidden by policy",
+            hint="ask the publisher to drop export-ignore/export-subst rules, or allow the "
+            "fallback (tree_fallback = true)",
+        )
+    blobs: dict[str, tuple[str, str]] = {}
+    gitlinks: set[str] = set()
+    for item in listing:
+        path, mode, sha, kind = (str(item.get(k, "")) for k in ("path", "mode", "sha", "type"))
+        if kind == "blob":
+            blobs[path] = (mode, sha)
+        elif kind == "commit":
+            gitlinks.add(path)
+    ours = {f.path: f for f in ext.files}
+    # Only .gitattributes files whose bytes equal the commit's blobs may explain a
+    # difference; one the archive left out can only have been export-ignored.
+    rules = [
+        (ext.root / p).read_text("utf-8", "replace")
+        for p in ours
+        if p.rpartition("/")[2] == ".gitattributes" and blobs.get(p, ("", ""))[1] == ours[p].blob
+    ]
+    rewrites = any(_CONTENT_ATTRS.search(text) for text in rules)
+    ignores = any(_IGNORE_ATTR.search(text) for text in rules) or any(
+        p.rpartition("/")[2] == ".gitattributes" and p not in ours for p in blobs
+    )
+    unverified: list[str] = []
+    for path, f in ours.items():
+        if path not in blobs:
+            raise IntegrityError(
+                f"the archive has {path!r}, which is not in the commit's tree",
+                hint="the archive was altered in transit or by a mirror; do not load it",
+            )
+        mode, sha = blobs[path]
+        if mode != f.mode:
+            raise IntegrityError(
+                f"{path!r} has mode {f.mode} in the archive but {mode} in the commit",
+                hint="the archive was altered in transit or by a mirror; do not load it",
+            )
+        if sha != f.blob:
+            if not rewrites:
+                raise IntegrityError(
+                    f"{path!r} differs from the commit's blob {sha} and no .gitattributes "
+                    "rule explains it",
+                    hint="the archive was altered in transit or by a mirror; do not load it",
+                )
+            unverified.append(path)
+    omitted = sorted(p for p in blobs if p not in ours)
+    if omitted and not ignores:
+        raise IntegrityError(
+            f"the archive lacks {len(omitted)} file(s) of the commit, e.g. {omitted[0]!r}, and "
+            "no .gitattributes rule says export-ignore",
+            hint="the archive was altered in transit or by a mirror; do not load it",
+        )
+    stray = [d for d in ext.empty_dirs if d not in gitlinks]
+    if stray:
+        raise IntegrityError(
+            f"the archive has an empty folder {stray[0]!r} that is not a submodule of the commit",
+            hint="the archive was altered in transit or by a mirror; do not load it",
+        )
+    return TreeCheck("per-file", tuple(sorted(unverified)), tuple(omitted))

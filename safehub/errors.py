@@ -1,0 +1,109 @@
+"""The errors safehub raises.
+
+Every error derives from :class:`SafehubError` and carries two parts: what failed (the
+message) and how to fix it (:attr:`SafehubError.hint`). ``str(err)`` shows both.
+
+Families, one per kind of failure a caller may want to handle apart:
+
+* :class:`SpecError` -- a malformed ``owner/name[:ref]`` (also a ``ValueError``, as in torch).
+* :class:`PolicyError` -- a policy file is unreadable or invalid (fail closed).
+* :class:`PolicyDenied` -- a policy rule refuses the repo, ref or entrypoint.
+* :class:`UntrustedRepoError` -- nobody agreed to run this content.
+* :class:`PinError` -- the lockfile or a pin disagrees (moved tag, fork commit, renamed repo).
+* :class:`IntegrityError` -- downloaded or cached content failed verification.
+* :class:`SignatureError` -- a required signature is missing or invalid.
+* :class:`FetchError` -- the network could not deliver (distinct from "delivered but wrong").
+* :class:`CacheError` -- the cache directory cannot be used.
+* :class:`HubconfError` -- the repo has no ``hubconf.py`` or not the entrypoint asked for.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CacheError",
+    "FetchError",
+    "HubconfError",
+    "IntegrityError",
+    "NotFoundError",
+    "OfflineError",
+    "PinError",
+    "PolicyDenied",
+    "PolicyError",
+    "RateLimitError",
+    "SafehubError",
+    "SignatureError",
+    "SpecError",
+    "UntrustedRepoError",
+]
+
+
+class SafehubError(Exception):
+    """Base class of every error safehub raises on purpose.
+
+    >>> err = SafehubError("the thing failed", hint="do the other thing")
+    >>> print(err)
+    the thing failed
+      fix: do the other thing
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message}\n  fix: {self.hint}"
+        return self.message
+
+
+class SpecError(SafehubError, ValueError):
+    """A repo spec, ref or source that safehub refuses before any I/O."""
+
+
+class PolicyError(SafehubError):
+    """A policy file could not be read or is invalid; nothing loads until it is fixed."""
+
+
+class PolicyDenied(SafehubError):
+    """A policy rule refuses this load."""
+
+
+class UntrustedRepoError(SafehubError):
+    """The content is not trusted and nobody agreed to run it."""
+
+
+class PinError(SafehubError):
+    """A pin or provenance rule failed: moved tag, fork commit, renamed repo, bad lockfile."""
+
+
+class IntegrityError(SafehubError):
+    """Content was delivered (or cached) but is not what it claims to be."""
+
+
+class SignatureError(SafehubError):
+    """A signature the policy asks for is missing or does not verify."""
+
+
+class FetchError(SafehubError):
+    """The network could not deliver what was asked (nothing was verified or run)."""
+
+
+class NotFoundError(FetchError):
+    """The server answered 404: no such repo, ref or file (or it is private)."""
+
+
+class RateLimitError(FetchError):
+    """The GitHub API refused the request because the rate limit is spent."""
+
+
+class OfflineError(FetchError):
+    """Offline mode is on and what is needed is not in the cache."""
+
+
+class CacheError(SafehubError):
+    """The cache directory cannot be created, written or locked."""
+
+
+class HubconfError(SafehubError, RuntimeError):
+    """The repo has no ``hubconf.py``, or no callable entrypoint of that name."""

@@ -1,0 +1,264 @@
+"""The load pipeline: one direction, every check before any hubconf.py runs.
+
+:meth:`Hub.prepare` is the pipeline of DESIGN.md, top to bottom. Everything it calls is a
+step with one concern, in its own module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safehub import archive
+from safehub._internal import torchhub
+from safehub._internal.http import Http
+from safehub.cache import Cache, CachedTree, Verdict
+from safehub.config import Settings
+from safehub.errors import SpecError, UntrustedRepoError
+from safehub.github import GitHub, Resolved
+from safehub.spec import RepoSpec, is_full_sha
+from safehub.trust import ConsentStore, ask
+
+__all__ = ["Hub", "Prepared"]
+
+_TRUST_VALUES = ("check", True, False, None)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A repo that passed every check: where its verified tree is and why it may run."""
+
+    spec: RepoSpec
+    resolved: Resolved
+    tree: CachedTree
+    trusted_by: str
+
+    @property
+    def path(self) -> Path:
+        return self.tree.path
+
+
+def _say(verbose: bool, text: str) -> None:
+    if verbose:
+        sys.stderr.write(text + "\n")
+
+
+class Hub:
+    """safehub with explicit configuration.
+
+    The module-level functions (``safehub.load`` ...) build a ``Hub`` from the
+    environment on each call; build one yourself to set things in code::
+
+        hub = safehub.Hub(cache_dir="/shared/hub-cache", offline=True)
+        model = hub.load("org/repo:v1", "model")
+
+    Keyword arguments are :class:`~safehub.config.Settings` fields.
+    """
+
+    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
+        base = settings or Settings.from_env()
+        if "cache_dir" in overrides:
+            overrides["cache_dir"] = Path(overrides["cache_dir"])
+        self.settings = base.with_changes(**overrides) if overrides else base
+        self.cache = Cache(self.settings.cache_dir, lock_timeout=self.settings.limits.lock_timeout)
+        self.consents = ConsentStore(self.settings.data_dir)
+        self._http: Http | None = None
+
+    @property
+    def github(self) -> GitHub:
+        if self._http is None:
+            self._http = Http(self.settings)
+        return GitHub(self._http)
+
+    # -- the pipeline -----------------------------------------------------------------
+
+    def prepare(
+        self, repo: str, *, trust_repo: Any = "check", force_reload: bool = False,
+        verbose: bool = True,
+    ) -> Prepared:
+        """Run every check on ``repo`` and return its verified tree; nothing is imported."""
+        if trust_repo not in _TRUST_VALUES:
+            raise SpecError(
+                f"trust_repo={trust_repo!r} is not one of 'check', True, False, None",
+                hint="use trust_repo='check' (the default) or True",
+            )
+        spec = RepoSpec.parse(repo)                            # 1. parse
+        resolved = self._resolve(spec, force_reload)            # 3-4. resolve once + provenance
+        tree = self._fetch_verified(resolved, force_reload, verbose)  # 5-6, 9. fetch, verify
+        trusted_by = self._trust(resolved, tree.verdict, trust_repo)  # 8. trust
+        return Prepared(spec, resolved, tree, trusted_by)
+
+    # -- 3, 4: resolve ----------------------------------------------------------------
+
+    def _cached_resolution(self, spec: RepoSpec) -> Resolved | None:
+        record = self.cache.read_repo(spec.key)
+        ref = spec.ref
+        if ref is not None and is_full_sha(ref):
+            commit = ref
+            label = ref
+        else:
+            hit = record["refs"].get(ref or "")
+            if not isinstance(hit, dict):
+                return None
+            commit = str(hit.get("commit"))
+            label = str(hit.get("ref", ref))
+        proof = record["commits"].get(commit)
+        if not isinstance(proof, dict) or not is_full_sha(str(proof.get("tree"))):
+            return None
+        return Resolved(spec, label, commit, str(proof["tree"]), str(proof.get("proof")))
+
+    def _resolve(self, spec: RepoSpec, force_reload: bool) -> Resolved:
+        if not force_reload:
+            hit = self._cached_resolution(spec)
+            if hit is not None:
+                return hit
+        with self.cache.lock(f"repo-{spec.key}"):
+            if not force_reload:
+                hit = self._cached_resolution(spec)   # another process may have resolved it
+                if hit is not None:
+                    return hit
+            resolved = self.github.resolve(spec)
+            record = self.cache.read_repo(spec.key)
+            if not (spec.ref and is_full_sha(spec.ref)):
+                record["refs"][spec.ref or ""] = {"ref": resolved.ref, "commit": resolved.commit}
+            record["commits"][resolved.commit] = {"tree": resolved.tree, "proof": resolved.proof}
+            self.cache.write_repo(spec.key, record)
+        return resolved
+
+    # -- 5, 6, 9: fetch, verify, install ------------------------------------------------
+
+    def _fetch_verified(self, resolved: Resolved, force_reload: bool, verbose: bool) -> CachedTree:
+        commit = resolved.commit
+        if not force_reload:
+            hit = self.cache.lookup(commit)
+            if hit is not None:
+                hit.recheck()
+                _say(verbose, f"Using cache found in {hit.path}")
+                return hit
+        with self.cache.lock(commit):
+            if not force_reload:
+                hit = self.cache.lookup(commit)          # another process may have installed it
+                if hit is not None:
+                    hit.recheck()
+                    _say(verbose, f"Using cache found in {hit.path}")
+                    return hit
+            stage = self.cache.staging(commit)
+            verdict = self._download_and_verify(resolved, stage, verbose)
+            return self.cache.install(stage, verdict, replace=force_reload)
+
+    def _download_and_verify(self, resolved: Resolved, stage: Path, verbose: bool) -> Verdict:
+        spec, commit = resolved.spec, resolved.commit
+        url = self.github.archive_url(spec, commit)
+        zip_path = stage / "archive.zip"
+        sys.stdout.write(f'Downloading: "{url}" to {stage}\n')
+        assert self._http is not None
+        with open(zip_path, "wb") as out:
+            self._http.download(
+                url, out, what=f"archive of {spec.repo}@{commit[:12]}",
+                max_bytes=self.settings.limits.max_archive_bytes, progress=verbose,
+            )
+        ext = archive.extract(zip_path, stage / "tree", commit=commit,
+                              limits=self.settings.limits)
+        os.unlink(zip_path)
+        listing = None
+        if ext.tree_id != resolved.tree:
+            listing = self.github.tree_listing(spec, resolved.tree)
+        check = archive.check_tree(ext, resolved.tree, listing, allow_fallback=True)
+        if check.level != "tree":
+            warnings.warn(
+                f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree because "
+                f"of .gitattributes export rules; {len(check.unverified)} file(s) could not be "
+                "tied to the commit byte for byte (see `safehub cache ls --json`)",
+                stacklevel=4,
+            )
+        return Verdict(
+            commit=commit, tree=resolved.tree, digest=ext.digest, level=check.level,
+            files=ext.files, unverified=check.unverified, omitted=check.omitted,
+            empty_dirs=ext.empty_dirs, source=spec.key,
+        )
+
+    # -- 8: trust ---------------------------------------------------------------------
+
+    def _trust(self, resolved: Resolved, verdict: Verdict, trust_repo: Any) -> str:
+        key, commit, digest = resolved.spec.key, resolved.commit, verdict.digest
+        if trust_repo is True:
+            self.consents.record(key, commit, digest, "trust_repo=True")
+            return "trust_repo=True"
+        if trust_repo is None:
+            warnings.warn(
+                "trust_repo=None loads without asking (torch's legacy meaning); pass "
+                "trust_repo=True to say so explicitly, or 'check' to be asked",
+                stacklevel=4,
+            )
+            return "trust_repo=None (legacy)"
+        if trust_repo == "check":
+            consent = self.consents.find(key, commit, digest)
+            if consent is not None:
+                return f"consent given {consent.at}"
+        return self._ask(resolved, verdict)
+
+    def _ask(self, resolved: Resolved, verdict: Verdict) -> str:
+        spec = resolved.spec
+        if self.settings.noninteractive:
+            raise UntrustedRepoError(
+                f"refused to run hubconf.py of {spec.repo} at commit {resolved.commit}: it is "
+                "not trusted, and nobody can be asked (non-interactive: CI=true, "
+                "SAFEHUB_NONINTERACTIVE=1 or no terminal)",
+                hint=f"pass trust_repo=True to safehub.load, or run `safehub trust "
+                f"{spec.repo}:{resolved.commit}` once on this machine",
+            )
+        lines = [
+            f"safehub: {spec.repo} wants to run code on this machine.",
+            f"  repo       {spec.repo}",
+            f"  ref        {resolved.ref}",
+            f"  commit     {resolved.commit}",
+            f"  digest     {verdict.digest}",
+            "  signature  not checked (no policy asks for one)",
+            "  why        you have not trusted this exact content before",
+        ]
+        if not ask(lines, f"Run hubconf.py of {spec.repo} at {resolved.commit[:12]}?"):
+            raise UntrustedRepoError(
+                f"you declined to run {spec.repo} at {resolved.commit}",
+                hint="nothing ran; answer y to trust this exact content",
+            )
+        self.consents.record(spec.key, resolved.commit, verdict.digest, "prompt")
+        return "prompt"
+
+    # -- the drop-in functions --------------------------------------------------------
+
+    def load(
+        self, repo_or_dir: str, model: str, *args: Any, source: str = "github",
+        trust_repo: Any = "check", force_reload: bool = False, verbose: bool = True,
+        skip_validation: bool = False, **kwargs: Any,
+    ) -> Any:
+        """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
+        path = self._repo_dir(repo_or_dir, source, trust_repo, force_reload, verbose)
+        return torchhub.call_entrypoint(path, model, args, kwargs)   # 10. delegate
+
+    def list(self, github: str, force_reload: bool = False, skip_validation: bool = False,
+             trust_repo: Any = "check", verbose: bool = True) -> list[str]:
+        path = self._repo_dir(github, "github", trust_repo, force_reload, verbose)
+        return torchhub.entrypoints(path)
+
+    def help(self, github: str, model: str, force_reload: bool = False,
+             skip_validation: bool = False, trust_repo: Any = "check") -> str | None:
+        path = self._repo_dir(github, "github", trust_repo, force_reload, True)
+        return torchhub.docstring(path, model)
+
+    def _repo_dir(self, repo_or_dir: str, source: str, trust_repo: Any, force_reload: bool,
+                  verbose: bool) -> Path:
+        source = source.lower() if isinstance(source, str) else source
+        if source == "local":
+            return Path(os.fspath(repo_or_dir))
+        if source != "github":
+            raise SpecError(
+                f'Unknown source: "{source}". Allowed values: "github" | "local".',
+                hint="use source='github' for owner/name[:ref] or 'local' for a folder",
+            )
+        prepared = self.prepare(repo_or_dir, trust_repo=trust_repo, force_reload=force_reload,
+                                verbose=verbose)
+        return prepared.path

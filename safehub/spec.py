@@ -1,0 +1,130 @@
+"""Parsing and validating ``owner/name[:ref]`` before any I/O.
+
+GitHub's own rules decide what is valid: owners are 1-39 ASCII letters, digits or
+hyphens (not at either end); repo names are 1-100 ASCII letters, digits, ``.``, ``-``
+or ``_`` (not ``.`` or ``..``); refs follow ``git check-ref-format``. Anything else,
+including look-alike Unicode letters, is refused here, so it never reaches a policy
+glob, a cache path or a URL.
+
+>>> spec = RepoSpec.parse("PyTorch/Vision:v0.10.0")
+>>> spec.key, spec.ref
+('pytorch/vision', 'v0.10.0')
+>>> RepoSpec.parse("pytorch/vision").ref is None
+True
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from safehub.errors import SpecError
+
+__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha"]
+
+_OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
+_NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
+FULL_SHA = re.compile(r"[0-9a-f]{40}")
+_SHORT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+# Characters git refuses in ref names (git check-ref-format), plus ':' which separates the
+# ref in a spec, and '\\' which some filesystems treat as a separator.
+_REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
+_MAX_REF = 255
+
+_SPEC_HINT = "write the repo as 'owner/name' or 'owner/name:ref', e.g. 'pytorch/vision:v0.10.0'"
+
+
+def is_full_sha(ref: str) -> bool:
+    """True if ``ref`` is a full 40-hex commit id (lower case)."""
+    return FULL_SHA.fullmatch(ref) is not None
+
+
+def looks_like_sha(ref: str) -> bool:
+    """True if ``ref`` could be a (possibly abbreviated) commit id."""
+    return _SHORT_SHA.fullmatch(ref) is not None
+
+
+def _check_ref(ref: str, spec: str) -> None:
+    def bad(why: str) -> SpecError:
+        return SpecError(
+            f"invalid ref {ref!r} in {spec!r}: {why}",
+            hint="use a branch name, a tag name or a commit sha (7 to 40 hex digits)",
+        )
+
+    if not ref:
+        raise bad("it is empty")
+    if len(ref) > _MAX_REF:
+        raise bad(f"longer than {_MAX_REF} characters")
+    if not ref.isascii():
+        raise bad("only ASCII characters are allowed")
+    if _REF_FORBIDDEN.search(ref):
+        raise bad("it contains a space, a control character or one of ~ ^ : ? * [ \\")
+    if ".." in ref or "@{" in ref or ref == "@" or "//" in ref:
+        raise bad("git does not allow '..', '@{', '//' or a lone '@' in ref names")
+    if ref.startswith(("/", "-")) or ref.endswith(("/", ".", ".lock")):
+        raise bad("a ref cannot start with '/' or '-', or end with '/', '.' or '.lock'")
+    if any(part.startswith(".") for part in ref.split("/")):
+        raise bad("a ref component cannot start with '.'")
+    if ref.startswith("refs/") and not ref.startswith(("refs/heads/", "refs/tags/")):
+        # refs/pull/N/head points at commits of forks; refs/remotes and others are not
+        # the repo's own branches or tags.
+        raise bad("only refs/heads/... and refs/tags/... are accepted among full ref names")
+    if ref.lower() == "head":
+        raise bad("HEAD is not a ref safehub resolves; leave the ref out for the default branch")
+
+
+@dataclass(frozen=True)
+class RepoSpec:
+    """A validated GitHub repo reference.
+
+    ``owner`` and ``name`` keep the case the user typed (GitHub answers in either case);
+    :attr:`key` is the case-folded ``owner/name`` used for policy, cache and consent.
+    """
+
+    owner: str
+    name: str
+    ref: str | None = None
+
+    @classmethod
+    def parse(cls, text: str) -> RepoSpec:
+        """Parse ``owner/name[:ref]``; raise :class:`SpecError` for anything else."""
+        if not isinstance(text, str):
+            raise SpecError(f"repo must be a string, not {type(text).__name__}", hint=_SPEC_HINT)
+        repo, sep, ref = text.partition(":")
+        parts = repo.split("/")
+        if len(parts) != 2:
+            raise SpecError(f"invalid repo spec {text!r}: expected exactly one '/'", hint=_SPEC_HINT)
+        owner, name = parts
+        if not _OWNER.fullmatch(owner):
+            raise SpecError(
+                f"invalid owner {owner!r} in {text!r}: GitHub owners are 1-39 ASCII letters, "
+                "digits or hyphens, not starting or ending with a hyphen",
+                hint=_SPEC_HINT,
+            )
+        if not _NAME.fullmatch(name) or name in (".", ".."):
+            raise SpecError(
+                f"invalid repo name {name!r} in {text!r}: GitHub repo names are 1-100 ASCII "
+                "letters, digits, '.', '-' or '_'",
+                hint=_SPEC_HINT,
+            )
+        if name.endswith(".git"):
+            raise SpecError(
+                f"invalid repo name {name!r} in {text!r}: drop the '.git' suffix", hint=_SPEC_HINT
+            )
+        if sep:
+            _check_ref(ref, text)
+            return cls(owner, name, ref)
+        return cls(owner, name, None)
+
+    @property
+    def key(self) -> str:
+        """Case-folded ``owner/name`` (GitHub names compare case-insensitively)."""
+        return f"{self.owner}/{self.name}".lower()
+
+    @property
+    def repo(self) -> str:
+        """``owner/name`` as the user typed it."""
+        return f"{self.owner}/{self.name}"
+
+    def __str__(self) -> str:
+        return self.repo if self.ref is None else f"{self.repo}:{self.ref}"

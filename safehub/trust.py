@@ -1,0 +1,113 @@
+"""Consent bound to content, and the prompt that asks for it.
+
+torch.hub remembers that a user trusted a *name*; safehub remembers that they trusted
+*this content*: a consent record is the triple (repo, commit, content digest), kept in
+the user's data dir (``trust/<owner>/<name>.json``). New content asks again.
+
+The prompt appears only on a terminal. With ``CI=true``, ``SAFEHUB_NONINTERACTIVE=1`` or
+a stdin that is not a TTY, safehub never calls ``input()``: it refuses at once and says
+how to consent.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safehub._internal.fsutil import read_json, write_json
+from safehub.errors import CacheError
+
+__all__ = ["Consent", "ConsentStore", "ask"]
+
+
+@dataclass(frozen=True)
+class Consent:
+    """One recorded agreement to run (repo, commit, digest)."""
+
+    repo: str
+    commit: str
+    digest: str
+    how: str
+    at: str
+
+
+class ConsentStore:
+    """Consent records under ``<data_dir>/trust``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "trust"
+
+    def _file(self, key: str) -> Path:
+        owner, name = key.split("/")
+        return self.root / owner / f"{name}.json"
+
+    def _read(self, key: str) -> list[dict[str, Any]]:
+        path = self._file(key)
+        try:
+            data = read_json(path)
+        except FileNotFoundError:
+            return []
+        except (OSError, ValueError) as e:
+            raise CacheError(
+                f"the trust record {str(path)!r} cannot be read ({e})",
+                hint="fix or delete it; deleting forgets what you trusted for this repo",
+            ) from e
+        items = data.get("consents") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise CacheError(f"the trust record {str(path)!r} is malformed",
+                             hint="fix or delete it")
+        return [i for i in items if isinstance(i, dict)]
+
+    def find(self, key: str, commit: str, digest: str) -> Consent | None:
+        """The consent for exactly this content, if one was given."""
+        for item in self._read(key):
+            if item.get("commit") == commit and item.get("digest") == digest:
+                return Consent(key, commit, digest, str(item.get("how", "")), str(item.get("at")))
+        return None
+
+    def list(self, key: str) -> list[Consent]:
+        return [
+            Consent(key, str(i.get("commit")), str(i.get("digest")), str(i.get("how", "")),
+                    str(i.get("at", "")))
+            for i in self._read(key)
+        ]
+
+    def record(self, key: str, commit: str, digest: str, how: str) -> None:
+        items = [
+            i for i in self._read(key) if (i.get("commit"), i.get("digest")) != (commit, digest)
+        ]
+        items.append({
+            "commit": commit,
+            "digest": digest,
+            "how": how,
+            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        })
+        try:
+            write_json(self._file(key), {"repo": key, "consents": items}, mode=0o600)
+        except OSError as e:
+            raise CacheError(
+                f"cannot record trust in {str(self._file(key))!r} ({e.strerror or e})",
+                hint="make the user data dir writable",
+            ) from e
+
+    def remove(self, key: str, commit: str | None = None) -> int:
+        """Forget consents for ``key`` (all, or one commit); return how many."""
+        items = self._read(key)
+        keep = [i for i in items if commit is not None and i.get("commit") != commit]
+        if len(keep) != len(items):
+            write_json(self._file(key), {"repo": key, "consents": keep}, mode=0o600)
+        return len(items) - len(keep)
+
+
+def ask(lines: list[str], question: str) -> bool:
+    """Show ``lines`` and ``question [y/N]`` on stderr; read one answer from stdin.
+
+    Only ``y`` or ``yes`` (any case) agree; anything else, including end of input, refuses.
+    """
+    sys.stderr.write("\n".join(lines) + f"\n{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
