@@ -281,6 +281,7 @@ def _write_file(zf: zipfile.ZipFile, e: _Entry, target: Path) -> FileEntry:
     blob = hashlib.sha1(b"blob %d\0" % e.info.file_size, usedforsecurity=False)
     size = 0
     fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    os.fchmod(fd, 0o555 if e.kind == "exec" else 0o444)
     with zf.open(e.info) as src, os.fdopen(fd, "wb") as out:
         while chunk := src.read(_READ):
             size += len(chunk)
@@ -299,8 +300,8 @@ def make_read_only(root: Path) -> None:
         for name in filenames:
             p = os.path.join(dirpath, name)
             st = os.lstat(p)
-            if stat.S_ISREG(st.st_mode):
-                os.chmod(p, 0o555 if st.st_mode & 0o100 else 0o444)
+            if stat.S_ISREG(st.st_mode) and st.st_mode & 0o222:
+                os.chmod(p, st.st_mode & 0o555)
         for name in dirnames:
             p = os.path.join(dirpath, name)
             if not os.path.islink(p):

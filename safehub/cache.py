@@ -285,7 +285,7 @@ class Cache:
         vfile = d / "verdict.json"
         try:
             data = read_json(vfile)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, ValueError) as e:
             raise _tamper(vfile, f"cannot be read ({e})") from e
@@ -350,7 +350,7 @@ class Cache:
         path = self.repo_file(key)
         try:
             data = read_json(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return {"refs": {}, "commits": {}}
         except (OSError, ValueError) as e:
             raise CacheError(

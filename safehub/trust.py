@@ -48,7 +48,7 @@ class ConsentStore:
         path = self._file(key)
         try:
             data = read_json(path)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         except (OSError, ValueError) as e:
             raise CacheError(

@@ -4,7 +4,8 @@ Rules enforced here, for every request:
 
 * HTTPS only (a private CA comes in through ``REQUESTS_CA_BUNDLE``, as with requests);
 * a host allow-list, checked again on every redirect hop (redirects are followed by hand);
-* ``GITHUB_TOKEN`` is sent to the API host only, never to a redirect target elsewhere;
+* ``GITHUB_TOKEN`` is sent only to URLs under the API base, never to a redirect target
+  elsewhere (not even to the web host when it shares the API's host name);
 * connect and read timeouts, retries with exponential backoff on 5xx answers, dropped
   connections and truncated bodies;
 * bounded bodies: JSON answers and downloads stop at a size cap;
@@ -130,7 +131,7 @@ class Http:
 
     def _headers(self, url: str, accept: str) -> dict[str, str]:
         headers = {"Accept": accept}
-        if _host(url) == self.settings.api_host:
+        if url.startswith(self.settings.api_url + "/"):
             headers["X-GitHub-Api-Version"] = "2022-11-28"
             if self.settings.token:
                 headers["Authorization"] = f"Bearer {self.settings.token}"

@@ -1,0 +1,148 @@
+"""Shared fixtures: an isolated home, a loopback GitHub stand-in, hub repos with a canary.
+
+No test touches the network beyond 127.0.0.1, or the user's real cache, config or data:
+every directory safehub, torch and git could use points into the test's tmp_path.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from safehub._internal.standin import GitHubStandIn, TLSFiles, commit_files, git, make_repo, make_tls
+
+HUBCONF = '''\
+import os
+
+with open(os.environ["SAFEHUB_TEST_CANARY"], "a") as _f:
+    _f.write("ran\\n")
+
+dependencies = ["torch"]
+
+
+def tiny(n=2, bias=True):
+    """A tiny linear model."""
+    import torch
+
+    return torch.nn.Linear(n, n, bias=bias)
+
+
+def echo(*args, **kwargs):
+    """Return what it was given."""
+    return args, kwargs
+
+
+def _private():
+    return None
+'''
+
+
+@dataclass
+class HubRepo:
+    """A git repo served by the stand-in as owner/name."""
+
+    owner: str
+    name: str
+    path: Path
+    sha: str
+
+    @property
+    def spec(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+    def commit(self, files: dict[str, str | bytes], message: str = "change", **kw: object) -> str:
+        self.sha = commit_files(self.path, files, message, **kw)  # type: ignore[arg-type]
+        return self.sha
+
+    def tag(self, name: str, ref: str = "HEAD") -> None:
+        git(self.path, "tag", "-f", name, ref)
+
+    def git(self, *args: str) -> str:
+        return git(self.path, *args)
+
+
+@pytest.fixture(scope="session")
+def tls(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
+    return make_tls(tmp_path_factory.mktemp("tls"))
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Point HOME, XDG dirs, torch's hub dir and safehub's cache into tmp_path."""
+    for var in list(os.environ):
+        if var.startswith(("SAFEHUB_", "XDG_")) or var in (
+            "GITHUB_TOKEN", "CI", "REQUESTS_CA_BUNDLE", "TORCH_HOME",
+        ):
+            monkeypatch.delenv(var)
+    home = tmp_path / "home"
+    for sub in ("cache", "config", "data", "state", "site"):
+        (home / sub).mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(home / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(home / "site"))
+    monkeypatch.setenv("TORCH_HOME", str(home / "torch"))
+    monkeypatch.setenv("SAFEHUB_BACKOFF", "0")
+    monkeypatch.setenv("SAFEHUB_TEST_CANARY", str(tmp_path / "canary"))
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    return home
+
+
+@pytest.fixture
+def canary(tmp_path: Path) -> Path:
+    """The file hubconf.py appends to on import: it proves whether untrusted code ran."""
+    return tmp_path / "canary"
+
+
+def runs(canary: Path) -> int:
+    """How many times a test hubconf.py was imported."""
+    return len(canary.read_text().splitlines()) if canary.exists() else 0
+
+
+@pytest.fixture
+def server(tls: TLSFiles, monkeypatch: pytest.MonkeyPatch) -> Iterator[GitHubStandIn]:
+    with GitHubStandIn(tls) as srv:
+        monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", srv.api_url)
+        monkeypatch.setenv("SAFEHUB_GITHUB_URL", srv.web_url)
+        monkeypatch.setenv("SAFEHUB_ALLOWED_HOSTS", "127.0.0.1")
+        monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(srv.ca_cert))
+        yield srv
+
+
+@pytest.fixture
+def make_hub_repo(server: GitHubStandIn, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """Create a git repo with a hubconf.py and serve it: make_hub_repo("acme", "models")."""
+
+    def make(owner: str = "acme", name: str = "models", files: dict[str, str | bytes] | None = None,
+             *, fork_of: HubRepo | None = None, tag: str | None = "v1.0") -> HubRepo:
+        path = tmp_path / "repos" / owner / name
+        if fork_of is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            git(tmp_path, "clone", "-q", str(fork_of.path), str(path))
+            sha = git(path, "rev-parse", "HEAD")
+            server.add_repo(owner, name, path, fork_of=(fork_of.owner, fork_of.name))
+        else:
+            content: dict[str, str | bytes] = {"hubconf.py": HUBCONF, "README.md": "# hub\n"}
+            content.update(files or {})
+            sha = make_repo(path, content)
+            server.add_repo(owner, name, path)
+        repo = HubRepo(owner, name, path, sha)
+        if tag:
+            repo.tag(tag)
+        return repo
+
+    return make
+
+
+@pytest.fixture
+def hub_repo(make_hub_repo) -> HubRepo:  # type: ignore[no-untyped-def]
+    repo: HubRepo = make_hub_repo()
+    return repo

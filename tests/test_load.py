@@ -1,0 +1,394 @@
+"""The load pipeline end to end: loopback GitHub, real git repos, real torch modules.
+
+Each rule has the attack refused (and the canary proving nothing ran) and the honest case
+loading.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import zipfile
+from io import BytesIO
+from pathlib import Path
+
+import pytest
+import torch
+
+import safehub
+from safehub._internal.standin import GitHubStandIn
+from tests.conftest import HubRepo, runs
+
+
+def load(spec: str, model: str = "tiny", *args: object, **kwargs: object) -> object:
+    kwargs.setdefault("trust_repo", True)
+    return safehub.load(spec, model, *args, **kwargs)
+
+
+def cache_tree(commit: str) -> Path:
+    return Path(os.environ["XDG_CACHE_HOME"]) / "safehub/v1/commits" / commit / "tree"
+
+
+# -- resolve once ----------------------------------------------------------------------
+
+def test_cold_then_warm_by_tag(hub_repo: HubRepo, server: GitHubStandIn, canary: Path) -> None:
+    model = load(f"{hub_repo.spec}:v1.0", "tiny", 3, bias=False)
+    assert isinstance(model, torch.nn.Linear) and model.in_features == 3 and model.bias is None
+    assert runs(canary) == 1
+    # One API call (the tag), then the archive (zipball redirects to the codeload host).
+    assert server.count(server.api_url) == 1
+    assert server.count() == 3
+    server.clear_log()
+    load(f"{hub_repo.spec}:v1.0")
+    assert server.count() == 0  # warm: no network at all
+    assert runs(canary) == 2
+
+
+def test_default_branch_and_case_insensitive_names(
+    hub_repo: HubRepo, server: GitHubStandIn
+) -> None:
+    load(hub_repo.spec)
+    assert [r.path for r in server.requests_log[:2]] == [
+        "/api/v3/repos/acme/models", "/api/v3/repos/acme/models/commits/main"]
+    server.clear_log()
+    load("ACME/Models")  # GitHub names compare case-insensitively: the same cache entry
+    assert server.count() == 0
+
+
+def test_args_and_kwargs_pass_through(hub_repo: HubRepo) -> None:
+    assert load(f"{hub_repo.spec}:v1.0", "echo", 1, [2], key="v") == ((1, [2]), {"key": "v"})
+
+
+def test_old_commit_of_the_repo_loads_by_sha(
+    hub_repo: HubRepo, server: GitHubStandIn, canary: Path
+) -> None:
+    old = hub_repo.sha
+    hub_repo.commit({"hubconf.py": "raise SystemExit('newer commit ran')\n"})
+    load(f"{hub_repo.spec}:{old}")
+    assert runs(canary) == 1
+    server.clear_log()
+    load(f"{hub_repo.spec}:{old}")
+    assert server.count() == 0  # pinned and cached: zero requests
+    load(f"{hub_repo.spec}:{old[:10]}")  # an abbreviated sha resolves to the same commit
+
+
+def test_commit_on_a_release_branch_loads_by_sha(hub_repo: HubRepo) -> None:
+    hub_repo.git("checkout", "-q", "-b", "release/1.x")
+    sha = hub_repo.commit({"extra.py": "X = 1\n"}, "release fix")
+    hub_repo.git("checkout", "-q", "main")
+    hub_repo.commit({"other.py": "Y = 2\n"}, "main moves on")
+    assert load(f"{hub_repo.spec}:{sha}", "echo") == ((), {})
+
+
+# -- provenance: fork commits -----------------------------------------------------------
+
+def test_fork_commit_is_refused_under_the_parent_name(
+    hub_repo: HubRepo, make_hub_repo, server: GitHubStandIn, canary: Path  # type: ignore[no-untyped-def]
+) -> None:
+    fork: HubRepo = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)
+    evil = fork.commit({"hubconf.py": "import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a')"
+                        ".write('evil\\n')\ndef tiny(): pass\n"}, "evil")
+    server.clear_log()
+    with pytest.raises(safehub.PinError, match="not in the history") as err:
+        load(f"{hub_repo.spec}:{evil}", skip_validation=True)  # never disables the fork check
+    assert "fork" in str(err.value)
+    assert runs(canary) == 0
+    assert not any("zipball" in r.path for r in server.requests_log)  # nothing downloaded
+    # The same commit loads under the fork's own name, where it does belong ...
+    load(f"{fork.spec}:{evil}", "tiny")
+    assert runs(canary) == 1
+    # ... and being in the cache does not make it the parent's.
+    with pytest.raises(safehub.PinError):
+        load(f"{hub_repo.spec}:{evil}")
+    assert runs(canary) == 1
+
+
+def test_pull_request_refs_are_refused_before_io(server: GitHubStandIn) -> None:
+    with pytest.raises(safehub.SpecError, match="refs/heads"):
+        load("acme/models:refs/pull/1/head")
+    assert server.count() == 0
+
+
+# -- trust -------------------------------------------------------------------------------
+
+def test_ci_refuses_without_consent_and_says_how(
+    hub_repo: HubRepo, canary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(safehub.UntrustedRepoError) as err:
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
+    assert "trust_repo=True" in str(err.value) and hub_repo.sha in str(err.value)
+    assert runs(canary) == 0
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert runs(canary) == 1
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny")  # consent recorded for this content
+    # New content under the same name asks again (and in CI, refuses).
+    hub_repo.commit({"hubconf.py": (hub_repo.path / "hubconf.py").read_text() + "\n# v2\n"})
+    hub_repo.tag("v2.0")
+    with pytest.raises(safehub.UntrustedRepoError):
+        safehub.load(f"{hub_repo.spec}:v2.0", "tiny")
+    assert runs(canary) == 2
+
+
+def test_trust_repo_false_always_asks(hub_repo: HubRepo) -> None:
+    load(f"{hub_repo.spec}:v1.0")
+    with pytest.raises(safehub.UntrustedRepoError):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=False)
+
+
+def test_trust_repo_none_loads_with_a_warning(hub_repo: HubRepo) -> None:
+    with pytest.warns(UserWarning, match="legacy"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=None)
+
+
+def test_bad_trust_repo_value(hub_repo: HubRepo) -> None:
+    with pytest.raises(safehub.SpecError, match="trust_repo"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo="yes")
+
+
+# -- the cache re-checks what it serves -------------------------------------------------
+
+def _writable(path: Path) -> None:
+    path.parent.chmod(0o755)
+    path.chmod(0o644)
+
+
+def test_tampered_hubconf_in_cache_is_refused(hub_repo: HubRepo, canary: Path) -> None:
+    load(f"{hub_repo.spec}:v1.0")
+    hubconf = cache_tree(hub_repo.sha) / "hubconf.py"
+    _writable(hubconf)
+    hubconf.write_text(hubconf.read_text().replace("A tiny", "A tampered"))
+    with pytest.raises(safehub.IntegrityError, match="hubconf.py") as err:
+        load(f"{hub_repo.spec}:v1.0")
+    assert "different content" in str(err.value)
+    assert runs(canary) == 1
+    # force_reload fetches and verifies a fresh copy, replacing the tampered one.
+    load(f"{hub_repo.spec}:v1.0", force_reload=True)
+    assert "A tiny" in hubconf.read_text()
+    assert runs(canary) == 2
+
+
+def test_tamper_that_keeps_size_and_mtime_is_still_caught(hub_repo: HubRepo) -> None:
+    load(f"{hub_repo.spec}:v1.0")
+    hubconf = cache_tree(hub_repo.sha) / "hubconf.py"
+    st = hubconf.stat()
+    _writable(hubconf)
+    hubconf.write_text(hubconf.read_text().replace("tiny", "tinY"))
+    os.utime(hubconf, ns=(st.st_atime_ns, st.st_mtime_ns))
+    with pytest.raises(safehub.IntegrityError, match="different content"):
+        load(f"{hub_repo.spec}:v1.0")
+
+
+@pytest.mark.parametrize("name", ["numpy.py", "__pycache__/hubconf.cpython-311.pyc"])
+def test_extra_file_in_cache_is_refused(hub_repo: HubRepo, name: str, canary: Path) -> None:
+    """A module dropped beside hubconf.py would shadow imports; a .pyc would replace code."""
+    load(f"{hub_repo.spec}:v1.0")
+    tree = cache_tree(hub_repo.sha)
+    tree.chmod(0o755)
+    (tree / name).parent.mkdir(exist_ok=True)
+    (tree / name).write_text("evil")
+    with pytest.raises(safehub.IntegrityError, match="not part of the verified tree"):
+        load(f"{hub_repo.spec}:v1.0")
+    assert runs(canary) == 1
+
+
+def test_no_bytecode_is_written_into_the_tree(hub_repo: HubRepo) -> None:
+    hub_repo.commit({"helper.py": "VALUE = 7\n", "hubconf.py": "import helper\n"
+                     "def value():\n    return helper.VALUE\n"})
+    hub_repo.tag("v2")
+    assert load(f"{hub_repo.spec}:v2", "value") == 7
+    assert load(f"{hub_repo.spec}:v2", "value") == 7  # re-checked: no __pycache__ appeared
+
+
+def test_copied_cache_with_same_bytes_still_loads(hub_repo: HubRepo) -> None:
+    """New inodes and times (a cache copied to another disk) fall back to re-hashing."""
+    load(f"{hub_repo.spec}:v1.0")
+    hubconf = cache_tree(hub_repo.sha) / "hubconf.py"
+    data = hubconf.read_bytes()
+    _writable(hubconf)
+    hubconf.unlink()
+    hubconf.write_bytes(data)
+    hubconf.chmod(0o444)
+    assert isinstance(load(f"{hub_repo.spec}:v1.0"), torch.nn.Linear)
+
+
+def test_missing_file_in_cache(hub_repo: HubRepo) -> None:
+    load(f"{hub_repo.spec}:v1.0")
+    readme = cache_tree(hub_repo.sha) / "README.md"
+    _writable(readme)
+    readme.unlink()
+    with pytest.raises(safehub.IntegrityError, match="README.md.*missing"):
+        load(f"{hub_repo.spec}:v1.0")
+
+
+def test_cache_files_are_read_only(hub_repo: HubRepo) -> None:
+    load(f"{hub_repo.spec}:v1.0")
+    tree = cache_tree(hub_repo.sha)
+    assert not tree.stat().st_mode & stat.S_IWUSR
+    assert not (tree / "hubconf.py").stat().st_mode & stat.S_IWUSR
+
+
+def test_cache_dir_not_writable(hub_repo: HubRepo, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(blocker / "cache"))
+    with pytest.raises(safehub.CacheError, match="SAFEHUB_CACHE_DIR"):
+        load(f"{hub_repo.spec}:v1.0")
+
+
+# -- what the server sends is verified ----------------------------------------------------
+
+def _rezip(data: bytes, change: dict[str, bytes], comment: bytes | None = None) -> bytes:
+    src = zipfile.ZipFile(BytesIO(data))
+    out = BytesIO()
+    with zipfile.ZipFile(out, "w") as dst:
+        for info in src.infolist():
+            rel = info.filename.split("/", 1)[1]
+            dst.writestr(info, change.get(rel, src.read(info)))
+        dst.comment = src.comment if comment is None else comment
+    return out.getvalue()
+
+
+def test_altered_archive_is_refused(hub_repo: HubRepo, server: GitHubStandIn,
+                                    canary: Path) -> None:
+    evil = b"import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('evil\\n')\n"
+    server.tamper_archive(hub_repo.sha, lambda z: _rezip(z, {"hubconf.py": evil}))
+    with pytest.raises(safehub.IntegrityError, match="hubconf.py"):
+        load(f"{hub_repo.spec}:v1.0")
+    assert runs(canary) == 0
+    assert not cache_tree(hub_repo.sha).exists()
+
+
+def test_archive_of_another_commit_is_refused(hub_repo: HubRepo, server: GitHubStandIn) -> None:
+    first = hub_repo.sha
+    second = hub_repo.commit({"x.py": "1"})
+    server.tamper_archive(second, lambda z: _rezip(z, {}, comment=first.encode()))
+    with pytest.raises(safehub.IntegrityError, match="says it is commit"):
+        load(f"{hub_repo.spec}:{second}")
+
+
+def test_truncated_download_never_reaches_the_cache(
+    hub_repo: HubRepo, server: GitHubStandIn, canary: Path
+) -> None:
+    server.truncate_archives(True)
+    with pytest.raises(safehub.FetchError, match="cut short"):
+        load(f"{hub_repo.spec}:v1.0")
+    assert not cache_tree(hub_repo.sha).exists()
+    assert runs(canary) == 0
+    server.truncate_archives(False)
+    load(f"{hub_repo.spec}:v1.0")  # and the next try succeeds cleanly
+    assert runs(canary) == 1
+
+
+def test_archive_size_cap(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEHUB_MAX_ARCHIVE_BYTES", "100")
+    with pytest.raises(safehub.IntegrityError, match="100-byte limit"):
+        load(f"{hub_repo.spec}:v1.0")
+
+
+def test_gitattributes_export_rules_use_the_per_file_fallback(make_hub_repo) -> None:  # type: ignore[no-untyped-def]
+    repo: HubRepo = make_hub_repo(files={
+        ".gitattributes": "version.py export-subst\nnotes/ export-ignore\n",
+        "version.py": "V = '$Format:%H$'\n",
+        "notes/todo.txt": "internal\n",
+    })
+    with pytest.warns(UserWarning, match="gitattributes"):
+        load(f"{repo.spec}:v1.0")
+    meta = cache_tree(repo.sha).parent / "verdict.json"
+    assert '"level": "per-file"' in meta.read_text()
+    assert repo.sha in (cache_tree(repo.sha) / "version.py").read_text()
+
+
+# -- network failures -------------------------------------------------------------------
+
+def test_unknown_repo_and_ref(hub_repo: HubRepo) -> None:
+    with pytest.raises(safehub.NotFoundError, match="GITHUB_TOKEN"):
+        load("acme/nope")
+    with pytest.raises(safehub.NotFoundError, match="no branch, tag or commit 'v9'"):
+        load(f"{hub_repo.spec}:v9")
+    with pytest.raises(safehub.NotFoundError):
+        load(f"{hub_repo.spec}:{'f' * 40}")
+
+
+def test_rate_limit_says_how_to_fix(hub_repo: HubRepo, server: GitHubStandIn) -> None:
+    server.rate_limit(True)
+    with pytest.raises(safehub.RateLimitError) as err:
+        load(f"{hub_repo.spec}:v1.0")
+    assert "GITHUB_TOKEN" in str(err.value)
+
+
+def test_transient_5xx_is_retried(hub_repo: HubRepo, server: GitHubStandIn) -> None:
+    server.fail_next(2, 502)
+    assert isinstance(load(f"{hub_repo.spec}:v1.0"), torch.nn.Linear)
+
+
+def test_server_down(monkeypatch: pytest.MonkeyPatch, server: GitHubStandIn) -> None:
+    port = server.port
+    server.stop()
+    monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", f"https://localhost:{port}/api/v3")
+    with pytest.raises(safehub.FetchError, match="could not reach localhost") as err:
+        load("acme/models:v1.0")
+    assert "attempts" in str(err.value)
+
+
+def test_token_goes_to_the_api_host_only(
+    hub_repo: HubRepo, server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_secret")
+    load(f"{hub_repo.spec}:v1.0")
+    api = [r for r in server.requests_log if r.path.startswith("/api/")]
+    other = [r for r in server.requests_log if not r.path.startswith("/api/")]
+    assert api and all(r.authorization == "Bearer ghp_secret" for r in api)
+    assert other and all(r.authorization is None for r in other)
+
+
+def test_redirect_to_a_host_not_allowed(
+    hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("SAFEHUB_ALLOWED_HOSTS")  # the codeload stand-in is 127.0.0.1
+    with pytest.raises(safehub.FetchError, match="not an allowed host"):
+        load(f"{hub_repo.spec}:v1.0")
+
+
+def test_plain_http_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", "http://localhost:1/api")
+    with pytest.raises(safehub.SpecError, match="https"):
+        load("acme/models:v1.0")
+
+
+# -- hubconf -------------------------------------------------------------------------------
+
+def test_unknown_entrypoint(hub_repo: HubRepo) -> None:
+    with pytest.raises(safehub.HubconfError, match="no callable entrypoint 'nope'"):
+        load(f"{hub_repo.spec}:v1.0", "nope")
+
+
+def test_repo_without_hubconf(make_hub_repo) -> None:  # type: ignore[no-untyped-def]
+    repo: HubRepo = make_hub_repo("acme", "plain")
+    repo.commit({}, delete=["hubconf.py"])
+    repo.tag("v2")
+    with pytest.raises(safehub.HubconfError, match="no hubconf.py"):
+        load(f"{repo.spec}:v2")
+
+
+def test_list_and_help(hub_repo: HubRepo, canary: Path) -> None:
+    assert safehub.list(f"{hub_repo.spec}:v1.0", trust_repo=True) == ["echo", "tiny"]
+    assert safehub.help(f"{hub_repo.spec}:v1.0", "tiny") == "A tiny linear model."
+
+
+def test_list_needs_trust_too(hub_repo: HubRepo, canary: Path) -> None:
+    with pytest.raises(safehub.UntrustedRepoError):
+        safehub.list(f"{hub_repo.spec}:v1.0")
+    assert runs(canary) == 0
+
+
+def test_local_source(tmp_path: Path, canary: Path) -> None:
+    from tests.conftest import HUBCONF
+
+    (tmp_path / "local").mkdir()
+    (tmp_path / "local/hubconf.py").write_text(HUBCONF)
+    model = safehub.load(str(tmp_path / "local"), "tiny", 4, source="local")
+    assert isinstance(model, torch.nn.Linear) and model.in_features == 4
+    with pytest.raises(safehub.SpecError, match="Unknown source"):
+        safehub.load(str(tmp_path / "local"), "tiny", source="gitlab")
