@@ -16,6 +16,7 @@ from policy files, the environment (``SAFEHUB_*``) and :class:`Hub`.
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -86,16 +87,16 @@ def _hub() -> Hub:
 
 
 def load(
-    repo_or_dir,  # type: ignore[no-untyped-def]
-    model,
-    *args,
-    source="github",
-    trust_repo="check",
-    force_reload=False,
-    verbose=True,
-    skip_validation=False,
-    **kwargs,
-):
+    repo_or_dir: str | os.PathLike[str],
+    model: str,
+    *args: Any,
+    source: str = "github",
+    trust_repo: bool | str | None = "check",
+    force_reload: bool = False,
+    verbose: bool = True,
+    skip_validation: bool = False,
+    **kwargs: Any,
+) -> Any:
     """Load entrypoint ``model`` of a GitHub repo or local folder, like ``torch.hub.load``.
 
     Before any ``hubconf.py`` runs, the repo is resolved to one commit proven to be its
@@ -117,13 +118,13 @@ def load(
     )
 
 
-def list(  # noqa: A001
-    github,  # type: ignore[no-untyped-def]
-    force_reload=False,
-    skip_validation=False,
-    trust_repo="check",
-    verbose=True,
-):
+def list(
+    github: str,
+    force_reload: bool = False,
+    skip_validation: bool = False,
+    trust_repo: bool | str | None = "check",
+    verbose: bool = True,
+) -> builtins.list[str]:
     """The callable entrypoints of a repo's hubconf.py, like ``torch.hub.list``.
 
     The repo passes the same checks as in :func:`load` before its hubconf.py is imported.
@@ -132,7 +133,13 @@ def list(  # noqa: A001
                        trust_repo=trust_repo, verbose=verbose)
 
 
-def help(github, model, force_reload=False, skip_validation=False, trust_repo="check"):  # type: ignore[no-untyped-def]  # noqa: A001
+def help(
+    github: str,
+    model: str,
+    force_reload: bool = False,
+    skip_validation: bool = False,
+    trust_repo: bool | str | None = "check",
+) -> str | None:
     """The docstring of entrypoint ``model``, like ``torch.hub.help``, after every check."""
     return _hub().help(github, model, force_reload=force_reload,
                        skip_validation=skip_validation, trust_repo=trust_repo)
@@ -168,7 +175,7 @@ def download_url_to_file(
 def load_state_dict_from_url(
     url: str,
     model_dir: str | None = None,
-    map_location=None,  # type: ignore[no-untyped-def]
+    map_location: Any = None,
     progress: bool = True,
     check_hash: bool = False,
     file_name: str | None = None,

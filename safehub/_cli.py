@@ -6,6 +6,7 @@ Exit codes: 0 ok, 1 refused or failed (a :class:`SafehubError`), 2 usage error.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -42,10 +43,8 @@ def _describe(obj: Any) -> dict[str, Any]:
     info: dict[str, Any] = {"type": f"{type(obj).__module__}.{type(obj).__qualname__}"}
     params = getattr(obj, "parameters", None)
     if callable(params):
-        try:
+        with contextlib.suppress(Exception):  # only a summary
             info["parameters"] = sum(int(p.numel()) for p in params())
-        except Exception:  # noqa: S110 - only a summary
-            pass
     return info
 
 
@@ -53,7 +52,9 @@ def _cmd_load(args: argparse.Namespace) -> int:
     try:
         kwargs = json.loads(args.kwargs) if args.kwargs else {}
     except ValueError as e:
-        raise SpecError(f"--kwargs is not JSON: {e}", hint='e.g. --kwargs \'{"pretrained": false}\'')
+        raise SpecError(
+            f"--kwargs is not JSON: {e}", hint='e.g. --kwargs \'{"pretrained": false}\''
+        ) from e
     if not isinstance(kwargs, dict):
         raise SpecError("--kwargs must be a JSON object", hint='e.g. --kwargs \'{"n": 2}\'')
     hub = _hub(args)

@@ -236,18 +236,20 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
         dirs: set[str] = set()
         written = 0
         try:
-            for e in entries:
-                target = dest / e.path
-                if e.kind == "dir":
+            for item in entries:
+                target = dest / item.path
+                if item.kind == "dir":
                     target.mkdir(parents=True, exist_ok=True)
-                    dirs.add(e.path)
+                    dirs.add(item.path)
                     continue
                 target.parent.mkdir(parents=True, exist_ok=True)
-                if e.kind == "link":
-                    os.symlink(links[e.path], target)
-                    files.append(FileEntry.from_bytes(e.path, MODE_LINK, links[e.path].encode()))
+                if item.kind == "link":
+                    os.symlink(links[item.path], target)
+                    files.append(
+                        FileEntry.from_bytes(item.path, MODE_LINK, links[item.path].encode())
+                    )
                     continue
-                entry = _write_file(zf, e, target)
+                entry = _write_file(zf, item, target)
                 written += entry.size
                 if written > limits.max_tree_bytes:
                     raise IntegrityError(

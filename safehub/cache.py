@@ -156,10 +156,8 @@ class CachedTree:
         found = self._scan()
         expected = {f.path for f in v.files}
         dirs = {p for p in found if p.endswith("/")}
-        for rel, st in found.items():
-            if rel in dirs:
-                continue
-            if rel not in expected:
+        for rel in found:
+            if rel not in dirs and rel not in expected:
                 raise _tamper(self.path / rel, "is not part of the verified tree")
         for f in v.files:
             st = found.get(f.path)

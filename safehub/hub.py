@@ -231,9 +231,9 @@ class Hub:
     # -- the drop-in functions --------------------------------------------------------
 
     def load(
-        self, repo_or_dir: str, model: str, *args: Any, source: str = "github",
-        trust_repo: Any = "check", force_reload: bool = False, verbose: bool = True,
-        skip_validation: bool = False, **kwargs: Any,
+        self, repo_or_dir: str | os.PathLike[str], model: str, *args: Any,
+        source: str = "github", trust_repo: Any = "check", force_reload: bool = False,
+        verbose: bool = True, skip_validation: bool = False, **kwargs: Any,
     ) -> Any:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
         path = self._repo_dir(repo_or_dir, source, trust_repo, force_reload, verbose)
@@ -249,8 +249,8 @@ class Hub:
         path = self._repo_dir(github, "github", trust_repo, force_reload, True)
         return torchhub.docstring(path, model)
 
-    def _repo_dir(self, repo_or_dir: str, source: str, trust_repo: Any, force_reload: bool,
-                  verbose: bool) -> Path:
+    def _repo_dir(self, repo_or_dir: str | os.PathLike[str], source: str, trust_repo: Any,
+                  force_reload: bool, verbose: bool) -> Path:
         source = source.lower() if isinstance(source, str) else source
         if source == "local":
             return Path(os.fspath(repo_or_dir))
@@ -259,6 +259,6 @@ class Hub:
                 f'Unknown source: "{source}". Allowed values: "github" | "local".',
                 hint="use source='github' for owner/name[:ref] or 'local' for a folder",
             )
-        prepared = self.prepare(repo_or_dir, trust_repo=trust_repo, force_reload=force_reload,
+        prepared = self.prepare(str(repo_or_dir), trust_repo=trust_repo, force_reload=force_reload,
                                 verbose=verbose)
         return prepared.path

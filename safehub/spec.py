@@ -93,7 +93,9 @@ class RepoSpec:
         repo, sep, ref = text.partition(":")
         parts = repo.split("/")
         if len(parts) != 2:
-            raise SpecError(f"invalid repo spec {text!r}: expected exactly one '/'", hint=_SPEC_HINT)
+            raise SpecError(
+                f"invalid repo spec {text!r}: expected exactly one '/'", hint=_SPEC_HINT
+            )
         owner, name = parts
         if not _OWNER.fullmatch(owner):
             raise SpecError(

@@ -13,7 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from safehub._internal.standin import GitHubStandIn, TLSFiles, commit_files, git, make_repo, make_tls
+from safehub._internal.standin import (
+    GitHubStandIn,
+    TLSFiles,
+    commit_files,
+    git,
+    make_repo,
+    make_tls,
+)
 
 HUBCONF = '''\
 import os

@@ -1,0 +1,71 @@
+"""The drop-in contract: same signatures as torch.hub, cheap import, install()/uninstall()."""
+
+from __future__ import annotations
+
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch.hub
+
+import safehub
+from tests.conftest import HubRepo, runs
+
+DROP_IN = ["load", "list", "help", "get_dir", "set_dir", "download_url_to_file",
+           "load_state_dict_from_url"]
+
+
+@pytest.mark.parametrize("name", DROP_IN)
+def test_signatures_match_installed_torch_hub(name: str) -> None:
+    ours = inspect.signature(getattr(safehub, name))
+    theirs = inspect.signature(getattr(torch.hub, name))
+    shape = [(p.name, p.kind, p.default) for p in theirs.parameters.values()]
+    assert [(p.name, p.kind, p.default) for p in ours.parameters.values()] == shape
+    for p in theirs.parameters.values():
+        if p.annotation is not inspect.Parameter.empty and name != "load_state_dict_from_url":
+            assert ours.parameters[p.name].annotation is not inspect.Parameter.empty
+
+
+def test_import_is_cheap() -> None:
+    code = ("import sys, safehub; bad = [m for m in ('torch', 'requests', 'sigstore', "
+            "'pydantic', 'model_signing') if m in sys.modules]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_every_error_is_a_safehub_error() -> None:
+    for name in safehub.__all__:
+        obj = getattr(safehub, name)
+        if isinstance(obj, type) and issubclass(obj, Exception):
+            assert issubclass(obj, safehub.SafehubError)
+
+
+def test_get_dir_and_set_dir_are_torchs(tmp_path: Path) -> None:
+    old = torch.hub.get_dir()
+    try:
+        safehub.set_dir(tmp_path / "hub")
+        assert safehub.get_dir() == torch.hub.get_dir() == str(tmp_path / "hub")
+    finally:
+        torch.hub.set_dir(old)
+
+
+def test_install_routes_torch_hub_through_safehub(
+    hub_repo: HubRepo, canary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    original = torch.hub.load
+    safehub.install()
+    try:
+        assert torch.hub.load is not original
+        safehub.install()  # twice is harmless
+        with pytest.raises(safehub.UntrustedRepoError):
+            torch.hub.load(f"{hub_repo.spec}:v1.0", "tiny")  # code you do not own
+        assert runs(canary) == 0
+        model = torch.hub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+        assert isinstance(model, torch.nn.Linear)
+        assert torch.hub.list(f"{hub_repo.spec}:v1.0") == ["echo", "tiny"]
+    finally:
+        safehub.uninstall()
+    assert torch.hub.load is original

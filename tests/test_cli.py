@@ -1,0 +1,63 @@
+"""The CLI: thin, scriptable, with exit codes 0 ok, 1 refused, 2 usage."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from safehub._cli import main
+from tests.conftest import HubRepo
+
+
+def test_load_and_cache_commands(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    spec = f"{hub_repo.spec}:v1.0"
+    assert main(["load", spec, "tiny", "--trust", "--kwargs", '{"n": 5}', "--json"]) == 0
+    out = capsys.readouterr().out
+    result = json.loads(out[out.index("{"):])
+    assert result["result"] == {"type": "torch.nn.modules.linear.Linear", "parameters": 30}
+
+    assert main(["cache", "ls", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert rows[0]["commit"] == hub_repo.sha and rows[0]["repos"] == ["acme/models"]
+    assert rows[0]["level"] == "tree"
+
+    assert main(["cache", "verify"]) == 0
+    assert "ok   " + hub_repo.sha in capsys.readouterr().out
+
+    readme = Path(rows[0]["path"]) / "README.md"
+    readme.parent.chmod(0o755)
+    readme.chmod(0o644)
+    readme.write_text("changed\n")
+    assert main(["cache", "verify", hub_repo.sha[:8]]) == 1
+    assert "README.md" in capsys.readouterr().out
+
+    assert main(["cache", "clear"]) == 0
+    assert main(["cache", "ls", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out.splitlines()[-1] or "[]") == []
+
+
+def test_refusal_exit_code_and_json(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", f"{hub_repo.spec}:v1.0", "tiny", "--json"]) == 1
+    captured = capsys.readouterr()
+    error = json.loads(captured.out[captured.out.index("{"):])
+    assert error["error"] == "UntrustedRepoError" and "trust_repo=True" in error["hint"]
+    assert "UntrustedRepoError" in captured.err
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", "not-a-spec", "tiny"]) == 2
+    assert "expected exactly one '/'" in capsys.readouterr().err
+    assert main(["frobnicate"]) == 2
+    assert main(["load", "a/b", "m", "--kwargs", "[1]"]) == 2
+
+
+def test_python_dash_m(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    proc = subprocess.run([sys.executable, "-m", "safehub", "--help"], capture_output=True,
+                          text=True, env=env)
+    assert proc.returncode == 0 and "cache" in proc.stdout

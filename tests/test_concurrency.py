@@ -1,0 +1,56 @@
+"""Many processes cold-loading the same repo at once: all succeed, one download."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from safehub._internal.standin import GitHubStandIn
+from tests.conftest import HubRepo, runs
+
+CHILD = """
+import sys
+import torch  # import before the barrier so that the loads themselves overlap
+import safehub
+print("ready", flush=True)
+sys.stdin.readline()
+model = safehub.load(sys.argv[1], "tiny", trust_repo=True, verbose=False)
+print("ok", type(model).__name__, flush=True)
+"""
+
+
+def run_at_once(n: int, spec: str, cwd: Path) -> list[tuple[int, str, str]]:
+    """Start n loaders, wait until each is ready, release them together (no sleeps)."""
+    procs = [
+        subprocess.Popen([sys.executable, "-c", CHILD, spec], stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+        for _ in range(n)
+    ]
+    for p in procs:
+        assert p.stdout is not None
+        assert p.stdout.readline().strip() == "ready", p.stderr.read() if p.stderr else ""
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        results.append((p.returncode, out, err))
+    return results
+
+
+def test_16_processes_cold_load_with_one_download(
+    hub_repo: HubRepo, server: GitHubStandIn, canary: Path, tmp_path: Path
+) -> None:
+    results = run_at_once(16, f"{hub_repo.spec}:v1.0", tmp_path)
+    failures = [err for code, _, err in results if code != 0]
+    assert not failures, failures[0]
+    assert all(out.strip().endswith("ok Linear") for _, out, _ in results)
+    archive_downloads = [r for r in server.requests_log if "/legacy.zip/" in r.path]
+    assert len(archive_downloads) == 1
+    assert server.count(server.api_url) == 1  # the tag was resolved once for all 16
+    assert runs(canary) == 16
