@@ -71,7 +71,7 @@ def _cmd_load(args: argparse.Namespace) -> int:
 # -- cache -----------------------------------------------------------------------------
 
 def _entry_info(entry: Any, repos: dict[str, list[str]]) -> dict[str, Any]:
-    v = entry.verdict
+    v = entry.verdict()
     return {
         "commit": v.commit,
         "repos": repos.get(v.commit, []),

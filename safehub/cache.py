@@ -3,17 +3,18 @@
 Layout under the cache root (``SAFEHUB_CACHE_DIR``, default: the user cache dir)::
 
     v1/commits/<sha>/tree/          the verified files, read-only (handed to torch)
-    v1/commits/<sha>/verdict.json   what was verified: hashes, stat fingerprints, level
+    v1/commits/<sha>/verdict.json   what was verified: every file's hashes, the level
+    v1/commits/<sha>/fingerprint.json  digest, tree and one hash of every file's stat data
     v1/repos/<owner>/<name>.json    refs resolved and commits proven to belong to the repo
     v1/locks/                       cross-process locks (filelock)
     v1/tmp/                         staging; a broken download never leaves it
 
 A commit folder appears in one ``rename`` of a fully verified staging folder, under a
 lock, so readers never see half a tree and any number of processes can load at once:
-exactly one downloads. A cache hit re-checks what it serves: the folder must hold
-exactly the recorded files, each with its recorded stat fingerprint, or else the same
-bytes (re-hashed); anything else is an :class:`IntegrityError` naming the file. Nothing
-in it is re-downloaded in silence.
+exactly one downloads. A cache hit re-checks what it serves: one hash over the stat data
+of every entry must equal the one taken at install; if not, every file is re-hashed
+against the verdict and anything different is an :class:`IntegrityError` naming the
+file. Nothing in it is re-downloaded in silence.
 """
 
 from __future__ import annotations
@@ -30,18 +31,18 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal.fsutil import read_json, rmtree, write_json
-from safehub.digest import MODE_LINK, FileEntry, content_digest, git_tree_id
+from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_tree_id
 from safehub.errors import CacheError, IntegrityError
 
 __all__ = ["Cache", "CachedTree", "Verdict"]
 
 _LAYOUT = "v1"
-_VERDICT_FORMAT = 1
+_FORMAT = 1
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What was verified about one commit's files."""
+    """What was verified about one commit's files (``verdict.json``)."""
 
     commit: str
     tree: str
@@ -52,11 +53,13 @@ class Verdict:
     omitted: tuple[str, ...] = ()
     empty_dirs: tuple[str, ...] = ()
     source: str = ""
-    created: str = field(default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    created: str = field(
+        default_factory=lambda: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    )
 
-    def to_json(self, fingerprints: dict[str, list[int]]) -> dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         return {
-            "format": _VERDICT_FORMAT,
+            "format": _FORMAT,
             "commit": self.commit,
             "tree": self.tree,
             "digest": self.digest,
@@ -66,40 +69,52 @@ class Verdict:
             "empty_dirs": list(self.empty_dirs),
             "source": self.source,
             "created": self.created,
-            "files": [
-                [f.path, f.mode, f.size, f.sha256, f.blob, *fingerprints.get(f.path, [])]
-                for f in self.files
-            ],
+            "files": [[f.path, f.mode, f.size, f.sha256, f.blob] for f in self.files],
         }
 
     @classmethod
-    def from_json(cls, data: Any) -> tuple[Verdict, dict[str, list[int]]]:
-        if not isinstance(data, dict) or data.get("format") != _VERDICT_FORMAT:
+    def from_json(cls, data: Any) -> Verdict:
+        if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise ValueError("unknown verdict format")
-        files: list[FileEntry] = []
-        prints: dict[str, list[int]] = {}
-        for row in data["files"]:
-            path, mode, size, sha256, blob = row[:5]
-            files.append(FileEntry(str(path), str(mode), int(size), str(sha256), str(blob)))
-            prints[path] = [int(x) for x in row[5:]]
-        verdict = cls(
+        files = tuple(
+            FileEntry(str(p), str(m), int(n), str(h), str(b)) for p, m, n, h, b in data["files"]
+        )
+        return cls(
             commit=str(data["commit"]),
             tree=str(data["tree"]),
             digest=str(data["digest"]),
             level=str(data["level"]),
-            files=tuple(files),
+            files=files,
             unverified=tuple(data.get("unverified", ())),
             omitted=tuple(data.get("omitted", ())),
             empty_dirs=tuple(data.get("empty_dirs", ())),
             source=str(data.get("source", "")),
             created=str(data.get("created", "")),
         )
-        return verdict, prints
 
 
-def _fingerprint(st: os.stat_result) -> list[int]:
-    # ctime cannot be set by a user: any write or chmod after install changes it.
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+def scan_digest(root: Path) -> str:
+    """One hash over every entry under ``root``: name, type, mode, size, times, inode.
+
+    ctime cannot be set by a user: any write, chmod or replacement after install changes
+    it, and so does any added, removed or renamed entry. Equal scans mean nothing was
+    touched. Entries are taken in directory order, which is stable for an unchanged
+    folder; if it ever differs, the full check runs and records the new scan.
+    """
+    h = hashlib.sha256()
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for entry in it:
+                name = entry.name.encode()
+                if entry.is_dir(follow_symlinks=False):
+                    h.update(b"d %s\0" % name)
+                    stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                h.update(b"f %s\0%d %d %d %d %d\n" % (
+                    name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return h.hexdigest()
 
 
 def _tamper(path: Path, why: str) -> IntegrityError:
@@ -112,53 +127,75 @@ def _tamper(path: Path, why: str) -> IntegrityError:
 
 @dataclass(frozen=True)
 class CachedTree:
-    """A verified tree in the cache and its verdict."""
+    """A verified tree in the cache, as its small ``fingerprint.json`` describes it.
+
+    A warm hit reads only that file and compares one :func:`scan_digest`; the full
+    ``verdict.json`` (every file's hashes) is read only when something differs.
+    """
 
     path: Path
-    verdict: Verdict
-    fingerprints: dict[str, list[int]]
+    commit: str
+    digest: str
+    tree: str
+    level: str
+    scan: str
 
     @property
-    def commit(self) -> str:
-        return self.verdict.commit
+    def entry_dir(self) -> Path:
+        return self.path.parent
 
-    def _scan(self) -> dict[str, os.stat_result]:
-        """lstat every entry under the tree; refuse anything unexpected in structure."""
-        found: dict[str, os.stat_result] = {}
-        stack = [""]
-        while stack:
-            rel = stack.pop()
-            base = self.path / rel if rel else self.path
-            try:
-                entries = list(os.scandir(base))
-            except OSError as e:
-                raise _tamper(base, f"cannot be listed ({e.strerror})") from e
-            for entry in entries:
-                sub = f"{rel}/{entry.name}" if rel else entry.name
-                st = entry.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(sub)
-                    found.setdefault(sub + "/", st)
-                else:
-                    found[sub] = st
-        return found
+    def verdict(self) -> Verdict:
+        """The full verdict; it must add up to the digest this entry is known by."""
+        vfile = self.entry_dir / "verdict.json"
+        try:
+            verdict = Verdict.from_json(read_json(vfile))
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            raise _tamper(vfile, f"cannot be read ({e})") from e
+        if (verdict.commit, verdict.digest) != (self.commit, self.digest) or content_digest(
+            verdict.files
+        ) != verdict.digest:
+            raise _tamper(vfile, "does not add up to the digest it was installed with")
+        return verdict
 
     def recheck(self) -> None:
-        """The cheap check on every hit: structure, then stat fingerprints, then bytes.
+        """The cheap check on every hit: one scan of stat data, compared with install time.
 
-        A file whose fingerprint differs (say, the cache was copied) is re-hashed; only
-        different bytes are an error. The verdict's own list must still add up to its
-        digest, so the digest that consent and lockfiles name covers these very files.
+        If anything differs (say, the cache was copied), every file is re-hashed; only
+        different bytes, or a different set of files, are an error. A writable cache
+        then records the new scan so the next hit is cheap again.
         """
-        v = self.verdict
-        if content_digest(v.files) != v.digest:
-            raise _tamper(self.path.parent / "verdict.json", "does not add up to its digest")
-        found = self._scan()
+        try:
+            if scan_digest(self.path) == self.scan:
+                return
+        except OSError as e:
+            raise _tamper(self.path, f"cannot be listed ({e.strerror})") from e
+        self.verify()
+        with contextlib.suppress(OSError):  # a read-only (shared) cache stays as it is
+            _write_fingerprint(self)
+
+    def verify(self) -> None:
+        """Full check: the set of files, every byte re-hashed, digest and tree id."""
+        v = self.verdict()
+        found: dict[str, os.stat_result] = {}
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            rel = os.path.relpath(dirpath, self.path)
+            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in dirnames:
+                if os.path.islink(os.path.join(dirpath, name)):
+                    filenames.append(name)
+                else:
+                    found[prefix + name + "/"] = os.lstat(os.path.join(dirpath, name))
+            for name in filenames:
+                found[prefix + name] = os.lstat(os.path.join(dirpath, name))
         expected = {f.path for f in v.files}
         dirs = {p for p in found if p.endswith("/")}
-        for rel in found:
+        for rel in sorted(found):
             if rel not in dirs and rel not in expected:
                 raise _tamper(self.path / rel, "is not part of the verified tree")
+        allowed = {p + "/" for f in v.files for p in _parents(f.path)}
+        allowed |= {p + "/" for d in v.empty_dirs for p in (d, *_parents(d))}
+        if dirs - allowed:
+            raise _tamper(self.path / min(dirs - allowed), "is a folder that was not in the tree")
         for f in v.files:
             st = found.get(f.path)
             if st is None:
@@ -166,42 +203,35 @@ class CachedTree:
             is_link = stat.S_ISLNK(st.st_mode)
             if is_link != (f.mode == MODE_LINK) or not (is_link or stat.S_ISREG(st.st_mode)):
                 raise _tamper(self.path / f.path, "changed type")
-            if self.fingerprints.get(f.path) == _fingerprint(st):
-                continue
-            self._check_bytes(f)
-        allowed = {p + "/" for f in v.files for p in _parents(f.path)}
-        allowed |= {p + "/" for d in v.empty_dirs for p in (d, *_parents(d))}
-        if dirs - allowed:
-            raise _tamper(self.path / min(dirs - allowed), "is a folder that was not in the tree")
+            self._check_bytes(f, st)
+        if v.level == "tree" and git_tree_id(v.files) != v.tree:
+            raise _tamper(self.entry_dir / "verdict.json", "does not match its git tree id")
 
-    def _check_bytes(self, f: FileEntry) -> None:
+    def _check_bytes(self, f: FileEntry, st: os.stat_result) -> None:
         p = self.path / f.path
         if f.mode == MODE_LINK:
-            data = os.readlink(p).encode()
-        else:
-            h = hashlib.sha256()
-            try:
-                with open(p, "rb") as fh:
-                    while chunk := fh.read(1 << 20):
-                        h.update(chunk)
-            except OSError as e:
-                raise _tamper(p, f"cannot be read ({e.strerror})") from e
-            if h.hexdigest() != f.sha256:
-                raise _tamper(p, "has different content")
-            if (f.mode == "100755") != bool(os.lstat(p).st_mode & 0o100):
-                raise _tamper(p, "changed its executable bit")
+            if hashlib.sha256(os.readlink(p).encode()).hexdigest() != f.sha256:
+                raise _tamper(p, "points somewhere else")
             return
-        if hashlib.sha256(data).hexdigest() != f.sha256:
-            raise _tamper(p, "points somewhere else")
+        h = hashlib.sha256()
+        try:
+            with open(p, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError as e:
+            raise _tamper(p, f"cannot be read ({e.strerror})") from e
+        if h.hexdigest() != f.sha256:
+            raise _tamper(p, "has different content")
+        if (f.mode == MODE_EXEC) != bool(st.st_mode & 0o100):
+            raise _tamper(p, "changed its executable bit")
 
-    def verify(self) -> None:
-        """Full check: every byte re-hashed, digest and tree id recomputed."""
-        v = self.verdict
-        self.recheck()
-        for f in v.files:
-            self._check_bytes(f)
-        if v.level == "tree" and git_tree_id(v.files) != v.tree:
-            raise _tamper(self.path.parent / "verdict.json", "does not match its git tree id")
+
+def _write_fingerprint(entry: CachedTree) -> None:
+    scan = scan_digest(entry.path)
+    write_json(entry.entry_dir / "fingerprint.json", {
+        "format": _FORMAT, "commit": entry.commit, "digest": entry.digest,
+        "tree": entry.tree, "level": entry.level, "scan": scan,
+    }, mode=0o444)
 
 
 def _parents(path: str) -> Iterator[str]:
@@ -278,22 +308,25 @@ class Cache:
     # -- commits ----------------------------------------------------------------------
 
     def lookup(self, commit: str) -> CachedTree | None:
-        """The cached tree of ``commit``, or ``None``; a broken verdict is an error."""
+        """The cached tree of ``commit``, or ``None``; a broken record is an error."""
         d = self.commit_dir(commit)
-        vfile = d / "verdict.json"
+        ffile = d / "fingerprint.json"
         try:
-            data = read_json(vfile)
+            data = read_json(ffile)
         except (FileNotFoundError, NotADirectoryError):
             return None
         except (OSError, ValueError) as e:
-            raise _tamper(vfile, f"cannot be read ({e})") from e
+            raise _tamper(ffile, f"cannot be read ({e})") from e
         try:
-            verdict, prints = Verdict.from_json(data)
+            if data["format"] != _FORMAT:
+                raise ValueError("unknown format")
+            entry = CachedTree(d / "tree", str(data["commit"]), str(data["digest"]),
+                               str(data["tree"]), str(data["level"]), str(data["scan"]))
         except (KeyError, TypeError, ValueError) as e:
-            raise _tamper(vfile, f"is malformed ({e})") from e
-        if verdict.commit != commit:
-            raise _tamper(vfile, f"names commit {verdict.commit}")
-        return CachedTree(d / "tree", verdict, prints)
+            raise _tamper(ffile, f"is malformed ({e})") from e
+        if entry.commit != commit:
+            raise _tamper(ffile, f"names commit {entry.commit}")
+        return entry
 
     def install(self, stage: Path, verdict: Verdict, *, replace: bool = False) -> CachedTree:
         """Move a verified staging folder (with ``tree/`` inside) into place atomically.
@@ -302,11 +335,10 @@ class Cache:
         (``force_reload``); otherwise an existing entry wins and the stage is dropped.
         """
         final = self.commit_dir(verdict.commit)
-        prints = {}
-        tree = stage / "tree"
-        for f in verdict.files:
-            prints[f.path] = _fingerprint(os.lstat(tree / f.path))
-        write_json(stage / "verdict.json", verdict.to_json(prints), mode=0o444)
+        write_json(stage / "verdict.json", verdict.to_json(), mode=0o444)
+        entry = CachedTree(stage / "tree", verdict.commit, verdict.digest, verdict.tree,
+                           verdict.level, "")
+        _write_fingerprint(entry)  # the scan does not change when the folder is renamed
         self._writable_dir(final.parent)
         if final.exists():
             if not replace:
@@ -320,7 +352,9 @@ class Cache:
             rmtree(old)
         else:
             os.replace(stage, final)
-        return CachedTree(final / "tree", verdict, prints)
+        found = self.lookup(verdict.commit)
+        assert found is not None
+        return found
 
     def entries(self) -> Iterator[CachedTree]:
         """Every cached commit (for ``safehub cache ls|verify``)."""

@@ -89,7 +89,7 @@ class Hub:
         spec = RepoSpec.parse(repo)                            # 1. parse
         resolved = self._resolve(spec, force_reload)            # 3-4. resolve once + provenance
         tree = self._fetch_verified(resolved, force_reload, verbose)  # 5-6, 9. fetch, verify
-        trusted_by = self._trust(resolved, tree.verdict, trust_repo)  # 8. trust
+        trusted_by = self._trust(resolved, tree.digest, trust_repo)  # 8. trust
         return Prepared(spec, resolved, tree, trusted_by)
 
     # -- 3, 4: resolve ----------------------------------------------------------------
@@ -183,8 +183,8 @@ class Hub:
 
     # -- 8: trust ---------------------------------------------------------------------
 
-    def _trust(self, resolved: Resolved, verdict: Verdict, trust_repo: Any) -> str:
-        key, commit, digest = resolved.spec.key, resolved.commit, verdict.digest
+    def _trust(self, resolved: Resolved, digest: str, trust_repo: Any) -> str:
+        key, commit = resolved.spec.key, resolved.commit
         if trust_repo is True:
             self.consents.record(key, commit, digest, "trust_repo=True")
             return "trust_repo=True"
@@ -199,9 +199,9 @@ class Hub:
             consent = self.consents.find(key, commit, digest)
             if consent is not None:
                 return f"consent given {consent.at}"
-        return self._ask(resolved, verdict)
+        return self._ask(resolved, digest)
 
-    def _ask(self, resolved: Resolved, verdict: Verdict) -> str:
+    def _ask(self, resolved: Resolved, digest: str) -> str:
         spec = resolved.spec
         if self.settings.noninteractive:
             raise UntrustedRepoError(
@@ -216,7 +216,7 @@ class Hub:
             f"  repo       {spec.repo}",
             f"  ref        {resolved.ref}",
             f"  commit     {resolved.commit}",
-            f"  digest     {verdict.digest}",
+            f"  digest     {digest}",
             "  signature  not checked (no policy asks for one)",
             "  why        you have not trusted this exact content before",
         ]
@@ -225,7 +225,7 @@ class Hub:
                 f"you declined to run {spec.repo} at {resolved.commit}",
                 hint="nothing ran; answer y to trust this exact content",
             )
-        self.consents.record(spec.key, resolved.commit, verdict.digest, "prompt")
+        self.consents.record(spec.key, resolved.commit, digest, "prompt")
         return "prompt"
 
     # -- the drop-in functions --------------------------------------------------------

@@ -1,0 +1,210 @@
+"""safehub.load vs torch.hub.load, side by side on the same loopback GitHub, one run.
+
+    python bench/bench_load.py            # ~1,000-file repo, prints a table with ratios
+    python bench/bench_load.py --json out.json
+
+Measures, for a load by tag of a ~1,000-file hub repo:
+  * cold load time (nothing cached) and requests made;
+  * warm load time (in-process, repeated) and requests made, by tag and pinned by sha;
+  * N processes cold-loading at once: how many succeed and how many archive downloads.
+torch.hub runs its own code; only the github.com host in its URLs is rewritten to the
+stand-in (see bench/_loopback.py). Nothing here reaches the internet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+from _loopback import (  # noqa: E402
+    env_for,
+    make_big_repo,
+    point_torch_hub_at,
+    start_server,
+)
+
+SPEC = "bench/hub"
+
+CHILD = """
+import sys, os
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import torch
+which = sys.argv[1]
+if which == "torch":
+    import _loopback, torch.hub
+    _loopback.point_torch_hub_from_env()
+    load = torch.hub.load
+else:
+    import safehub
+    load = safehub.load
+print("ready", flush=True)
+sys.stdin.readline()
+try:
+    load(sys.argv[2], "tiny", trust_repo=True, verbose=False)
+    print("ok", flush=True)
+except BaseException as e:
+    print("fail", type(e).__name__, str(e).splitlines()[0][:120], flush=True)
+"""
+
+
+def quiet(func: Callable[[], Any]) -> float:
+    """Run func with stdout/stderr muted; return seconds."""
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        t = time.perf_counter()
+        func()
+        elapsed = time.perf_counter() - t
+    for name in [m for m in sys.modules if m.startswith("pkg") or m == "hubconf"]:
+        del sys.modules[name]  # the repo's own modules: let each load import them afresh
+    return elapsed
+
+
+def concurrent(which: str, n: int, spec: str, env: dict[str, str]) -> list[str]:
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, which, spec], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                              env=env) for _ in range(n)]
+    for p in procs:
+        assert p.stdout is not None
+        p.stdout.readline()
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    return [p.communicate(timeout=600)[0].strip() for p in procs]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--cold", type=int, default=5, help="cold loads of each (median)")
+    ap.add_argument("--warm", type=int, default=100, help="warm loads of each (median)")
+    ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
+    ap.add_argument("--json", help="write the results here too")
+    args = ap.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="safehub-bench-"))
+    home = work / "home"
+    env_home = {
+        "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_CONFIG_HOME": str(home / "config"), "XDG_DATA_HOME": str(home / "data"),
+        "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_DIRS": str(home / "site"),
+        "TORCH_HOME": str(home / "torch"), "SAFEHUB_CACHE_DIR": str(home / "safehub"),
+    }
+    server = start_server(work)
+    try:
+        sha = make_big_repo(work / "repo", args.files)
+        from safehub._internal.standin import git
+
+        git(work / "repo", "tag", "v1.0")
+        server.add_repo("bench", "hub", work / "repo")
+        os.environ.update(env_home)
+        os.environ.update(env_for(server))
+        os.environ["BENCH_DIR"] = str(HERE)
+        os.environ.pop("CI", None)
+
+        import torch.hub
+
+        import safehub
+
+        point_torch_hub_at(server.api_url, server.web_url, str(server.ca_cert))
+        torch_dir = Path(torch.hub.get_dir())
+        safehub_dir = Path(env_home["SAFEHUB_CACHE_DIR"])
+        tag, pinned = f"{SPEC}:v1.0", f"{SPEC}:{sha}"
+
+        def t_load(spec: str = tag) -> None:
+            torch.hub.load(spec, "tiny", trust_repo=True, verbose=False)
+
+        def s_load(spec: str = tag) -> None:
+            safehub.load(spec, "tiny", trust_repo=True, verbose=False)
+
+        res: dict[str, Any] = {"files": args.files}
+        cold_t, cold_s, req_t, req_s = [], [], [], []
+        for _ in range(args.cold):
+            shutil.rmtree(torch_dir, ignore_errors=True)
+            server.clear_log()
+            cold_t.append(quiet(t_load))
+            req_t.append(server.count())
+            safehub.Hub().cache.clear()
+            server.clear_log()
+            cold_s.append(quiet(s_load))
+            req_s.append(server.count())
+        res["cold_ms"] = {"torch": statistics.median(cold_t) * 1e3,
+                          "safehub": statistics.median(cold_s) * 1e3}
+        res["cold_requests_by_tag"] = {"torch": max(req_t), "safehub": max(req_s)}
+
+        warm_t, warm_s, warm_p = [], [], []
+        server.clear_log()
+        quiet(lambda: s_load(pinned))
+        quiet(lambda: s_load(tag))
+        server.clear_log()
+        for _ in range(args.warm):
+            warm_t.append(quiet(t_load))
+            warm_s.append(quiet(lambda: safehub.load(tag, "tiny", verbose=False)))
+            warm_p.append(quiet(lambda: safehub.load(pinned, "tiny", verbose=False)))
+        res["warm_ms"] = {"torch": statistics.median(warm_t) * 1e3,
+                          "safehub": statistics.median(warm_s) * 1e3,
+                          "safehub_pinned": statistics.median(warm_p) * 1e3}
+        res["warm_requests"] = {"torch": server.count() // args.warm if args.warm else 0,
+                                "safehub_total": server.count()}
+
+        env = dict(os.environ)
+        shutil.rmtree(torch_dir, ignore_errors=True)
+        server.clear_log()
+        outs = concurrent("torch", args.procs, tag, env)
+        t_dl = sum("/legacy.zip/" in r.path for r in server.requests_log)
+        safehub.Hub().cache.clear()
+        server.clear_log()
+        outs_s = concurrent("safehub", args.procs, tag, env)
+        s_dl = sum("/legacy.zip/" in r.path for r in server.requests_log)
+        res["concurrent"] = {
+            "procs": args.procs,
+            "torch_ok": sum(o.endswith("\nok") or o == "ok" for o in outs), "torch_downloads": t_dl,
+            "safehub_ok": sum(o.endswith("\nok") or o == "ok" for o in outs_s), "safehub_downloads": s_dl,
+            "torch_failures": sorted({o.splitlines()[-1] for o in outs if not o.endswith("ok")})[:3],
+        }
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+    c, w = res["cold_ms"], res["warm_ms"]
+    cc = res["concurrent"]
+    print(f"safehub vs torch.hub, {args.files}-file repo, loopback HTTPS, "
+          f"torch {torch.__version__}, Python {sys.version.split()[0]}")
+    print(f"{'':34}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
+    print(f"{'cold load by tag (median ms)':34}{c['torch']:12.1f}{c['safehub']:12.1f}"
+          f"{c['safehub'] / c['torch']:9.2f}x")
+    print(f"{'warm load by tag (median ms)':34}{w['torch']:12.2f}{w['safehub']:12.2f}"
+          f"{w['safehub'] / w['torch']:9.2f}x   (+{w['safehub'] - w['torch']:.2f} ms)")
+    print(f"{'warm load pinned sha (median ms)':34}{'':12}{w['safehub_pinned']:12.2f}"
+          f"{w['safehub_pinned'] / w['torch']:9.2f}x   (+{w['safehub_pinned'] - w['torch']:.2f} ms)")
+    rq = res["cold_requests_by_tag"]
+    print(f"{'requests per cold load by tag':34}{rq['torch']:12}{rq['safehub']:12}")
+    print(f"{'requests, all warm loads':34}{'':12}{res['warm_requests']['safehub_total']:12}")
+    print(f"{str(cc['procs']) + ' concurrent cold loads: ok':34}{cc['torch_ok']:12}"
+          f"{cc['safehub_ok']:12}")
+    print(f"{'  archive downloads':34}{cc['torch_downloads']:12}{cc['safehub_downloads']:12}")
+    if cc["torch_failures"]:
+        print(f"  torch.hub failures: {cc['torch_failures']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
