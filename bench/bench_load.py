@@ -89,6 +89,11 @@ def concurrent(which: str, n: int, spec: str, env: dict[str, str]) -> list[str]:
     return [p.communicate(timeout=600)[0].strip() for p in procs]
 
 
+def succeeded(output: str) -> bool:
+    """The child printed 'ok' last (after any 'Downloading' line)."""
+    return output.splitlines()[-1:] == ["ok"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--files", type=int, default=1000)
@@ -124,7 +129,6 @@ def main(argv: list[str] | None = None) -> int:
 
         point_torch_hub_at(server.api_url, server.web_url, str(server.ca_cert))
         torch_dir = Path(torch.hub.get_dir())
-        safehub_dir = Path(env_home["SAFEHUB_CACHE_DIR"])
         tag, pinned = f"{SPEC}:v1.0", f"{SPEC}:{sha}"
 
         def t_load(spec: str = tag) -> None:
@@ -174,9 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         s_dl = sum("/legacy.zip/" in r.path for r in server.requests_log)
         res["concurrent"] = {
             "procs": args.procs,
-            "torch_ok": sum(o.endswith("\nok") or o == "ok" for o in outs), "torch_downloads": t_dl,
-            "safehub_ok": sum(o.endswith("\nok") or o == "ok" for o in outs_s), "safehub_downloads": s_dl,
-            "torch_failures": sorted({o.splitlines()[-1] for o in outs if not o.endswith("ok")})[:3],
+            "torch_ok": sum(succeeded(o) for o in outs), "torch_downloads": t_dl,
+            "safehub_ok": sum(succeeded(o) for o in outs_s), "safehub_downloads": s_dl,
+            "torch_failures": sorted({o.splitlines()[-1] for o in outs if not succeeded(o)})[:3],
         }
     finally:
         server.stop()
@@ -191,8 +195,9 @@ def main(argv: list[str] | None = None) -> int:
           f"{c['safehub'] / c['torch']:9.2f}x")
     print(f"{'warm load by tag (median ms)':34}{w['torch']:12.2f}{w['safehub']:12.2f}"
           f"{w['safehub'] / w['torch']:9.2f}x   (+{w['safehub'] - w['torch']:.2f} ms)")
-    print(f"{'warm load pinned sha (median ms)':34}{'':12}{w['safehub_pinned']:12.2f}"
-          f"{w['safehub_pinned'] / w['torch']:9.2f}x   (+{w['safehub_pinned'] - w['torch']:.2f} ms)")
+    pin = w["safehub_pinned"]
+    print(f"{'warm load pinned sha (median ms)':34}{'':12}{pin:12.2f}"
+          f"{pin / w['torch']:9.2f}x   (+{pin - w['torch']:.2f} ms)")
     rq = res["cold_requests_by_tag"]
     print(f"{'requests per cold load by tag':34}{rq['torch']:12}{rq['safehub']:12}")
     print(f"{'requests, all warm loads':34}{'':12}{res['warm_requests']['safehub_total']:12}")
