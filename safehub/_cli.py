@@ -143,6 +143,12 @@ def _cmd_cache_clear(args: argparse.Namespace) -> int:
 
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from safehub._demo import run_demo
+
+    return EXIT_OK if run_demo() else EXIT_REFUSED
+
+
 # -- parser ----------------------------------------------------------------------------
 
 def _parser() -> argparse.ArgumentParser:
@@ -165,6 +171,9 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--force-reload", action="store_true", help="fetch and verify again")
     load.add_argument("-q", "--quiet", action="store_true", help="no cache messages")
     load.set_defaults(func=_cmd_load)
+
+    demo = sub.add_parser("demo", help="run the pipeline on a shipped example (no network)")
+    demo.set_defaults(func=_cmd_demo)
 
     cache = sub.add_parser("cache", help="inspect or clear the cache")
     csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION")

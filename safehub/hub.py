@@ -15,6 +15,7 @@ from typing import Any
 
 from safehub import archive
 from safehub._internal import torchhub
+from safehub._internal.fsutil import rmtree
 from safehub._internal.http import Http
 from safehub.cache import Cache, CachedTree, Verdict
 from safehub.config import Settings
@@ -147,8 +148,11 @@ class Hub:
                     _say(verbose, f"Using cache found in {hit.path}")
                     return hit
             stage = self.cache.staging(commit)
-            verdict = self._download_and_verify(resolved, stage, verbose)
-            return self.cache.install(stage, verdict, replace=force_reload)
+            try:
+                verdict = self._download_and_verify(resolved, stage, verbose)
+                return self.cache.install(stage, verdict, replace=force_reload)
+            finally:
+                rmtree(stage)  # gone after install; after a failure nothing may stay
 
     def _download_and_verify(self, resolved: Resolved, stage: Path, verbose: bool) -> Verdict:
         spec, commit = resolved.spec, resolved.commit
