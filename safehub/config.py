@@ -16,9 +16,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from safehub.errors import SpecError
+
+if TYPE_CHECKING:
+    from safehub.policy import Policy
 
 __all__ = ["DEFAULTS", "Limits", "Settings", "env_flag"]
 
@@ -89,8 +93,8 @@ def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
     return value
 
 
-def _base_url(environ: Mapping[str, str], name: str, default: str) -> str:
-    url = environ.get(name) or default
+def _base_url(value: str | None, name: str, default: str) -> str:
+    url = value or default
     parts = urlsplit(url)
     if parts.scheme != "https" or not parts.hostname:
         raise SpecError(
@@ -121,18 +125,45 @@ class Settings:
     noninteractive: bool = False
     extra_hosts: frozenset[str] = frozenset()
     limits: Limits = DEFAULTS
+    audit_log: Path | None = None
+    """The audit log a policy requires (default: ``audit.jsonl`` in the user log dir)."""
+    lockfile: Path | None = None
+    tree_fallback: bool = True
+    """Whether the per-file check may stand in when .gitattributes rewrites exports."""
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Settings:
-        """Read ``SAFEHUB_*`` (and ``CI``, ``GITHUB_TOKEN``) from ``environ``."""
+    def from_env(cls, environ: Mapping[str, str] | None = None,
+                 policy: Policy | None = None) -> Settings:
+        """Read ``SAFEHUB_*`` (and ``CI``, ``GITHUB_TOKEN``) from ``environ``.
+
+        Settings in the ``[safehub]`` section of policy files come between the defaults and
+        the environment, except those from a ``final = true`` file: the environment cannot
+        change those. ``offline`` and ``noninteractive`` only ever add up (either side can
+        turn them on).
+        """
         env = os.environ if environ is None else environ
-        cache = env.get("SAFEHUB_CACHE_DIR")
+
+        def pick(env_name: str, key: str) -> Any:
+            found = policy.setting(key) if policy is not None else None
+            if found is not None and found[2]:
+                return found[0]
+            if env.get(env_name):
+                return env[env_name]
+            return found[0] if found is not None else None
+
+        def policy_flag(key: str) -> bool:
+            found = policy.setting(key) if policy is not None else None
+            return bool(found and found[0])
+
+        cache = pick("SAFEHUB_CACHE_DIR", "cache_dir")
         noninteractive = (
-            env_flag(env, "SAFEHUB_NONINTERACTIVE") or env_flag(env, "CI") or not _stdin_is_tty()
+            env_flag(env, "SAFEHUB_NONINTERACTIVE") or env_flag(env, "CI")
+            or policy_flag("noninteractive") or not _stdin_is_tty()
         )
-        hosts = frozenset(
-            h.strip().lower() for h in env.get("SAFEHUB_ALLOWED_HOSTS", "").split(",") if h.strip()
-        )
+        hosts_raw = pick("SAFEHUB_ALLOWED_HOSTS", "allowed_hosts") or ()
+        if isinstance(hosts_raw, str):
+            hosts_raw = hosts_raw.split(",")
+        hosts = frozenset(h.strip().lower() for h in hosts_raw if h.strip())
         limits = Limits(
             max_archive_bytes=_int_env(
                 env, "SAFEHUB_MAX_ARCHIVE_BYTES", DEFAULTS.max_archive_bytes
@@ -142,17 +173,25 @@ class Settings:
             read_timeout=_float_env(env, "SAFEHUB_TIMEOUT", DEFAULTS.read_timeout),
             backoff=_float_env(env, "SAFEHUB_BACKOFF", DEFAULTS.backoff),
         )
+        audit = policy.setting("audit_log") if policy is not None else None
+        lockfile = pick("SAFEHUB_LOCKFILE", "lockfile")
+        fallback = policy.setting("tree_fallback") if policy is not None else None
         return cls(
             cache_dir=Path(cache).expanduser() if cache else _user_dir("user_cache_dir"),
             data_dir=_user_dir("user_data_dir"),
             log_dir=_user_dir("user_log_dir"),
-            api_url=_base_url(env, "SAFEHUB_GITHUB_API_URL", "https://api.github.com"),
-            web_url=_base_url(env, "SAFEHUB_GITHUB_URL", "https://github.com"),
+            api_url=_base_url(pick("SAFEHUB_GITHUB_API_URL", "github_api_url"),
+                              "SAFEHUB_GITHUB_API_URL", "https://api.github.com"),
+            web_url=_base_url(pick("SAFEHUB_GITHUB_URL", "github_url"), "SAFEHUB_GITHUB_URL",
+                              "https://github.com"),
             token=env.get("GITHUB_TOKEN") or None,
-            offline=env_flag(env, "SAFEHUB_OFFLINE"),
+            offline=env_flag(env, "SAFEHUB_OFFLINE") or policy_flag("offline"),
             noninteractive=noninteractive,
             extra_hosts=hosts,
             limits=limits,
+            audit_log=Path(audit[0]).expanduser() if audit else None,
+            lockfile=Path(lockfile).expanduser() if lockfile else None,
+            tree_fallback=bool(fallback[0]) if fallback else True,
         )
 
     def with_changes(self, **changes: object) -> Settings:

@@ -72,6 +72,9 @@ class PolicyDenied(SafehubError):
 class UntrustedRepoError(SafehubError):
     """The content is not trusted and nobody agreed to run it."""
 
+    declined: bool = False
+    """True if someone was asked at the prompt and said no."""
+
 
 class PinError(SafehubError):
     """A pin or provenance rule failed: moved tag, fork commit, renamed repo, bad lockfile."""

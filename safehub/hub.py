@@ -17,10 +17,12 @@ from safehub import archive
 from safehub._internal import torchhub
 from safehub._internal.fsutil import rmtree
 from safehub._internal.http import Http
+from safehub.audit import AuditLog
 from safehub.cache import Cache, CachedTree, Verdict
 from safehub.config import Settings
-from safehub.errors import SpecError, UntrustedRepoError
+from safehub.errors import PolicyDenied, SafehubError, SpecError, UntrustedRepoError
 from safehub.github import GitHub, Resolved
+from safehub.policy import Decision, Policy, load_policy
 from safehub.spec import RepoSpec, is_full_sha
 from safehub.trust import ConsentStore, ask
 
@@ -36,6 +38,7 @@ class Prepared:
     spec: RepoSpec
     resolved: Resolved
     tree: CachedTree
+    decision: Decision
     trusted_by: str
 
     @property
@@ -52,21 +55,31 @@ class Hub:
     """safehub with explicit configuration.
 
     The module-level functions (``safehub.load`` ...) build a ``Hub`` from the
-    environment on each call; build one yourself to set things in code::
+    environment and the policy files on each call; build one yourself to set things in
+    code::
 
         hub = safehub.Hub(cache_dir="/shared/hub-cache", offline=True)
         model = hub.load("org/repo:v1", "model")
 
-    Keyword arguments are :class:`~safehub.config.Settings` fields.
+    Keyword arguments are :class:`~safehub.config.Settings` fields; ``policy`` replaces
+    the policy files (``Policy.from_text(...)`` or :func:`safehub.policy.load_policy`).
     """
 
-    def __init__(self, settings: Settings | None = None, **overrides: Any) -> None:
-        base = settings or Settings.from_env()
-        if "cache_dir" in overrides:
-            overrides["cache_dir"] = Path(overrides["cache_dir"])
+    def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
+                 **overrides: Any) -> None:
+        self.policy = load_policy() if policy is None else policy
+        base = settings or Settings.from_env(policy=self.policy)
+        for name in ("cache_dir", "data_dir", "log_dir", "audit_log", "lockfile"):
+            if overrides.get(name) is not None:
+                overrides[name] = Path(overrides[name])
         self.settings = base.with_changes(**overrides) if overrides else base
         self.cache = Cache(self.settings.cache_dir, lock_timeout=self.settings.limits.lock_timeout)
         self.consents = ConsentStore(self.settings.data_dir)
+        self.audit = AuditLog(
+            self.settings.audit_log or self.settings.log_dir / "audit.jsonl",
+            required=self.settings.audit_log is not None,
+            policy_files=self.policy.files,
+        )
         self._http: Http | None = None
 
     @property
@@ -78,8 +91,8 @@ class Hub:
     # -- the pipeline -----------------------------------------------------------------
 
     def prepare(
-        self, repo: str, *, trust_repo: Any = "check", force_reload: bool = False,
-        verbose: bool = True,
+        self, repo: str, *, entrypoint: str | None = None, trust_repo: Any = "check",
+        force_reload: bool = False, verbose: bool = True,
     ) -> Prepared:
         """Run every check on ``repo`` and return its verified tree; nothing is imported."""
         if trust_repo not in _TRUST_VALUES:
@@ -87,11 +100,41 @@ class Hub:
                 f"trust_repo={trust_repo!r} is not one of 'check', True, False, None",
                 hint="use trust_repo='check' (the default) or True",
             )
-        spec = RepoSpec.parse(repo)                            # 1. parse
-        resolved = self._resolve(spec, force_reload)            # 3-4. resolve once + provenance
-        tree = self._fetch_verified(resolved, force_reload, verbose)  # 5-6, 9. fetch, verify
-        trusted_by = self._trust(resolved, tree.digest, trust_repo)  # 8. trust
-        return Prepared(spec, resolved, tree, trusted_by)
+        spec = RepoSpec.parse(repo)                                       # 1. parse
+        note = _Note(self.audit, spec, entrypoint)
+        try:
+            decision = self._decide(spec, entrypoint, None)               # 2. decide on the name
+            resolved = self._resolve(spec, force_reload)                   # 3, 4. resolve, prove
+            note.ref, note.commit = resolved.ref, resolved.commit
+            if spec.ref is None:
+                decision = self._decide(spec, entrypoint, resolved.ref)   # refs vs default branch
+            tree = self._fetch_verified(resolved, decision, force_reload, verbose)  # 5, 6, 9
+            note.digest = tree.digest
+            trusted_by = self._trust(resolved, tree.digest, trust_repo, decision)  # 8. trust
+        except SafehubError as e:
+            note.refused(e)
+            raise
+        if decision.violations:                                          # 11. audit
+            note.write("warn", decision.reasons, trusted_by=trusted_by)
+        else:
+            note.write(trusted_by, decision.reasons)
+        return Prepared(spec, resolved, tree, decision, trusted_by)
+
+    # -- 2: decide --------------------------------------------------------------------
+
+    def _decide(self, spec: RepoSpec, entrypoint: str | None, ref: str | None) -> Decision:
+        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref)
+        if decision.verdict == "deny":
+            raise PolicyDenied(
+                f"policy refuses {spec}: " + "; ".join(decision.reasons),
+                hint=decision.fix or "see `safehub policy show` for the rules that apply",
+            )
+        if decision.violations:
+            warnings.warn(
+                f"policy violation for {spec} (mode = 'warn', loading anyway): "
+                + "; ".join(decision.violations), stacklevel=4,
+            )
+        return decision
 
     # -- 3, 4: resolve ----------------------------------------------------------------
 
@@ -132,7 +175,8 @@ class Hub:
 
     # -- 5, 6, 9: fetch, verify, install ------------------------------------------------
 
-    def _fetch_verified(self, resolved: Resolved, force_reload: bool, verbose: bool) -> CachedTree:
+    def _fetch_verified(self, resolved: Resolved, decision: Decision, force_reload: bool,
+                        verbose: bool) -> CachedTree:
         commit = resolved.commit
         if not force_reload:
             hit = self.cache.lookup(commit)
@@ -149,12 +193,13 @@ class Hub:
                     return hit
             stage = self.cache.staging(commit)
             try:
-                verdict = self._download_and_verify(resolved, stage, verbose)
+                verdict = self._download_and_verify(resolved, decision, stage, verbose)
                 return self.cache.install(stage, verdict, replace=force_reload)
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
 
-    def _download_and_verify(self, resolved: Resolved, stage: Path, verbose: bool) -> Verdict:
+    def _download_and_verify(self, resolved: Resolved, decision: Decision, stage: Path,
+                             verbose: bool) -> Verdict:
         spec, commit = resolved.spec, resolved.commit
         url = self.github.archive_url(spec, commit)
         zip_path = stage / "archive.zip"
@@ -171,7 +216,8 @@ class Hub:
         listing = None
         if ext.tree_id != resolved.tree:
             listing = self.github.tree_listing(spec, resolved.tree)
-        check = archive.check_tree(ext, resolved.tree, listing, allow_fallback=True)
+        allow_fallback = self.settings.tree_fallback and decision.requirements.tree_fallback
+        check = archive.check_tree(ext, resolved.tree, listing, allow_fallback=allow_fallback)
         if check.level != "tree":
             warnings.warn(
                 f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree because "
@@ -187,33 +233,48 @@ class Hub:
 
     # -- 8: trust ---------------------------------------------------------------------
 
-    def _trust(self, resolved: Resolved, digest: str, trust_repo: Any) -> str:
+    def _trust(self, resolved: Resolved, digest: str, trust_repo: Any,
+               decision: Decision) -> str:
+        """Who agreed to run this content; raise if nobody did."""
         key, commit = resolved.spec.key, resolved.commit
+        if trust_repo is False:
+            return self._ask(resolved, digest, "trust_repo=False asks every time")
+        if decision.verdict == "allow":
+            return "allow"
+        if decision.violations:
+            why = "the policy was violated (mode = 'warn'): " + "; ".join(decision.violations)
+        else:
+            why = "; ".join(decision.reasons)
+        # From here on the policy lets the user decide.
         if trust_repo is True:
             self.consents.record(key, commit, digest, "trust_repo=True")
-            return "trust_repo=True"
+            return "trust_repo"
         if trust_repo is None:
             warnings.warn(
                 "trust_repo=None loads without asking (torch's legacy meaning); pass "
                 "trust_repo=True to say so explicitly, or 'check' to be asked",
-                stacklevel=4,
+                stacklevel=5,
             )
-            return "trust_repo=None (legacy)"
-        if trust_repo == "check":
-            consent = self.consents.find(key, commit, digest)
-            if consent is not None:
-                return f"consent given {consent.at}"
-        return self._ask(resolved, digest)
+            return "trust_repo"
+        if self.consents.find(key, commit, digest) is not None:
+            return "consent"
+        earlier = [c for c in self.consents.list(key) if c.commit != commit]
+        if earlier:
+            why = (f"you trusted {resolved.spec.repo} at {earlier[-1].commit[:12]} before, "
+                   "but this is different content")
+        return self._ask(resolved, digest, why)
 
-    def _ask(self, resolved: Resolved, digest: str) -> str:
+    def _ask(self, resolved: Resolved, digest: str, why: str) -> str:
         spec = resolved.spec
         if self.settings.noninteractive:
             raise UntrustedRepoError(
                 f"refused to run hubconf.py of {spec.repo} at commit {resolved.commit}: it is "
-                "not trusted, and nobody can be asked (non-interactive: CI=true, "
+                f"not trusted ({why}), and nobody can be asked (non-interactive: CI=true, "
                 "SAFEHUB_NONINTERACTIVE=1 or no terminal)",
-                hint=f"pass trust_repo=True to safehub.load, or run `safehub trust "
-                f"{spec.repo}:{resolved.commit}` once on this machine",
+                hint=f"pass trust_repo=True to safehub.load; or run once on this machine\n"
+                f"      safehub trust {spec.repo}:{resolved.commit}\n"
+                "    or have an admin allow it in a policy file:\n"
+                f"      [[allow]]\n      repo = \"{spec.key}\"\n      pin = \"commit\"",
             )
         lines = [
             f"safehub: {spec.repo} wants to run code on this machine.",
@@ -222,15 +283,17 @@ class Hub:
             f"  commit     {resolved.commit}",
             f"  digest     {digest}",
             "  signature  not checked (no policy asks for one)",
-            "  why        you have not trusted this exact content before",
+            f"  why        {why}",
         ]
         if not ask(lines, f"Run hubconf.py of {spec.repo} at {resolved.commit[:12]}?"):
-            raise UntrustedRepoError(
+            declined = UntrustedRepoError(
                 f"you declined to run {spec.repo} at {resolved.commit}",
                 hint="nothing ran; answer y to trust this exact content",
             )
+            declined.declined = True
+            raise declined
         self.consents.record(spec.key, resolved.commit, digest, "prompt")
-        return "prompt"
+        return "prompt-yes"
 
     # -- the drop-in functions --------------------------------------------------------
 
@@ -240,21 +303,22 @@ class Hub:
         verbose: bool = True, skip_validation: bool = False, **kwargs: Any,
     ) -> Any:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
-        path = self._repo_dir(repo_or_dir, source, trust_repo, force_reload, verbose)
+        path = self._repo_dir(repo_or_dir, source, model, trust_repo, force_reload, verbose)
         return torchhub.call_entrypoint(path, model, args, kwargs)   # 10. delegate
 
     def list(self, github: str, force_reload: bool = False, skip_validation: bool = False,
              trust_repo: Any = "check", verbose: bool = True) -> list[str]:
-        path = self._repo_dir(github, "github", trust_repo, force_reload, verbose)
+        path = self._repo_dir(github, "github", None, trust_repo, force_reload, verbose)
         return torchhub.entrypoints(path)
 
     def help(self, github: str, model: str, force_reload: bool = False,
              skip_validation: bool = False, trust_repo: Any = "check") -> str | None:
-        path = self._repo_dir(github, "github", trust_repo, force_reload, True)
+        path = self._repo_dir(github, "github", model, trust_repo, force_reload, True)
         return torchhub.docstring(path, model)
 
-    def _repo_dir(self, repo_or_dir: str | os.PathLike[str], source: str, trust_repo: Any,
-                  force_reload: bool, verbose: bool) -> Path:
+    def _repo_dir(self, repo_or_dir: str | os.PathLike[str], source: str,
+                  entrypoint: str | None, trust_repo: Any, force_reload: bool,
+                  verbose: bool) -> Path:
         source = source.lower() if isinstance(source, str) else source
         if source == "local":
             return Path(os.fspath(repo_or_dir))
@@ -263,6 +327,30 @@ class Hub:
                 f'Unknown source: "{source}". Allowed values: "github" | "local".',
                 hint="use source='github' for owner/name[:ref] or 'local' for a folder",
             )
-        prepared = self.prepare(str(repo_or_dir), trust_repo=trust_repo, force_reload=force_reload,
-                                verbose=verbose)
+        prepared = self.prepare(str(repo_or_dir), entrypoint=entrypoint, trust_repo=trust_repo,
+                                force_reload=force_reload, verbose=verbose)
         return prepared.path
+
+
+class _Note:
+    """What the audit line of one load will say, filled in as the pipeline goes."""
+
+    def __init__(self, log: AuditLog, spec: RepoSpec, entrypoint: str | None) -> None:
+        self.log, self.spec, self.entrypoint = log, spec, entrypoint
+        self.ref: str | None = spec.ref
+        self.commit: str | None = None
+        self.digest: str | None = None
+
+    def write(self, decision: str, reasons: tuple[str, ...] | list[str], **extra: Any) -> None:
+        self.log.write(decision, repo=self.spec.key, ref=self.ref, commit=self.commit,
+                       digest=self.digest, entrypoint=self.entrypoint, reasons=reasons,
+                       **extra)
+
+    def refused(self, error: SafehubError) -> None:
+        if isinstance(error, PolicyDenied):
+            kind = "deny"
+        elif isinstance(error, UntrustedRepoError):
+            kind = "prompt-no" if error.declined else "refused"
+        else:
+            kind = "error"
+        self.write(kind, [f"{type(error).__name__}: {error.message}"])

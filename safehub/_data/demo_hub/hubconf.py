@@ -3,7 +3,7 @@
 dependencies = ["torch"]
 
 
-def tiny_mlp(width: int = 8, pretrained: bool = False):
+def tiny_mlp(width: int = 8, pretrained: bool = False):  # type: ignore[no-untyped-def]
     """A two-layer perceptron; pretrained weights are not shipped with the demo."""
     import torch
 

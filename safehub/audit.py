@@ -1,0 +1,82 @@
+"""The audit log: one JSON line per decision.
+
+Each line has ``time``, ``user``, ``host``, ``pid``, ``repo``, ``ref``, ``commit``,
+``digest``, ``entrypoint``, ``decision``, ``reasons`` and ``policy_files``. Decisions:
+
+* ``allow`` -- a policy rule (or ``unknown_repos = "allow"``) allowed it;
+* ``consent`` -- the user had trusted this exact content before;
+* ``trust_repo`` -- the caller passed ``trust_repo=True`` (or ``None``) where users decide;
+* ``prompt-yes`` / ``prompt-no`` -- the answer at the prompt;
+* ``warn`` -- a policy violation in ``mode = "warn"``, loaded anyway;
+* ``deny`` -- a policy rule refused it; ``refused`` -- nobody could be asked;
+* ``error`` -- another check failed (integrity, pin, signature, network).
+
+The log lives in the user log dir (``audit.jsonl``) unless a policy names ``audit_log``;
+a log the policy names must be writable (fail closed), the default one is best effort.
+Lines are appended with ``O_APPEND`` in one write, so concurrent processes do not
+interleave.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import json
+import os
+import socket
+import time
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from safehub.errors import PolicyError
+
+__all__ = ["AuditLog"]
+
+
+@functools.lru_cache(maxsize=1)
+def _who() -> tuple[str, str]:
+    try:
+        user = getpass.getuser()
+    except Exception:
+        user = str(os.getuid()) if hasattr(os, "getuid") else "?"
+    return user, socket.gethostname()
+
+
+class AuditLog:
+    """Appends decision records to ``path``."""
+
+    def __init__(self, path: Path, *, required: bool, policy_files: Sequence[str] = ()) -> None:
+        self.path = path
+        self.required = required
+        self.policy_files = list(policy_files)
+
+    def write(self, decision: str, *, repo: str, reasons: Sequence[str] = (),
+              ref: str | None = None, commit: str | None = None, digest: str | None = None,
+              entrypoint: str | None = None, **extra: Any) -> None:
+        user, host = _who()
+        record = {
+            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "user": user, "host": host, "pid": os.getpid(),
+            "repo": repo, "ref": ref, "commit": commit, "digest": digest,
+            "entrypoint": entrypoint, "decision": decision, "reasons": list(reasons),
+            "policy_files": self.policy_files, **extra,
+        }
+        line = (json.dumps(record, sort_keys=True) + "\n").encode()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+        except OSError as e:
+            if self.required:
+                raise PolicyError(
+                    f"cannot write the audit log {str(self.path)!r} that the policy requires "
+                    f"({e.strerror or e})",
+                    hint="make it writable, or change audit_log in the policy",
+                ) from e
+            warnings.warn(f"safehub could not write its audit log {self.path}: {e}",
+                          stacklevel=3)

@@ -1,0 +1,560 @@
+"""Admin policy files: what may load on this machine, and what it must satisfy.
+
+Files are TOML, read in this order (each one that exists):
+
+1. ``policy.toml`` in the site config dir for "safehub" (``/etc/xdg/safehub`` on Linux;
+   every folder of ``XDG_CONFIG_DIRS``), written by admins;
+2. ``policy.toml`` in the user config dir (``~/.config/safehub``);
+3. ``./safehub.toml`` in the working directory;
+4. each file in ``SAFEHUB_POLICY`` (``os.pathsep``-separated).
+
+Merging (see docs/policy.md for the full reference):
+
+* a matching ``[[deny]]`` rule in any file refuses; deny always wins;
+* every matching ``[[allow]]`` rule's requirements must hold (refs, entrypoints, pin,
+  signature, signers, keys, weights), so a later file can add requirements but never
+  remove one;
+* a repo no allow rule admits is handled by ``unknown_repos``; the strictest value any
+  file sets wins (``deny`` > ``prompt`` > ``allow``), default ``prompt``; likewise
+  ``mode`` (``enforce`` > ``warn``, default ``enforce``);
+* after a file with ``final = true``, later files cannot admit new repos (their allow
+  rules only add requirements) and cannot change its settings; the environment cannot
+  either;
+* an unreadable or invalid file refuses every load (fail closed) with an error naming the
+  file, the key and the allowed values.
+
+>>> p = Policy.from_text('''
+... [safehub]
+... unknown_repos = "deny"
+... [[allow]]
+... repo = "pytorch/*"
+... refs = ["v*"]
+... ''', "example.toml")
+>>> p.decide(RepoSpec.parse("PyTorch/vision:v0.10.0")).verdict
+'allow'
+>>> p.decide(RepoSpec.parse("someone/else:v1")).verdict
+'deny'
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from safehub._internal.globs import Glob
+from safehub.errors import PolicyError
+from safehub.spec import RepoSpec, is_full_sha
+
+__all__ = ["Decision", "Policy", "Requirements", "discover", "load_policy"]
+
+Verdict = Literal["allow", "prompt", "deny"]
+_UNKNOWN_ORDER = {"allow": 0, "prompt": 1, "deny": 2}
+_SIGNATURE_ORDER = {"none": 0, "if-present": 1, "required": 2}
+_REPO_GLOB = re.compile(r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+")
+_SETTINGS = ("cache_dir", "lockfile", "audit_log", "offline", "noninteractive",
+             "github_api_url", "github_url", "allowed_hosts", "tree_fallback")
+
+
+# -- the file format (pydantic models, built on first use so `import safehub` stays cheap) --
+
+_MODELS: dict[str, Any] = {}
+
+
+def _models() -> dict[str, Any]:
+    if _MODELS:
+        return _MODELS
+    from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+    strict = ConfigDict(frozen=True, extra="forbid", str_strip_whitespace=False)
+
+    def _check_repo_glob(value: str) -> str:
+        if not value.isascii() or not _REPO_GLOB.fullmatch(value):
+            raise ValueError(
+                "must be 'owner/name' in GitHub's ASCII characters, with * ? [ ] globs "
+                f"(got {value!r})"
+            )
+        return value
+
+    def _check_globs(values: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        if values is not None:
+            for v in values:
+                if not v or not v.isascii():
+                    raise ValueError(f"patterns must be non-empty ASCII (got {v!r})")
+        return values
+
+    class Signer(BaseModel):
+        """A Sigstore keyless identity: OIDC issuer plus certificate identity (glob)."""
+
+        model_config = strict
+        issuer: str = Field(min_length=1)
+        identity: str = Field(min_length=1)
+        repository: str | None = None
+        ref: str | None = None
+        workflow: str | None = None
+        trigger: str | None = None
+
+    class AllowRule(BaseModel):
+        model_config = strict
+        repo: str
+        refs: tuple[str, ...] | None = None
+        pin: Literal["none", "commit"] = "none"
+        entrypoints: tuple[str, ...] | None = None
+        signature: Literal["none", "if-present", "required"] = "none"
+        signers: tuple[Signer, ...] = ()
+        keys: tuple[str, ...] = ()
+        weights: tuple[str, ...] | None = None
+        reason: str | None = None
+
+        @field_validator("repo")
+        @classmethod
+        def _repo(cls, v: str) -> str:
+            return _check_repo_glob(v)
+
+        @field_validator("refs", "entrypoints", "weights")
+        @classmethod
+        def _globs(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            return _check_globs(v)
+
+        @model_validator(mode="after")
+        def _signature_needs_someone(self) -> AllowRule:
+            if self.signature == "none" and (self.signers or self.keys):
+                raise ValueError(
+                    "signers or keys are given but signature = 'none'; "
+                    "set signature = 'required' or 'if-present'"
+                )
+            if self.signature != "none" and not (self.signers or self.keys):
+                raise ValueError(
+                    f"signature = {self.signature!r} needs at least one entry in signers "
+                    "or keys, to say whose signature counts"
+                )
+            return self
+
+    class DenyRule(BaseModel):
+        model_config = strict
+        repo: str
+        refs: tuple[str, ...] | None = None
+        reason: str = ""
+
+        @field_validator("repo")
+        @classmethod
+        def _repo(cls, v: str) -> str:
+            return _check_repo_glob(v)
+
+        @field_validator("refs")
+        @classmethod
+        def _globs(cls, v: tuple[str, ...] | None) -> tuple[str, ...] | None:
+            return _check_globs(v)
+
+    class Section(BaseModel):
+        model_config = strict
+        version: Literal[1] = 1
+        mode: Literal["enforce", "warn"] | None = None
+        unknown_repos: Literal["deny", "prompt", "allow"] | None = None
+        final: bool = False
+        cache_dir: str | None = None
+        lockfile: str | None = None
+        audit_log: str | None = None
+        offline: bool | None = None
+        noninteractive: bool | None = None
+        github_api_url: str | None = None
+        github_url: str | None = None
+        allowed_hosts: tuple[str, ...] | None = None
+        tree_fallback: bool | None = None
+
+        @field_validator("github_api_url", "github_url")
+        @classmethod
+        def _https(cls, v: str | None) -> str | None:
+            if v is not None and not v.startswith("https://"):
+                raise ValueError(f"must be an https:// URL (got {v!r})")
+            return v
+
+    class PolicyFile(BaseModel):
+        model_config = strict
+        safehub: Section = Section()
+        allow: tuple[AllowRule, ...] = ()
+        deny: tuple[DenyRule, ...] = ()
+
+    _MODELS.update(Signer=Signer, AllowRule=AllowRule, DenyRule=DenyRule, Section=Section,
+                   PolicyFile=PolicyFile)
+    return _MODELS
+
+
+def _allowed_keys(model: Any, loc: Sequence[Any]) -> str:
+    """The field names of the model that ``loc`` points into (for 'unknown key' errors)."""
+    m = model
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field_info = m.model_fields.get(part)
+        if field_info is None:
+            break
+        ann = field_info.annotation
+        inner = getattr(ann, "__args__", (ann,))
+        nested = [a for a in inner if isinstance(a, type) and hasattr(a, "model_fields")]
+        if not nested:
+            break
+        m = nested[0]
+    return ", ".join(m.model_fields)
+
+
+def _loc(loc: Sequence[Any]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _parse_file(text: str, source: str) -> Any:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+    from pydantic import ValidationError
+
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(
+            f"policy file {source}: not valid TOML ({e})",
+            hint="fix the file; until then no repo loads on this machine (fail closed)",
+        ) from e
+    model = _models()["PolicyFile"]
+    try:
+        return model.model_validate(data)
+    except ValidationError as e:
+        problems = []
+        for err in e.errors():
+            where = _loc(err["loc"]) or "(top level)"
+            if err["type"] == "extra_forbidden":
+                problems.append(
+                    f"{where}: unknown key; allowed keys here: {_allowed_keys(model, err['loc'])}"
+                )
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
+                problems.append(f"{where}: {msg} (got {err.get('input')!r})"
+                                if err["type"] == "literal_error" else f"{where}: {msg}")
+        raise PolicyError(
+            f"policy file {source} is invalid:\n    " + "\n    ".join(problems),
+            hint="fix the file (see docs/policy.md); until then no repo loads on this "
+            "machine (fail closed)",
+        ) from None
+
+
+# -- the merged policy --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One allow or deny rule, with the file it came from and compiled patterns."""
+
+    kind: Literal["allow", "deny"]
+    source: str
+    index: int
+    model: Any
+    admits: bool
+    repo: Glob
+    refs: tuple[Glob, ...] | None
+    entrypoints: tuple[Glob, ...] | None
+
+    @property
+    def where(self) -> str:
+        return f"[[{self.kind}]] #{self.index + 1} ({self.model.repo}) in {self.source}"
+
+    def matches(self, key: str) -> bool:
+        return self.repo.match(key)
+
+
+@dataclass(frozen=True)
+class SignerSet:
+    """The signers and keys one allow rule accepts; a signature must satisfy each set."""
+
+    source: str
+    signers: tuple[Any, ...]
+    keys: tuple[Path, ...]
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What every matching allow rule asks of the content, merged (all must hold)."""
+
+    pin: bool = False
+    signature: str = "none"
+    signer_sets: tuple[SignerSet, ...] = ()
+    weights: tuple[tuple[Glob, ...], ...] = ()
+    weights_only: bool = True
+    tree_fallback: bool = True
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one spec (before or after the ref is resolved)."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    requirements: Requirements = Requirements()
+    mode: str = "enforce"
+    violations: tuple[str, ...] = ()
+    fix: str = ""
+
+    @property
+    def users_decide(self) -> bool:
+        """True when consent (a prompt, trust_repo=True) may let the load go ahead."""
+        return self.verdict == "prompt"
+
+
+@dataclass(frozen=True)
+class Layer:
+    source: str
+    model: Any
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The merged policy of every file found, in order."""
+
+    layers: tuple[Layer, ...] = ()
+    rules: tuple[Rule, ...] = ()
+    settings: Mapping[str, tuple[Any, str, bool]] = field(default_factory=dict)
+    unknown_repos: tuple[str, str] = ("prompt", "default")
+    mode: tuple[str, str] = ("enforce", "default")
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        return tuple(layer.source for layer in self.layers)
+
+    @classmethod
+    def from_text(cls, text: str, source: str) -> Policy:
+        return cls.from_layers([Layer(source, _parse_file(text, source))])
+
+    @classmethod
+    def from_layers(cls, layers: Sequence[Layer]) -> Policy:
+        rules: list[Rule] = []
+        settings: dict[str, tuple[Any, str, bool]] = {}
+        unknown = ("prompt", "default")
+        mode = ("enforce", "default")
+        final_seen = False
+        for layer in layers:
+            section = layer.model.safehub
+            for i, d in enumerate(layer.model.deny):
+                rules.append(Rule("deny", layer.source, i, d, False, Glob(d.repo, fold=True),
+                                  _globs(d.refs), None))
+            for i, a in enumerate(layer.model.allow):
+                for k in a.keys:
+                    _key_path(k, layer.source)  # fail closed now, not at the first load
+                rules.append(Rule("allow", layer.source, i, a, not final_seen,
+                                  Glob(a.repo, fold=True), _globs(a.refs),
+                                  _globs(a.entrypoints)))
+            # Strictest wins, whatever the order: deny > prompt > allow; enforce > warn.
+            value = section.unknown_repos
+            if value is not None and (unknown[1] == "default"
+                                      or _UNKNOWN_ORDER[value] > _UNKNOWN_ORDER[unknown[0]]):
+                unknown = (value, layer.source)
+            if section.mode is not None and (
+                mode[1] == "default" or (section.mode == "enforce" and mode[0] == "warn")
+            ):
+                mode = (section.mode, layer.source)
+            for name in _SETTINGS:
+                setting = getattr(section, name)
+                if setting is not None and not settings.get(name, (None, "", False))[2]:
+                    settings[name] = (setting, layer.source, section.final)
+            final_seen = final_seen or section.final
+        return cls(tuple(layers), tuple(rules), settings, unknown, mode)
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def decide(self, spec: RepoSpec, *, entrypoint: str | None = None,
+               ref: str | None = None, locked: bool = False) -> Decision:
+        """Decide on a spec. ``ref`` overrides ``spec.ref`` (the resolved default branch);
+        ``locked`` says a lockfile pins this spec (which satisfies ``pin = "commit"``).
+        """
+        key = spec.key
+        ref = spec.ref if ref is None else ref
+        mode = self.mode[0]
+        for rule in self.rules:
+            if rule.kind != "deny" or not rule.matches(key):
+                continue
+            if rule.refs is not None and (ref is None or not _any(rule.refs, ref)):
+                continue
+            why = f"denied by {rule.where}" + (f": {rule.model.reason}" if rule.model.reason
+                                               else "")
+            return self._refuse(mode, why, "this is an admin decision; ask whoever owns "
+                                f"{rule.source}")
+        allows = [r for r in self.rules if r.kind == "allow" and r.matches(key)]
+        admitted = [r for r in allows if r.admits]
+        reasons: list[str] = []
+        if admitted:
+            verdict: Verdict = "allow"
+            reasons.append(f"allowed by {admitted[0].where}")
+        else:
+            value, source = self.unknown_repos
+            where = "the default" if source == "default" else source
+            if allows:
+                reasons.append(
+                    f"{allows[0].where} cannot admit a repo: it comes after a final = true file"
+                )
+            if value == "deny":
+                return self._refuse(
+                    mode, f"no allow rule admits {spec.repo} and unknown_repos = 'deny' "
+                    f"({where})", f"an admin can allow it in {source}:\n"
+                    f"      [[allow]]\n      repo = \"{spec.key}\"", reasons)
+            verdict = "allow" if value == "allow" else "prompt"
+            reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = {value!r} ({where})")
+        pin = False
+        signature = "none"
+        signer_sets: list[SignerSet] = []
+        weights: list[tuple[Glob, ...]] = []
+        violations: list[str] = []
+        for rule in allows:
+            m = rule.model
+            if rule.refs is not None and ref is not None and not _any(rule.refs, ref):
+                violations.append(
+                    f"ref {ref!r} is not one of {list(m.refs)} allowed by {rule.where}"
+                )
+            if rule.entrypoints is not None and entrypoint is not None and not _any(
+                rule.entrypoints, entrypoint
+            ):
+                violations.append(f"entrypoint {entrypoint!r} is not one of "
+                                  f"{list(m.entrypoints)} allowed by {rule.where}")
+            if m.pin == "commit":
+                pin = True
+                if not locked and not (ref is not None and is_full_sha(ref)):
+                    violations.append(
+                        f"{rule.where} requires a pinned commit: use a 40-hex sha or lock "
+                        "the spec with `safehub lock`"
+                    )
+            if _SIGNATURE_ORDER[m.signature] > _SIGNATURE_ORDER[signature]:
+                signature = m.signature
+            if m.signature != "none":
+                signer_sets.append(SignerSet(rule.source, tuple(m.signers),
+                                             tuple(_key_path(k, rule.source) for k in m.keys)))
+            if m.weights is not None:
+                weights.append(tuple(Glob(w) for w in m.weights))
+        fallback = self.settings.get("tree_fallback", (True, "", False))[0]
+        reqs = Requirements(pin, signature, tuple(signer_sets), tuple(weights),
+                            tree_fallback=bool(fallback))
+        if violations:
+            if mode == "warn":
+                return Decision("prompt", (*reasons, *violations), reqs, mode, tuple(violations))
+            return Decision("deny", (*reasons, *violations), reqs, mode, tuple(violations),
+                            fix="ask for a ref, entrypoint or pin the policy allows")
+        return Decision(verdict, tuple(reasons), reqs, mode)
+
+    def _refuse(self, mode: str, why: str, fix: str,
+                reasons: Iterable[str] = ()) -> Decision:
+        if mode == "warn":
+            # Rollout: the violation is logged and the load goes on as if no rule applied;
+            # it still needs the user's consent.
+            return Decision("prompt", (*reasons, why, "mode = 'warn': loading anyway"),
+                            Requirements(), mode, (why,))
+        return Decision("deny", (*reasons, why), Requirements(), mode, (why,), fix=fix)
+
+    def setting(self, name: str) -> tuple[Any, str, bool] | None:
+        """(value, file, locked-by-final) for a ``[safehub]`` setting, or None."""
+        return self.settings.get(name)
+
+    def describe(self) -> dict[str, Any]:
+        """The merged policy as data, each rule with its file (``safehub policy show``)."""
+        return {
+            "files": list(self.files),
+            "mode": {"value": self.mode[0], "from": self.mode[1]},
+            "unknown_repos": {"value": self.unknown_repos[0], "from": self.unknown_repos[1]},
+            "settings": {k: {"value": v, "from": s, "final": f}
+                         for k, (v, s, f) in sorted(self.settings.items())},
+            "rules": [
+                {"kind": r.kind, "from": r.source, "index": r.index + 1,
+                 "admits": r.admits if r.kind == "allow" else None,
+                 **r.model.model_dump(exclude_defaults=True)}
+                for r in self.rules
+            ],
+        }
+
+
+def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:
+    return None if values is None else tuple(Glob(v) for v in values)
+
+
+def _any(globs: Iterable[Glob], text: str) -> bool:
+    return any(g.match(text) for g in globs)
+
+
+def _key_path(key: str, source: str) -> Path:
+    path = Path(key).expanduser()
+    if not path.is_absolute():
+        path = Path(source).parent / path
+    if not path.is_file():
+        raise PolicyError(
+            f"policy file {source}: keys: public key file {str(path)!r} does not exist",
+            hint="fix the path (relative paths are relative to the policy file)",
+        )
+    return path
+
+
+# -- finding and caching the files ---------------------------------------------------------
+
+
+def discover(environ: Mapping[str, str] | None = None) -> list[Path]:
+    """The policy files that apply, in merge order (only those that exist)."""
+    import platformdirs
+
+    env = os.environ if environ is None else environ
+    dirs = platformdirs.PlatformDirs("safehub", appauthor=False, multipath=True)
+    candidates = [Path(p) / "policy.toml" for p in dirs.site_config_dir.split(os.pathsep) if p]
+    candidates.append(Path(platformdirs.user_config_dir("safehub", appauthor=False)) /
+                      "policy.toml")
+    candidates.append(Path.cwd() / "safehub.toml")
+    found = [p for p in candidates if p.is_file()]
+    for extra in env.get("SAFEHUB_POLICY", "").split(os.pathsep):
+        if not extra:
+            continue
+        path = Path(extra).expanduser()
+        if not path.is_file():
+            raise PolicyError(
+                f"SAFEHUB_POLICY names {extra!r}, which is not a readable file",
+                hint="fix SAFEHUB_POLICY; a missing policy refuses every load (fail closed)",
+            )
+        found.append(path)
+    return found
+
+
+_CACHE: dict[tuple[str, int, int, int, int], Layer] = {}
+
+
+def _read_layer(path: Path) -> Layer:
+    try:
+        st = path.stat()
+        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolicyError(
+            f"policy file {path} cannot be read ({e})",
+            hint="fix its permissions or encoding (UTF-8); until then no repo loads (fail "
+            "closed)",
+        ) from e
+    layer = Layer(str(path), _parse_file(text, str(path)))
+    if len(_CACHE) > 64:
+        _CACHE.clear()
+    _CACHE[key] = layer
+    return layer
+
+
+def load_policy(environ: Mapping[str, str] | None = None,
+                paths: Sequence[Path] | None = None) -> Policy:
+    """Read and merge the policy files (``paths``, or :func:`discover`)."""
+    files = discover(environ) if paths is None else list(paths)
+    if not files:
+        return Policy()
+    return Policy.from_layers([_read_layer(p) for p in files])
+
+
+def validate_file(path: Path) -> Policy:
+    """Parse one file on its own (``safehub policy validate``); raise PolicyError if bad."""
+    return Policy.from_layers([_read_layer(path)])
+
