@@ -1,0 +1,291 @@
+"""Policy files: parsing fails closed, layers merge strictest-first, final files hold."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+import safehub
+from safehub._internal.standin import GitHubStandIn
+from safehub.errors import PolicyError
+from safehub.policy import Policy, load_policy
+from safehub.spec import RepoSpec
+from tests.conftest import HubRepo, runs
+
+
+def spec(text: str) -> RepoSpec:
+    return RepoSpec.parse(text)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def site(home: Path) -> Path:
+    return home / "site/safehub/policy.toml"
+
+
+def user(home: Path) -> Path:
+    return home / "config/safehub/policy.toml"
+
+
+# -- parsing: fail closed, name the file, the key and the allowed values --------------------
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("[safehub]\nunknown_repos = 'maybe'\n",
+         ["safehub.unknown_repos", "'deny', 'prompt' or 'allow'", "'maybe'"]),
+        ("[safehub]\nmode = 'audit'\n", ["safehub.mode", "'enforce' or 'warn'"]),
+        ("[safehub]\nversion = 2\n", ["safehub.version", "1"]),
+        ("[safehub]\nunknown = 'deny'\n", ["safehub.unknown: unknown key", "unknown_repos"]),
+        ("[[allow]]\nrepo = 'a/b'\npinn = 'commit'\n", ["allow[0].pinn: unknown key", "pin"]),
+        ("[[allow]]\nrepo = 'a/b'\npin = 'sha'\n", ["allow[0].pin", "'none' or 'commit'"]),
+        ("[[allow]]\nrefs = ['v1']\n", ["allow[0].repo", "Field required"]),
+        ("[[allow]]\nrepo = 'pytorch'\n", ["allow[0].repo", "owner/name"]),
+        ("[[allow]]\nrepo = 'руtorch/vision'\n", ["allow[0].repo", "ASCII"]),
+        ("[[allow]]\nrepo = 'a/b'\nsignature = 'required'\n", ["needs at least one entry"]),
+        ("[[allow]]\nrepo = 'a/b'\nkeys = ['k.pem']\n", ["signature = 'none'"]),
+        ("[[allow]]\nrepo = 'a/b'\nsignature = 'required'\nsigners = [{issuer = 'x'}]\n",
+         ["allow[0].signers[0].identity", "Field required"]),
+        ("[[deny]]\nrepo = 'a/b'\nbecause = 'x'\n", ["deny[0].because: unknown key", "reason"]),
+        ("[safehub]\ngithub_api_url = 'http://x'\n", ["github_api_url", "https://"]),
+        ("[safehub\n", ["not valid TOML"]),
+        ("allow = 3\n", ["allow"]),
+    ],
+)
+def test_invalid_files_name_file_key_and_allowed_values(
+    tmp_path: Path, text: str, expected: list[str]
+) -> None:
+    path = write(tmp_path / "bad.toml", text)
+    with pytest.raises(PolicyError) as err:
+        load_policy(paths=[path])
+    message = str(err.value)
+    assert str(path) in message
+    for part in expected:
+        assert part in message
+    assert "fail closed" in message
+
+
+def test_missing_key_file_fails_closed(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.toml", "[[allow]]\nrepo = 'a/b'\nsignature = 'required'\n"
+                 "keys = ['nope.pem']\n")
+    with pytest.raises(PolicyError, match="nope.pem"):
+        load_policy(paths=[path])
+
+
+def test_unreadable_and_missing_files_refuse_every_load(
+    hub_repo: HubRepo, isolated: Path, monkeypatch: pytest.MonkeyPatch, canary: Path,
+    server: GitHubStandIn,
+) -> None:
+    monkeypatch.setenv("SAFEHUB_POLICY", str(isolated / "missing.toml"))
+    with pytest.raises(PolicyError, match="SAFEHUB_POLICY"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    monkeypatch.delenv("SAFEHUB_POLICY")
+    write(user(isolated), b"\xff\xfe".decode("latin-1"))
+    user(isolated).write_bytes(b"\xff\xfe[")
+    with pytest.raises(PolicyError, match="cannot be read"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert runs(canary) == 0 and server.count() == 0
+
+
+# -- deciding ---------------------------------------------------------------------------------
+
+def test_globs_and_case() -> None:
+    p = Policy.from_text("[safehub]\nunknown_repos = 'deny'\n[[allow]]\nrepo = 'MyOrg/*'\n",
+                         "p.toml")
+    assert p.decide(spec("myorg/models")).verdict == "allow"
+    assert p.decide(spec("MYORG/Models")).verdict == "allow"
+    assert p.decide(spec("myorg-evil/models")).verdict == "deny"
+    assert p.decide(spec("myor/models")).verdict == "deny"
+
+
+def test_refs_entrypoints_and_pin() -> None:
+    p = Policy.from_text(
+        "[[allow]]\nrepo = 'pytorch/vision'\nrefs = ['v0.*']\nentrypoints = ['resnet*']\n",
+        "p.toml")
+    assert p.decide(spec("pytorch/vision:v0.10.0"), entrypoint="resnet18").verdict == "allow"
+    d = p.decide(spec("pytorch/vision:main"), entrypoint="resnet18")
+    assert d.verdict == "deny" and "'main' is not one of ['v0.*']" in d.reasons[-1]
+    assert p.decide(spec("pytorch/vision:v0.1/evil")).verdict == "deny"  # * stops at /
+    assert p.decide(spec("pytorch/vision:v0.10.0"), entrypoint="vit").verdict == "deny"
+    pinned = Policy.from_text("[[allow]]\nrepo = 'a/b'\npin = 'commit'\n", "p.toml")
+    assert pinned.decide(spec("a/b:v1")).verdict == "deny"
+    assert pinned.decide(spec("a/b:" + "a" * 40)).verdict == "allow"
+    assert pinned.decide(spec("a/b:v1"), locked=True).verdict == "allow"
+
+
+def test_deny_wins_and_shows_its_reason() -> None:
+    p = Policy.from_text(
+        "[[allow]]\nrepo = 'someone/*'\n[[deny]]\nrepo = 'someone/bad'\nreason = 'malware'\n",
+        "p.toml")
+    d = p.decide(spec("someone/bad"))
+    assert d.verdict == "deny" and "malware" in d.reasons[0] and "p.toml" in d.reasons[0]
+    assert p.decide(spec("someone/good")).verdict == "allow"
+
+
+def test_no_files_means_prompt() -> None:
+    d = load_policy(paths=[])
+    assert d.decide(spec("a/b")).verdict == "prompt"
+
+
+def test_layers_strictest_wins(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.toml", "[safehub]\nunknown_repos = 'deny'\nmode = 'enforce'\n")
+    b = write(tmp_path / "b.toml", "[safehub]\nunknown_repos = 'allow'\nmode = 'warn'\n")
+    for order in ([a, b], [b, a]):
+        p = load_policy(paths=order)
+        assert p.unknown_repos == ("deny", str(a))
+        assert p.mode == ("enforce", str(a))
+
+
+def test_later_files_add_requirements(tmp_path: Path) -> None:
+    a = write(tmp_path / "a.toml", "[[allow]]\nrepo = 'org/*'\n")
+    b = write(tmp_path / "b.toml", "[[allow]]\nrepo = 'org/models'\nrefs = ['v*']\n")
+    p = load_policy(paths=[a, b])
+    assert p.decide(spec("org/models:v1")).verdict == "allow"
+    assert p.decide(spec("org/models:main")).verdict == "deny"
+    assert p.decide(spec("org/other:main")).verdict == "allow"
+
+
+def test_user_file_cannot_loosen_a_final_admin_file(
+    isolated: Path, hub_repo: HubRepo, server: GitHubStandIn, canary: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    write(site(isolated), "[safehub]\nfinal = true\nunknown_repos = 'deny'\n"
+          f"cache_dir = '{isolated / 'admin-cache'}'\n[[deny]]\nrepo = 'evil/*'\n")
+    write(user(isolated), "[safehub]\nunknown_repos = 'allow'\n"
+          f"cache_dir = '{isolated / 'user-cache'}'\n"
+          "[[allow]]\nrepo = 'acme/*'\n[[allow]]\nrepo = 'evil/x'\n")
+    p = load_policy()
+    assert p.unknown_repos[0] == "deny"
+    d = p.decide(spec("acme/models"))
+    assert d.verdict == "deny"
+    assert "cannot admit a repo: it comes after a final = true file" in " ".join(d.reasons)
+    assert p.decide(spec("evil/x")).verdict == "deny"
+    assert p.setting("cache_dir")[0] == str(isolated / "admin-cache")
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(isolated / "env-cache"))
+    assert safehub.Hub().settings.cache_dir == isolated / "admin-cache"  # env cannot either
+    with pytest.raises(safehub.PolicyDenied):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert server.count() == 0 and runs(canary) == 0
+
+
+def test_environment_wins_over_a_policy_that_is_not_final(
+    isolated: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    write(user(isolated), f"[safehub]\ncache_dir = '{isolated / 'policy-cache'}'\n")
+    assert safehub.Hub().settings.cache_dir == isolated / "policy-cache"
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(isolated / "env-cache"))
+    assert safehub.Hub().settings.cache_dir == isolated / "env-cache"
+
+
+def test_file_order_site_user_cwd_env(isolated: Path, monkeypatch: pytest.MonkeyPatch,
+                                      tmp_path: Path) -> None:
+    files = [write(site(isolated), ""), write(user(isolated), ""),
+             write(Path.cwd() / "safehub.toml", ""), write(tmp_path / "e1.toml", ""),
+             write(tmp_path / "e2.toml", "")]
+    monkeypatch.setenv("SAFEHUB_POLICY", os.pathsep.join(map(str, files[3:])))
+    assert load_policy().files == tuple(map(str, files))
+
+
+# -- through the pipeline ------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["evil/models", "EVIL/Models"])
+def test_denied_repo_makes_zero_requests(
+    isolated: Path, server: GitHubStandIn, make_hub_repo, canary: Path, name: str,  # type: ignore[no-untyped-def]
+) -> None:
+    make_hub_repo("evil", "models")
+    write(site(isolated), "[[deny]]\nrepo = 'evil/*'\nreason = 'known bad'\n")
+    server.clear_log()
+    with pytest.raises(safehub.PolicyDenied, match="known bad") as err:
+        safehub.load(f"{name}:v1.0", "tiny", trust_repo=True)
+    assert "whoever owns" in str(err.value)
+    assert server.count() == 0 and runs(canary) == 0
+
+
+def test_unknown_repo_under_deny_makes_zero_requests(
+    isolated: Path, hub_repo: HubRepo, server: GitHubStandIn
+) -> None:
+    write(site(isolated), "[safehub]\nunknown_repos = 'deny'\n")
+    server.clear_log()
+    with pytest.raises(safehub.PolicyDenied) as err:
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)  # True never beats deny
+    assert 'repo = "acme/models"' in str(err.value)  # the exact lines that would allow it
+    assert server.count() == 0
+
+
+def test_allowed_repo_loads_in_ci_without_consent(
+    isolated: Path, hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch, canary: Path
+) -> None:
+    monkeypatch.setenv("CI", "true")
+    write(site(isolated), "[safehub]\nunknown_repos = 'deny'\n[[allow]]\nrepo = 'acme/*'\n")
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo", 1) == ((1,), {})
+    with pytest.raises(safehub.UntrustedRepoError, match="trust_repo=False"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=False)  # False always asks
+
+
+def test_default_branch_is_checked_against_refs(isolated: Path, hub_repo: HubRepo) -> None:
+    write(site(isolated), "[[allow]]\nrepo = 'acme/*'\nrefs = ['v*']\n")
+    with pytest.raises(safehub.PolicyDenied, match="'main' is not one of"):
+        safehub.load(hub_repo.spec, "tiny")
+
+
+def test_entrypoint_rules(isolated: Path, hub_repo: HubRepo, canary: Path) -> None:
+    write(site(isolated), "[[allow]]\nrepo = 'acme/*'\nentrypoints = ['ti*']\n")
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "tiny") is not None
+    with pytest.raises(safehub.PolicyDenied, match="entrypoint 'echo'"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "echo")
+    assert runs(canary) == 1
+
+
+def test_warn_mode_logs_and_loads(isolated: Path, hub_repo: HubRepo) -> None:
+    write(site(isolated), "[safehub]\nmode = 'warn'\nunknown_repos = 'deny'\n")
+    with pytest.warns(UserWarning, match="mode = 'warn'"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    log = isolated / "state/safehub/log/audit.jsonl"
+    last = json.loads(log.read_text().splitlines()[-1])
+    assert last["decision"] == "warn" and last["trusted_by"] == "trust_repo"
+
+
+def test_tree_fallback_can_be_forbidden(isolated: Path, make_hub_repo) -> None:  # type: ignore[no-untyped-def]
+    repo: HubRepo = make_hub_repo(files={".gitattributes": "v.py export-subst\n",
+                                         "v.py": "V = '$Format:%H$'\n"})
+    write(site(isolated), "[safehub]\ntree_fallback = false\n")
+    with pytest.raises(safehub.IntegrityError, match="forbidden by policy"):
+        safehub.load(f"{repo.spec}:v1.0", "tiny", trust_repo=True)
+
+
+# -- audit -------------------------------------------------------------------------------------
+
+def test_every_decision_is_audited(isolated: Path, hub_repo: HubRepo,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    audit = isolated / "audit/log.jsonl"
+    policy = write(site(isolated), f"[safehub]\naudit_log = '{audit}'\n"
+                   "[[deny]]\nrepo = 'evil/*'\n")
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(safehub.UntrustedRepoError):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
+    with pytest.raises(safehub.PolicyDenied):
+        safehub.load("evil/x", "tiny")
+    lines = [json.loads(line) for line in audit.read_text().splitlines()]
+    assert [x["decision"] for x in lines] == ["refused", "trust_repo", "consent", "deny"]
+    first = lines[0]
+    assert first["repo"] == "acme/models" and first["commit"] == hub_repo.sha
+    assert first["digest"].startswith("sha256:") and first["policy_files"] == [str(policy)]
+    assert {"time", "user", "host", "ref", "reasons", "entrypoint"} <= set(first)
+
+
+def test_audit_log_the_policy_requires_must_be_writable(
+    isolated: Path, hub_repo: HubRepo, tmp_path: Path
+) -> None:
+    blocker = write(tmp_path / "file", "")
+    write(site(isolated), f"[safehub]\naudit_log = '{blocker / 'audit.jsonl'}'\n")
+    with pytest.raises(PolicyError, match="audit log"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
