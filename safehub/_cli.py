@@ -10,6 +10,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from safehub.errors import SafehubError, SpecError
@@ -143,6 +144,102 @@ def _cmd_cache_clear(args: argparse.Namespace) -> int:
 
 
 
+# -- check, trust, untrust ----------------------------------------------------------------
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    report = _hub(args).check(args.spec, entrypoint=args.entrypoint)
+    lines = [f"{report['spec']}: {report['outcome'].upper()} ({report['why']})"]
+    if report.get("commit"):
+        lines.append(f"  commit   {report['commit']}  ({report.get('proof')})")
+    if report.get("digest"):
+        lines.append(f"  digest   {report['digest']} (cached, re-checked)")
+    for reason in report["reasons"]:
+        lines.append(f"  policy   {reason}")
+    if report.get("fix"):
+        lines.append(f"  fix      {report['fix']}")
+    _emit(args, report, "\n".join(lines))
+    return EXIT_OK if report["outcome"] == "load" else EXIT_REFUSED
+
+
+def _cmd_trust(args: argparse.Namespace) -> int:
+    prepared = _hub(args).trust(args.spec, force_reload=args.force_reload)
+    r = prepared.resolved
+    data = {"repo": r.spec.key, "ref": r.ref, "commit": r.commit, "digest": prepared.tree.digest}
+    _emit(args, data, f"trusted {r.spec.repo} at {r.commit} ({prepared.tree.digest})")
+    return EXIT_OK
+
+
+def _cmd_untrust(args: argparse.Namespace) -> int:
+    removed = _hub(args).untrust(args.spec)
+    _emit(args, {"removed": removed}, f"forgot {removed} consent record(s) for {args.spec}")
+    return EXIT_OK
+
+
+# -- policy ----------------------------------------------------------------------------------
+
+def _cmd_policy_show(args: argparse.Namespace) -> int:
+    from safehub.policy import load_policy
+
+    data = load_policy().describe()
+    lines = [f"policy files (in order): {', '.join(data['files']) or '(none)'}",
+             f"mode = {data['mode']['value']!r}  (from {data['mode']['from']})",
+             f"unknown_repos = {data['unknown_repos']['value']!r}  "
+             f"(from {data['unknown_repos']['from']})"]
+    for name, info in data["settings"].items():
+        final = ", final" if info["final"] else ""
+        lines.append(f"{name} = {info['value']!r}  (from {info['from']}{final})")
+    for rule in data["rules"]:
+        extra = {k: v for k, v in rule.items()
+                 if k not in ("kind", "from", "index", "admits", "repo")}
+        note = "" if rule["admits"] in (None, True) else "  [after a final file: adds "\
+            "requirements only]"
+        lines.append(f"[[{rule['kind']}]] {rule['repo']}  {extra or ''}  "
+                     f"({rule['from']} #{rule['index']}){note}")
+    _emit(args, data, "\n".join(lines))
+    return EXIT_OK
+
+
+def _cmd_policy_validate(args: argparse.Namespace) -> int:
+    from safehub.errors import PolicyError
+    from safehub.policy import validate_file
+
+    results = []
+    for name in args.files:
+        try:
+            policy = validate_file(Path(name))
+            results.append({"file": name, "ok": True, "rules": len(policy.rules)})
+        except PolicyError as e:
+            results.append({"file": name, "ok": False, "error": e.message})
+    text = "\n".join(
+        f"ok   {r['file']} ({r['rules']} rules)" if r["ok"] else f"FAIL {r['error']}"
+        for r in results
+    )
+    _emit(args, results, text)
+    return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
+
+
+# -- run ------------------------------------------------------------------------------------
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    import os
+    import subprocess
+
+    from safehub._internal.autoinstall import SITE_DIR
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if not command:
+        raise SpecError("safehub run needs a command", hint="safehub run -- python train.py")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in (str(SITE_DIR), env.get("PYTHONPATH", "")) if p
+    )
+    try:
+        return subprocess.call(command, env=env)
+    except FileNotFoundError as e:
+        raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
+                        hint="check the command") from e
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from safehub._demo import run_demo
 
@@ -171,6 +268,34 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--force-reload", action="store_true", help="fetch and verify again")
     load.add_argument("-q", "--quiet", action="store_true", help="no cache messages")
     load.set_defaults(func=_cmd_load)
+
+    check = sub.add_parser("check", parents=[common],
+                           help="dry run: would this load, and why (exit 0 yes, 1 no)")
+    check.add_argument("spec", help="owner/name[:ref]")
+    check.add_argument("--entrypoint", help="the entrypoint that would be loaded")
+    check.set_defaults(func=_cmd_check)
+
+    trust = sub.add_parser("trust", parents=[common],
+                           help="fetch, verify and trust this exact content (no code runs)")
+    trust.add_argument("spec", help="owner/name[:ref]")
+    trust.add_argument("--force-reload", action="store_true", help="fetch and verify again")
+    trust.set_defaults(func=_cmd_trust)
+
+    untrust = sub.add_parser("untrust", parents=[common], help="forget consent for a repo")
+    untrust.add_argument("spec", help="owner/name (all commits) or owner/name:ref (one)")
+    untrust.set_defaults(func=_cmd_untrust)
+
+    policy = sub.add_parser("policy", help="show or validate policy files")
+    psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")
+    show = psub.add_parser("show", parents=[common], help="the merged policy, rule by rule")
+    show.set_defaults(func=_cmd_policy_show)
+    validate = psub.add_parser("validate", parents=[common], help="check policy files")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.set_defaults(func=_cmd_policy_validate)
+
+    run = sub.add_parser("run", help="run a program with torch.hub routed through safehub")
+    run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    run.set_defaults(func=_cmd_run)
 
     demo = sub.add_parser("demo", help="run the pipeline on a shipped example (no network)")
     demo.set_defaults(func=_cmd_demo)

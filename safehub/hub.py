@@ -295,6 +295,70 @@ class Hub:
         self.consents.record(spec.key, resolved.commit, digest, "prompt")
         return "prompt-yes"
 
+    # -- dry run and explicit trust ------------------------------------------------------
+
+    def check(self, repo: str, *, entrypoint: str | None = None) -> dict[str, Any]:
+        """What a load would do, and why, without downloading an archive or running code.
+
+        ``outcome`` is ``load`` (allowed, or this content was trusted), ``prompt`` (a
+        terminal user would be asked), or ``refuse``.
+        """
+        spec = RepoSpec.parse(repo)
+        report: dict[str, Any] = {"spec": str(spec), "repo": spec.key,
+                                  "entrypoint": entrypoint,
+                                  "policy_files": list(self.policy.files)}
+        decision = self.policy.decide(spec, entrypoint=entrypoint)
+        if decision.verdict != "deny":
+            resolved = self._resolve(spec, False)
+            report.update(ref=resolved.ref, commit=resolved.commit, proof=resolved.proof)
+            if spec.ref is None:
+                decision = self.policy.decide(spec, entrypoint=entrypoint, ref=resolved.ref)
+        report.update(policy=decision.verdict, reasons=list(decision.reasons),
+                      requirements={"pin": decision.requirements.pin,
+                                    "signature": decision.requirements.signature},
+                      violations=list(decision.violations))
+        if decision.verdict == "deny":
+            report.update(outcome="refuse", why="denied by policy", fix=decision.fix)
+            return report
+        entry = self.cache.lookup(report["commit"])
+        if entry is not None:
+            entry.recheck()
+        report["cached"] = entry is not None
+        report["digest"] = entry.digest if entry is not None else None
+        consents = [c for c in self.consents.list(spec.key) if c.commit == report["commit"]
+                    and (entry is None or c.digest == entry.digest)]
+        if decision.verdict == "allow":
+            report.update(outcome="load", why="the policy allows it")
+        elif consents:
+            report.update(outcome="load", why=f"you trusted this content {consents[-1].at}")
+        elif self.settings.noninteractive:
+            report.update(outcome="refuse", why="not trusted, and nobody can be asked",
+                          fix=f"safehub trust {spec.repo}:{report['commit']}")
+        else:
+            report.update(outcome="prompt", why="not trusted yet: you would be asked")
+        return report
+
+    def trust(self, repo: str, *, force_reload: bool = False) -> Prepared:
+        """Fetch and verify ``repo`` and record consent for its content (no code runs).
+
+        A policy deny or requirement still wins; consent only matters where users decide.
+        """
+        prepared = self.prepare(repo, trust_repo=True, force_reload=force_reload,
+                                verbose=False)
+        r = prepared.resolved
+        if self.consents.find(r.spec.key, r.commit, prepared.tree.digest) is None:
+            self.consents.record(r.spec.key, r.commit, prepared.tree.digest, "safehub trust")
+        return prepared
+
+    def untrust(self, repo: str) -> int:
+        """Forget consent for ``repo`` (one commit if the spec names a resolvable ref)."""
+        spec = RepoSpec.parse(repo)
+        commit = None
+        if spec.ref is not None:
+            hit = self._cached_resolution(spec)
+            commit = hit.commit if hit is not None else spec.ref
+        return self.consents.remove(spec.key, commit)
+
     # -- the drop-in functions --------------------------------------------------------
 
     def load(

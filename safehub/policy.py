@@ -56,6 +56,7 @@ Verdict = Literal["allow", "prompt", "deny"]
 _UNKNOWN_ORDER = {"allow": 0, "prompt": 1, "deny": 2}
 _SIGNATURE_ORDER = {"none": 0, "if-present": 1, "required": 2}
 _REPO_GLOB = re.compile(r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+")
+_PATH_SETTINGS = ("cache_dir", "lockfile", "audit_log")
 _SETTINGS = ("cache_dir", "lockfile", "audit_log", "offline", "noninteractive",
              "github_api_url", "github_url", "allowed_hosts", "tree_fallback")
 
@@ -454,8 +455,19 @@ class Policy:
         return Decision("deny", (*reasons, why), Requirements(), mode, (why,), fix=fix)
 
     def setting(self, name: str) -> tuple[Any, str, bool] | None:
-        """(value, file, locked-by-final) for a ``[safehub]`` setting, or None."""
-        return self.settings.get(name)
+        """(value, file, locked-by-final) for a ``[safehub]`` setting, or None.
+
+        Relative paths (``cache_dir``, ``lockfile``, ``audit_log``) are taken relative to
+        the folder of the file that sets them.
+        """
+        found = self.settings.get(name)
+        if found is not None and name in _PATH_SETTINGS:
+            value, source, final = found
+            path = Path(value).expanduser()
+            if not path.is_absolute():
+                path = Path(source).parent / path
+            return str(path), source, final
+        return found
 
     def describe(self) -> dict[str, Any]:
         """The merged policy as data, each rule with its file (``safehub policy show``)."""
@@ -521,16 +533,27 @@ def discover(environ: Mapping[str, str] | None = None) -> list[Path]:
     return found
 
 
-_CACHE: dict[tuple[str, int, int, int, int], Layer] = {}
+_FileKey = tuple[str, int, int, int, int]
+_LAYERS: dict[_FileKey, Layer] = {}
+_MERGED: dict[tuple[_FileKey, ...], Policy] = {}
 
 
-def _read_layer(path: Path) -> Layer:
+def _file_key(path: Path) -> _FileKey:
     try:
         st = path.stat()
-        key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
-        hit = _CACHE.get(key)
-        if hit is not None:
-            return hit
+    except OSError as e:
+        raise PolicyError(
+            f"policy file {path} cannot be read ({e})",
+            hint="fix its permissions; until then no repo loads (fail closed)",
+        ) from e
+    return (str(path), st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+
+
+def _read_layer(path: Path, key: _FileKey) -> Layer:
+    hit = _LAYERS.get(key)
+    if hit is not None:
+        return hit
+    try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise PolicyError(
@@ -539,22 +562,33 @@ def _read_layer(path: Path) -> Layer:
             "closed)",
         ) from e
     layer = Layer(str(path), _parse_file(text, str(path)))
-    if len(_CACHE) > 64:
-        _CACHE.clear()
-    _CACHE[key] = layer
+    if len(_LAYERS) > 64:
+        _LAYERS.clear()
+    _LAYERS[key] = layer
     return layer
 
 
 def load_policy(environ: Mapping[str, str] | None = None,
                 paths: Sequence[Path] | None = None) -> Policy:
-    """Read and merge the policy files (``paths``, or :func:`discover`)."""
+    """Read and merge the policy files (``paths``, or :func:`discover`).
+
+    Parsed files and the merged result are kept per process, keyed by each file's path,
+    size, mtime, ctime and inode: an edited file is read again at the next load.
+    """
     files = discover(environ) if paths is None else list(paths)
     if not files:
         return Policy()
-    return Policy.from_layers([_read_layer(p) for p in files])
+    keys = tuple(_file_key(p) for p in files)
+    merged = _MERGED.get(keys)
+    if merged is None:
+        merged = Policy.from_layers([_read_layer(p, k) for p, k in zip(files, keys, strict=True)])
+        if len(_MERGED) > 16:
+            _MERGED.clear()
+        _MERGED[keys] = merged
+    return merged
 
 
 def validate_file(path: Path) -> Policy:
     """Parse one file on its own (``safehub policy validate``); raise PolicyError if bad."""
-    return Policy.from_layers([_read_layer(path)])
+    return Policy.from_layers([_read_layer(path, _file_key(path))])
 

@@ -22,9 +22,13 @@ _PATCHED = ("load", "list", "help")
 
 
 def torch_hub() -> ModuleType:
-    import torch.hub
+    """The torch.hub module (from sys.modules: torch may still be initialising)."""
+    module = sys.modules.get("torch.hub")
+    if module is None:
+        import torch.hub  # noqa: F401
 
-    return torch.hub
+        module = sys.modules["torch.hub"]
+    return module
 
 
 def original(name: str) -> Any:

@@ -1,0 +1,104 @@
+"""CLI: check, trust, untrust, policy show/validate, run."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from safehub._cli import main
+from tests.conftest import HubRepo, runs
+
+
+def out_json(capsys: pytest.CaptureFixture[str]) -> object:
+    text = capsys.readouterr().out
+    return json.loads(text[text.index(next(c for c in text if c in "[{")):])
+
+
+def test_check_is_a_dry_run(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str],
+                            canary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CI", "true")
+    assert main(["check", f"{hub_repo.spec}:v1.0", "--json"]) == 1
+    report = out_json(capsys)
+    assert isinstance(report, dict)
+    assert report["outcome"] == "refuse" and report["commit"] == hub_repo.sha
+    assert report["fix"] == f"safehub trust {hub_repo.spec}:{hub_repo.sha}"
+    assert runs(canary) == 0
+
+    assert main(["trust", f"{hub_repo.spec}:v1.0"]) == 0
+    assert "trusted acme/models at " + hub_repo.sha in capsys.readouterr().out
+    assert runs(canary) == 0  # trusting runs nothing
+
+    assert main(["check", f"{hub_repo.spec}:v1.0"]) == 0
+    assert "LOAD" in capsys.readouterr().out
+    assert main(["load", f"{hub_repo.spec}:v1.0", "tiny", "-q"]) == 0  # no --trust needed now
+    assert runs(canary) == 1
+
+    assert main(["untrust", hub_repo.spec]) == 0
+    assert "forgot 1" in capsys.readouterr().out
+    assert main(["check", f"{hub_repo.spec}:v1.0"]) == 1
+
+
+def test_check_denied_by_policy(isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    policy = isolated / "site/safehub/policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text("[[deny]]\nrepo = 'evil/*'\nreason = 'no'\n")
+    assert main(["check", "evil/thing:v1", "--json"]) == 1
+    report = out_json(capsys)
+    assert isinstance(report, dict) and report["policy"] == "deny" and "no" in report["reasons"][0]
+
+
+def test_policy_show_and_validate(isolated: Path, tmp_path: Path,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    site = isolated / "site/safehub/policy.toml"
+    site.parent.mkdir(parents=True)
+    site.write_text("[safehub]\nfinal = true\nunknown_repos = 'deny'\n[[allow]]\nrepo = 'a/*'\n")
+    user = isolated / "config/safehub/policy.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("[[allow]]\nrepo = 'b/*'\n")
+    assert main(["policy", "show"]) == 0
+    text = capsys.readouterr().out
+    assert f"({site} #1)" in text and "adds requirements only" in text
+    assert main(["policy", "show", "--json"]) == 0
+    data = out_json(capsys)
+    assert isinstance(data, dict) and data["unknown_repos"] == {"value": "deny", "from": str(site)}
+
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[allow]]\nrepo = 'x/y'\npin = 'always'\n")
+    assert main(["policy", "validate", str(site), str(bad)]) == 1
+    text = capsys.readouterr().out
+    assert f"ok   {site}" in text and "allow[0].pin" in text
+
+
+def test_run_routes_torch_hub_in_a_child_program(
+    hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import sys, torch.hub\n"
+        f"torch.hub.load('{hub_repo.spec}:v1.0', 'tiny')\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
+    monkeypatch.setenv("CI", "true")
+    proc = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
+        capture_output=True, text=True, env=dict(os.environ),
+    )
+    # torch.hub.load would have asked (and crashed in CI); through safehub it is refused.
+    assert proc.returncode != 0 and "UntrustedRepoError" in proc.stderr
+    assert runs(canary) == 0
+    assert main(["trust", f"{hub_repo.spec}:v1.0"]) == 0
+    proc = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
+        capture_output=True, text=True, env=dict(os.environ),
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert runs(canary) == 1
+
+
+def test_run_needs_a_command(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["run"]) == 2
