@@ -60,3 +60,20 @@ def test_yes_loads_and_is_remembered_for_this_content_only(
     hub_repo.tag("v2")
     out = answer(spawn(f"{hub_repo.spec}:v2", tmp_path), hub_repo, "yes")
     assert "LOADED" in out and runs(canary) == 3
+
+
+def test_closed_stdin_refuses_at_once_without_ci_variables(
+    hub_repo: HubRepo, canary: Path, tmp_path: Path
+) -> None:
+    """No TTY and no CI=true: never input(), an immediate refusal that says how to fix it."""
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env.pop("CI", None)
+    proc = subprocess.run([sys.executable, "-c", CHILD, f"{hub_repo.spec}:v1.0"],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=120)
+    assert proc.returncode == 1
+    assert "REFUSED" in proc.stdout and "nobody can be asked" in proc.stdout
+    assert "EOFError" not in proc.stderr
+    assert runs(canary) == 0
