@@ -9,7 +9,8 @@ Families, one per kind of failure a caller may want to handle apart:
 * :class:`PolicyError` -- a policy file is unreadable or invalid (fail closed).
 * :class:`PolicyDenied` -- a policy rule refuses the repo, ref or entrypoint.
 * :class:`UntrustedRepoError` -- nobody agreed to run this content.
-* :class:`PinError` -- the lockfile or a pin disagrees (moved tag, fork commit, renamed repo).
+* :class:`PinError` -- the lockfile or a pin disagrees (moved tag, fork commit, renamed repo:
+  :class:`RepoMovedError`).
 * :class:`IntegrityError` -- downloaded or cached content failed verification.
 * :class:`SignatureError` -- a required signature is missing or invalid.
 * :class:`FetchError` -- the network could not deliver (distinct from "delivered but wrong").
@@ -30,6 +31,7 @@ __all__ = [
     "PolicyDenied",
     "PolicyError",
     "RateLimitError",
+    "RepoMovedError",
     "SafehubError",
     "SignatureError",
     "SpecError",
@@ -78,6 +80,15 @@ class UntrustedRepoError(SafehubError):
 
 class PinError(SafehubError):
     """A pin or provenance rule failed: moved tag, fork commit, renamed repo, bad lockfile."""
+
+
+class RepoMovedError(PinError):
+    """GitHub answers for another owner/name: the repo was renamed or transferred."""
+
+    def __init__(self, message: str, *, old: str, new: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.old = old
+        self.new = new
 
 
 class IntegrityError(SafehubError):

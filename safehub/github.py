@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from safehub._internal.http import Http, Reply
-from safehub.errors import FetchError, NotFoundError, PinError
+from safehub.errors import FetchError, NotFoundError, PinError, RepoMovedError
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 
 __all__ = ["MAX_COMPARES", "GitHub", "Resolved"]
@@ -41,6 +41,13 @@ class Resolved:
     commit: str
     tree: str
     proof: str
+    moved_to: RepoSpec | None = None
+    """Where the repo lives now, if it was renamed and the policy names the new name."""
+
+    @property
+    def location(self) -> RepoSpec:
+        """The repo to fetch from."""
+        return self.moved_to or self.spec
 
 
 def _sha(data: Any, what: str) -> tuple[str, str]:
@@ -73,15 +80,17 @@ class GitHub:
 
     def _moved(self, spec: RepoSpec) -> None:
         """The API redirected: the repo was renamed or transferred. Refuse, naming both."""
-        try:
-            info = self.http.get_json(f"{self.api}/repos/{spec.owner}/{spec.name}", "repo info")
-            new = str(info.data.get("full_name", "?"))
-        except FetchError:
-            new = "another name"
-        raise PinError(
-            f"{spec.repo} has moved: GitHub now answers for {new}. The old name may be "
+        info = self.http.get_json(f"{self.api}/repos/{spec.owner}/{spec.name}", "repo info")
+        new = str(info.data.get("full_name", "")) if isinstance(info.data, dict) else ""
+        if not new or "/" not in new:
+            raise FetchError(f"the API redirected requests for {spec.repo} but did not say "
+                             "where the repo went")
+        raise RepoMovedError(
+            f"{spec.repo} has moved: GitHub now answers for {new}. The old name can be "
             "registered again by someone else (repo-jacking), so safehub does not follow",
-            hint=f"if {new} is the repo you mean, load it by that name",
+            old=spec.key, new=new,
+            hint=f"load it as {new!r}, or name {new} in an [[allow]] rule of the policy to "
+            "follow the move",
         )
 
     def repo_info(self, spec: RepoSpec) -> dict[str, Any]:
@@ -154,7 +163,8 @@ class GitHub:
         return [item for item in data["tree"] if isinstance(item, dict)]
 
     def archive_url(self, spec: RepoSpec, commit: str) -> str:
-        return f"{self.web}/{spec.owner}/{spec.name}/zipball/{commit}"
+        """The zipball URL; the name is case-folded so mirrors need one copy per repo."""
+        return f"{self.web}/{spec.key}/zipball/{commit}"
 
     # -- resolution -------------------------------------------------------------------
 

@@ -20,8 +20,17 @@ from safehub._internal.http import Http
 from safehub.audit import AuditLog
 from safehub.cache import Cache, CachedTree, Verdict
 from safehub.config import Settings
-from safehub.errors import PolicyDenied, SafehubError, SpecError, UntrustedRepoError
+from safehub.errors import (
+    IntegrityError,
+    PinError,
+    PolicyDenied,
+    RepoMovedError,
+    SafehubError,
+    SpecError,
+    UntrustedRepoError,
+)
 from safehub.github import GitHub, Resolved
+from safehub.lockfile import LockEntry, Lockfile, spec_key
 from safehub.policy import Decision, Policy, load_policy
 from safehub.spec import RepoSpec, is_full_sha
 from safehub.trust import ConsentStore, ask
@@ -81,6 +90,22 @@ class Hub:
             policy_files=self.policy.files,
         )
         self._http: Http | None = None
+        self._lockfile: Lockfile | None = None
+
+    @property
+    def lockfile_path(self) -> Path:
+        """``SAFEHUB_LOCKFILE`` / the policy's ``lockfile``, else ``./safehub.lock``."""
+        return self.settings.lockfile or Path.cwd() / "safehub.lock"
+
+    @property
+    def lockfile(self) -> Lockfile | None:
+        """The lockfile in force, or None. An explicitly named one must exist."""
+        if self._lockfile is None:
+            path = self.lockfile_path
+            if self.settings.lockfile is None and not path.exists():
+                return None
+            self._lockfile = load_lockfile(path)
+        return self._lockfile
 
     @property
     def github(self) -> GitHub:
@@ -103,12 +128,14 @@ class Hub:
         spec = RepoSpec.parse(repo)                                       # 1. parse
         note = _Note(self.audit, spec, entrypoint)
         try:
-            decision = self._decide(spec, entrypoint, None)               # 2. decide on the name
-            resolved = self._resolve(spec, force_reload)                   # 3, 4. resolve, prove
+            lock = self.lockfile.get(spec) if self.lockfile is not None else None
+            decision = self._decide(spec, entrypoint, None, lock)         # 2. decide on the name
+            resolved = self._resolve(spec, force_reload, lock)            # 3, 4. resolve, prove
             note.ref, note.commit = resolved.ref, resolved.commit
-            if spec.ref is None:
-                decision = self._decide(spec, entrypoint, resolved.ref)   # refs vs default branch
-            tree = self._fetch_verified(resolved, decision, force_reload, verbose)  # 5, 6, 9
+            if spec.ref is None:                                          # refs vs default branch
+                decision = self._decide(spec, entrypoint, resolved.ref, lock)
+            tree = self._fetch_verified(resolved, decision, lock, force_reload,
+                                        verbose)                          # 5, 6, 9
             note.digest = tree.digest
             trusted_by = self._trust(resolved, tree.digest, trust_repo, decision)  # 8. trust
         except SafehubError as e:
@@ -122,8 +149,10 @@ class Hub:
 
     # -- 2: decide --------------------------------------------------------------------
 
-    def _decide(self, spec: RepoSpec, entrypoint: str | None, ref: str | None) -> Decision:
-        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref)
+    def _decide(self, spec: RepoSpec, entrypoint: str | None, ref: str | None,
+                lock: LockEntry | None) -> Decision:
+        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref,
+                                      locked=lock is not None)
         if decision.verdict == "deny":
             raise PolicyDenied(
                 f"policy refuses {spec}: " + "; ".join(decision.reasons),
@@ -155,7 +184,12 @@ class Hub:
             return None
         return Resolved(spec, label, commit, str(proof["tree"]), str(proof.get("proof")))
 
-    def _resolve(self, spec: RepoSpec, force_reload: bool) -> Resolved:
+    def _resolve(self, spec: RepoSpec, force_reload: bool,
+                 lock: LockEntry | None = None) -> Resolved:
+        if lock is not None and not force_reload:
+            where = f"locked in {self.lockfile_path}"
+            return Resolved(spec, lock.ref or spec.ref or "", lock.commit, lock.tree,
+                            f"{where}: {lock.proof}" if lock.proof else where)
         if not force_reload:
             hit = self._cached_resolution(spec)
             if hit is not None:
@@ -165,43 +199,77 @@ class Hub:
                 hit = self._cached_resolution(spec)   # another process may have resolved it
                 if hit is not None:
                     return hit
-            resolved = self.github.resolve(spec)
+            resolved = self._resolve_online(spec)
             record = self.cache.read_repo(spec.key)
             if not (spec.ref and is_full_sha(spec.ref)):
                 record["refs"][spec.ref or ""] = {"ref": resolved.ref, "commit": resolved.commit}
             record["commits"][resolved.commit] = {"tree": resolved.tree, "proof": resolved.proof}
+            if resolved.moved_to is not None:
+                record["moved_to"] = resolved.moved_to.key
             self.cache.write_repo(spec.key, record)
+        if lock is not None and resolved.commit != lock.commit:
+            raise PinError(
+                f"{spec} is locked to commit {lock.commit}, but {resolved.ref} now names "
+                f"{resolved.commit}: the ref moved. Nothing new was run",
+                hint=f"if the move is expected, review it and run `safehub lock --upgrade "
+                f"{spec_key(spec)}`; otherwise load without force_reload to keep the locked "
+                "commit",
+            )
         return resolved
+
+    def _resolve_online(self, spec: RepoSpec) -> Resolved:
+        """Ask GitHub; follow a rename only where the policy names the new repo."""
+        try:
+            return self.github.resolve(spec)
+        except RepoMovedError as moved:
+            new = RepoSpec.parse(moved.new if spec.ref is None else f"{moved.new}:{spec.ref}")
+            if not self.policy.names(new.key):
+                raise
+            resolved = self.github.resolve(new)
+            return Resolved(spec, resolved.ref, resolved.commit, resolved.tree,
+                            f"{resolved.proof} (moved from {spec.repo}; the policy names "
+                            f"{new.repo})", moved_to=new)
 
     # -- 5, 6, 9: fetch, verify, install ------------------------------------------------
 
-    def _fetch_verified(self, resolved: Resolved, decision: Decision, force_reload: bool,
-                        verbose: bool) -> CachedTree:
+    def _fetch_verified(self, resolved: Resolved, decision: Decision, lock: LockEntry | None,
+                        force_reload: bool, verbose: bool) -> CachedTree:
         commit = resolved.commit
         if not force_reload:
-            hit = self.cache.lookup(commit)
+            hit = self._cache_hit(commit, lock, verbose)
             if hit is not None:
-                hit.recheck()
-                _say(verbose, f"Using cache found in {hit.path}")
                 return hit
         with self.cache.lock(commit):
             if not force_reload:
-                hit = self.cache.lookup(commit)          # another process may have installed it
+                hit = self._cache_hit(commit, lock, verbose)  # another process installed it
                 if hit is not None:
-                    hit.recheck()
-                    _say(verbose, f"Using cache found in {hit.path}")
                     return hit
             stage = self.cache.staging(commit)
             try:
-                verdict = self._download_and_verify(resolved, decision, stage, verbose)
+                verdict = self._download_and_verify(resolved, decision, lock, stage, verbose)
                 return self.cache.install(stage, verdict, replace=force_reload)
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
 
-    def _download_and_verify(self, resolved: Resolved, decision: Decision, stage: Path,
-                             verbose: bool) -> Verdict:
+    def _cache_hit(self, commit: str, lock: LockEntry | None, verbose: bool) -> CachedTree | None:
+        hit = self.cache.lookup(commit)
+        if hit is None:
+            return None
+        hit.recheck()
+        if lock is not None and hit.digest != lock.digest:
+            raise IntegrityError(
+                f"the cached tree of {commit} has digest {hit.digest}, but {self.lockfile_path} "
+                f"pins {lock.digest}",
+                hint="nothing ran; run `safehub cache clear` and load again, or check how the "
+                "lockfile was made",
+            )
+        _say(verbose, f"Using cache found in {hit.path}")
+        return hit
+
+    def _download_and_verify(self, resolved: Resolved, decision: Decision,
+                             lock: LockEntry | None, stage: Path, verbose: bool) -> Verdict:
         spec, commit = resolved.spec, resolved.commit
-        url = self.github.archive_url(spec, commit)
+        url = self.github.archive_url(resolved.location, commit)
         zip_path = stage / "archive.zip"
         sys.stdout.write(f'Downloading: "{url}" to {stage}\n')
         assert self._http is not None
@@ -213,9 +281,21 @@ class Hub:
         ext = archive.extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)
         os.unlink(zip_path)
+        if lock is not None:
+            # The lockfile's digest was taken when the commit was verified against its
+            # tree; the same digest means the very same files. No API call is needed.
+            if ext.digest != lock.digest:
+                raise IntegrityError(
+                    f"the archive of {spec_key(spec)} at {commit} has digest {ext.digest}, but "
+                    f"{self.lockfile_path} pins {lock.digest}",
+                    hint="the server or mirror sent other content; nothing ran. Check the "
+                    "mirror, or how the lockfile was made",
+                )
+            return Verdict(commit=commit, tree=lock.tree, digest=ext.digest, level=lock.level,
+                           files=ext.files, empty_dirs=ext.empty_dirs, source=spec.key)
         listing = None
         if ext.tree_id != resolved.tree:
-            listing = self.github.tree_listing(spec, resolved.tree)
+            listing = self.github.tree_listing(resolved.location, resolved.tree)
         allow_fallback = self.settings.tree_fallback and decision.requirements.tree_fallback
         check = archive.check_tree(ext, resolved.tree, listing, allow_fallback=allow_fallback)
         if check.level != "tree":
@@ -307,12 +387,14 @@ class Hub:
         report: dict[str, Any] = {"spec": str(spec), "repo": spec.key,
                                   "entrypoint": entrypoint,
                                   "policy_files": list(self.policy.files)}
-        decision = self.policy.decide(spec, entrypoint=entrypoint)
+        lock = self.lockfile.get(spec) if self.lockfile is not None else None
+        decision = self.policy.decide(spec, entrypoint=entrypoint, locked=lock is not None)
         if decision.verdict != "deny":
-            resolved = self._resolve(spec, False)
+            resolved = self._resolve(spec, False, lock)
             report.update(ref=resolved.ref, commit=resolved.commit, proof=resolved.proof)
             if spec.ref is None:
-                decision = self.policy.decide(spec, entrypoint=entrypoint, ref=resolved.ref)
+                decision = self.policy.decide(spec, entrypoint=entrypoint, ref=resolved.ref,
+                                              locked=lock is not None)
         report.update(policy=decision.verdict, reasons=list(decision.reasons),
                       requirements={"pin": decision.requirements.pin,
                                     "signature": decision.requirements.signature},
@@ -418,3 +500,24 @@ class _Note:
         else:
             kind = "error"
         self.write(kind, [f"{type(error).__name__}: {error.message}"])
+
+
+_LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}
+
+
+def load_lockfile(path: Path) -> Lockfile:
+    """A parsed lockfile, kept per process until the file changes."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return Lockfile.load(path)  # raises, naming the path
+    except OSError as e:
+        raise PinError(f"lockfile {path} cannot be read ({e})",
+                       hint="fix its permissions; no repo loads until then (fail closed)") from e
+    key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
+    hit = _LOCKFILES.get(key)
+    if hit is None:
+        hit = Lockfile.load(path)
+        _LOCKFILES.clear()
+        _LOCKFILES[key] = hit
+    return hit

@@ -445,6 +445,13 @@ class Policy:
                             fix="ask for a ref, entrypoint or pin the policy allows")
         return Decision(verdict, tuple(reasons), reqs, mode)
 
+    def names(self, key: str) -> bool:
+        """True if an [[allow]] rule admits the repo ``key`` by name or glob (not merely
+        ``unknown_repos = "allow"``), and no deny rule covers it."""
+        if any(r.kind == "deny" and r.refs is None and r.matches(key) for r in self.rules):
+            return False
+        return any(r.kind == "allow" and r.admits and r.matches(key) for r in self.rules)
+
     def _refuse(self, mode: str, why: str, fix: str,
                 reasons: Iterable[str] = ()) -> Decision:
         if mode == "warn":
