@@ -28,6 +28,8 @@ def _hub(args: argparse.Namespace) -> Any:
     overrides: dict[str, Any] = {}
     if getattr(args, "cache_dir", None):
         overrides["cache_dir"] = args.cache_dir
+    if getattr(args, "lockfile", None):
+        overrides["lockfile"] = args.lockfile
     return Hub(**overrides)
 
 
@@ -175,6 +177,55 @@ def _cmd_untrust(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- lock and prefetch -----------------------------------------------------------------
+
+def _specs_from(args: argparse.Namespace) -> list[str]:
+    specs = list(args.specs)
+    if getattr(args, "from_file", None):
+        try:
+            text = Path(args.from_file).read_text(encoding="utf-8")
+        except OSError as e:
+            raise SpecError(f"cannot read {args.from_file}: {e.strerror}",
+                            hint="one spec per line; # starts a comment") from e
+        for line in text.splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                specs.append(line)
+    return specs
+
+
+def _cmd_lock(args: argparse.Namespace) -> int:
+    hub = _hub(args)
+    if args.check:
+        results = hub.lock_check()
+        text = "\n".join(
+            f"ok    {r['spec']} {r['locked'][:12]}" if r["ok"] else
+            f"MOVED {r['spec']} locked {r['locked']} now {r['now']}" if r["now"] else
+            f"FAIL  {r['spec']}: {r['error']}"
+            for r in results
+        )
+        _emit(args, results, text or "(the lockfile is empty)")
+        return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
+    changes = hub.lock(_specs_from(args), upgrade=args.upgrade)
+    text = "\n".join(
+        f"{c['change']:9} {c['spec']} {c['commit']}"
+        + (f" (was {c['from']})" if c.get("from") and c["from"] != c["commit"] else "")
+        for c in changes
+    )
+    _emit(args, changes, text + f"\nwrote {hub.lockfile_path}")
+    return EXIT_OK
+
+
+def _cmd_prefetch(args: argparse.Namespace) -> int:
+    hub = _hub(args)
+    mirror = Path(args.mirror) if args.mirror else None
+    rows = hub.prefetch(_specs_from(args), mirror=mirror)
+    text = "\n".join(f"{r['spec']} {r['commit'][:12]} {r['digest'][:23]} -> "
+                     f"{r.get('mirror') or r['path']}" for r in rows)
+    _emit(args, rows, text)
+    return EXIT_OK
+
+
 # -- policy ----------------------------------------------------------------------------------
 
 def _cmd_policy_show(args: argparse.Namespace) -> int:
@@ -284,6 +335,31 @@ def _parser() -> argparse.ArgumentParser:
     untrust = sub.add_parser("untrust", parents=[common], help="forget consent for a repo")
     untrust.add_argument("spec", help="owner/name (all commits) or owner/name:ref (one)")
     untrust.set_defaults(func=_cmd_untrust)
+
+    locking = argparse.ArgumentParser(add_help=False)
+    locking.add_argument("--lockfile", help="lockfile path (default: SAFEHUB_LOCKFILE, the "
+                         "policy's lockfile, or ./safehub.lock)")
+    locking.add_argument("--from", dest="from_file", metavar="FILE",
+                         help="read specs from FILE, one per line (# comments)")
+
+    lock = sub.add_parser("lock", parents=[common, locking],
+                          help="pin specs to commits and content digests in safehub.lock")
+    lock.add_argument("specs", nargs="*", metavar="SPEC")
+    lock.add_argument("--upgrade", action="store_true",
+                      help="re-resolve these specs (all, if none given) and move their pins")
+    lock.add_argument("--check", action="store_true",
+                      help="ask GitHub whether every locked ref still names its commit")
+    lock.set_defaults(func=_cmd_lock)
+
+    for name in ("prefetch", "fetch"):
+        pre = sub.add_parser(name, parents=[common, locking],
+                             help="fill a cache or a mirror folder for offline nodes"
+                             if name == "prefetch" else "same as prefetch")
+        pre.add_argument("specs", nargs="*", metavar="SPEC",
+                         help="specs to fetch (default: every lockfile entry)")
+        pre.add_argument("--mirror", metavar="DIR",
+                         help="also write archives laid out like GitHub's archive endpoint")
+        pre.set_defaults(func=_cmd_prefetch)
 
     policy = sub.add_parser("policy", help="show or validate policy files")
     psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")

@@ -170,8 +170,10 @@ class CachedTree:
         except OSError as e:
             raise _tamper(self.path, f"cannot be listed ({e.strerror})") from e
         self.verify()
-        with contextlib.suppress(OSError):  # a read-only (shared) cache stays as it is
-            _write_fingerprint(self)
+        # A read-only (shared) cache stays exactly as it is, even for root.
+        if os.stat(self.entry_dir).st_mode & stat.S_IWUSR:
+            with contextlib.suppress(OSError):
+                _write_fingerprint(self)
 
     def verify(self) -> None:
         """Full check: the set of files, every byte re-hashed, digest and tree id."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -440,6 +441,127 @@ class Hub:
             hit = self._cached_resolution(spec)
             commit = hit.commit if hit is not None else spec.ref
         return self.consents.remove(spec.key, commit)
+
+    # -- lockfile and fleet -------------------------------------------------------------
+
+    def lock(self, specs: Sequence[str] = (), *, upgrade: bool = False) -> list[dict[str, Any]]:
+        """Pin ``specs`` in the lockfile (fetching and verifying each); return what changed.
+
+        Specs already locked are kept unless ``upgrade`` (which, with no specs, re-resolves
+        every entry). Policy denials still apply; nothing is trusted or run.
+        """
+        lockfile = Lockfile.load(self.lockfile_path, missing_ok=True)
+        targets = list(specs) or (list(lockfile.entries) if upgrade else [])
+        if not targets:
+            raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")
+        changes: list[dict[str, Any]] = []
+        for text in targets:
+            spec = RepoSpec.parse(text)
+            old = lockfile.get(spec)
+            if old is not None and not upgrade:
+                changes.append({"spec": old.spec, "commit": old.commit, "change": "kept"})
+                continue
+            decision = self._decide(spec, None, None, old)
+            resolved = self._resolve(spec, True)
+            if spec.ref is None:
+                decision = self._decide(spec, None, resolved.ref, old)
+            tree = self._fetch_verified(resolved, decision, None, False, verbose=False)
+            entry = LockEntry(spec_key(spec), resolved.commit, resolved.tree, tree.digest,
+                              resolved.ref, resolved.proof, tree.level)
+            if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
+                entry = replace(entry, signer=old.signer, weights=old.weights)
+            change = "added" if old is None else (
+                "unchanged" if old.commit == entry.commit else "upgraded")
+            lockfile.put(entry)
+            changes.append({"spec": entry.spec, "commit": entry.commit, "change": change,
+                            "from": old.commit if old is not None else None})
+        lockfile.save()
+        self._lockfile = None
+        return changes
+
+    def lock_check(self) -> list[dict[str, Any]]:
+        """Ask GitHub whether every locked ref still names its locked commit (and is the
+        repo's own); report each entry. Nothing is cached or changed."""
+        lockfile = self.lockfile
+        if lockfile is None:
+            raise PinError(f"no lockfile at {self.lockfile_path}",
+                           hint="create one with `safehub lock SPEC`")
+        results = []
+        for key in sorted(lockfile.entries):
+            entry = lockfile.entries[key]
+            spec = RepoSpec.parse(entry.spec)
+            try:
+                now = self._resolve_online(spec)
+                ok = now.commit == entry.commit and now.tree == entry.tree
+                results.append({"spec": key, "locked": entry.commit, "now": now.commit,
+                                "ok": ok})
+            except SafehubError as e:
+                results.append({"spec": key, "locked": entry.commit, "now": None, "ok": False,
+                                "error": f"{type(e).__name__}: {e.message}"})
+        return results
+
+    def prefetch(self, specs: Sequence[str] = (), *,
+                 mirror: Path | None = None) -> list[dict[str, Any]]:
+        """Fill the cache (and optionally a mirror folder) for offline or fleet use.
+
+        Without ``specs`` every lockfile entry is fetched. Each tree is verified as in a
+        load (against the lockfile where locked); nothing is trusted or run. A mirror is
+        laid out like the archive endpoint (``<mirror>/<owner>/<name>/zipball/<sha>``) so
+        any static server can serve it as ``SAFEHUB_GITHUB_URL``.
+        """
+        lockfile = self.lockfile
+        if specs:
+            items = [RepoSpec.parse(t) for t in specs]
+        elif lockfile is not None and lockfile.entries:
+            items = [RepoSpec.parse(k) for k in sorted(lockfile.entries)]
+        else:
+            raise SpecError(f"nothing to prefetch: no specs given and no lockfile at "
+                            f"{self.lockfile_path}",
+                            hint="safehub prefetch owner/name:ref ..., or `safehub lock` first")
+        done = []
+        for spec in items:
+            lock = lockfile.get(spec) if lockfile is not None else None
+            decision = self._decide(spec, None, None, lock)
+            resolved = self._resolve(spec, False, lock)
+            tree = self._fetch_verified(resolved, decision, lock, False, verbose=False)
+            row: dict[str, Any] = {"spec": spec_key(spec), "commit": resolved.commit,
+                                   "digest": tree.digest, "path": str(tree.path)}
+            if mirror is not None:
+                row["mirror"] = str(self._mirror(resolved, tree.digest, mirror))
+            done.append(row)
+        return done
+
+    def _mirror(self, resolved: Resolved, digest: str, mirror: Path) -> Path:
+        """Download the archive into the mirror, verified to hold exactly ``digest``."""
+        url = self.github.archive_url(resolved.location, resolved.commit)
+        target = mirror / url.removeprefix(self.settings.web_url + "/")
+        if target.is_file() and self._archive_digest(target, resolved.commit) == digest:
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.partial")
+        assert self._http is not None
+        with open(tmp, "wb") as out:
+            self._http.download(url, out, what=f"archive of {resolved.location.repo}",
+                                max_bytes=self.settings.limits.max_archive_bytes,
+                                progress=False)
+        if self._archive_digest(tmp, resolved.commit) != digest:
+            os.unlink(tmp)
+            raise IntegrityError(
+                f"the archive downloaded for the mirror from {url} does not hold the verified "
+                f"content {digest}",
+                hint="the server changed what it serves; do not publish this mirror",
+            )
+        os.replace(tmp, target)
+        return target
+
+    def _archive_digest(self, zip_path: Path, commit: str) -> str:
+        with self.cache.lock(commit):
+            stage = self.cache.staging(commit)
+            try:
+                return archive.extract(zip_path, stage / "tree", commit=commit,
+                                       limits=self.settings.limits).digest
+            finally:
+                rmtree(stage)
 
     # -- the drop-in functions --------------------------------------------------------
 

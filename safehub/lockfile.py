@@ -135,7 +135,8 @@ class Lockfile:
             if missing_ok:
                 return cls(path)
             raise PinError(f"lockfile {path} does not exist",
-                           hint="create it with `safehub lock SPEC`, or fix SAFEHUB_LOCKFILE")
+                           hint="create it with `safehub lock SPEC`, or fix SAFEHUB_LOCKFILE"
+                           ) from None
         except (OSError, UnicodeDecodeError) as e:
             raise PinError(f"lockfile {path} cannot be read ({e})",
                            hint="fix its permissions; no repo loads until then (fail closed)"
