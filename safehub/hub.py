@@ -130,11 +130,14 @@ class Hub:
         note = _Note(self.audit, spec, entrypoint)
         try:
             lock = self.lockfile.get(spec) if self.lockfile is not None else None
-            decision = self._decide(spec, entrypoint, None, lock)         # 2. decide on the name
+            decision = self._decide(spec, entrypoint, None, lock is not None)  # 2. decide
             resolved = self._resolve(spec, force_reload, lock)            # 3, 4. resolve, prove
             note.ref, note.commit = resolved.ref, resolved.commit
-            if spec.ref is None:                                          # refs vs default branch
-                decision = self._decide(spec, entrypoint, resolved.ref, lock)
+            if resolved.moved_to is not None:         # renamed: the new name's rules apply
+                decision = self._decide(resolved.moved_to, entrypoint, resolved.ref,
+                                        lock is not None)
+            elif spec.ref is None:                                        # refs vs default branch
+                decision = self._decide(spec, entrypoint, resolved.ref, lock is not None)
             tree = self._fetch_verified(resolved, decision, lock, force_reload,
                                         verbose)                          # 5, 6, 9
             note.digest = tree.digest
@@ -151,9 +154,8 @@ class Hub:
     # -- 2: decide --------------------------------------------------------------------
 
     def _decide(self, spec: RepoSpec, entrypoint: str | None, ref: str | None,
-                lock: LockEntry | None) -> Decision:
-        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref,
-                                      locked=lock is not None)
+                locked: bool) -> Decision:
+        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref, locked=locked)
         if decision.verdict == "deny":
             raise PolicyDenied(
                 f"policy refuses {spec}: " + "; ".join(decision.reasons),
@@ -461,10 +463,10 @@ class Hub:
             if old is not None and not upgrade:
                 changes.append({"spec": old.spec, "commit": old.commit, "change": "kept"})
                 continue
-            decision = self._decide(spec, None, None, old)
+            decision = self._decide(spec, None, None, True)   # being locked satisfies pin
             resolved = self._resolve(spec, True)
             if spec.ref is None:
-                decision = self._decide(spec, None, resolved.ref, old)
+                decision = self._decide(spec, None, resolved.ref, True)
             tree = self._fetch_verified(resolved, decision, None, False, verbose=False)
             entry = LockEntry(spec_key(spec), resolved.commit, resolved.tree, tree.digest,
                               resolved.ref, resolved.proof, tree.level)
@@ -521,7 +523,7 @@ class Hub:
         done = []
         for spec in items:
             lock = lockfile.get(spec) if lockfile is not None else None
-            decision = self._decide(spec, None, None, lock)
+            decision = self._decide(spec, None, None, lock is not None)
             resolved = self._resolve(spec, False, lock)
             tree = self._fetch_verified(resolved, decision, lock, False, verbose=False)
             row: dict[str, Any] = {"spec": spec_key(spec), "commit": resolved.commit,

@@ -1,0 +1,272 @@
+"""Lockfile pinning, moved tags, forks, renames, offline and fleet loading."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import safehub
+from safehub._cli import main
+from safehub._internal.standin import GitHubStandIn
+from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
+from safehub.lockfile import Lockfile
+from tests.conftest import HubRepo, runs
+
+NEW_HUBCONF = "import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('new\\n')\n" \
+              "def tiny():\n    return 'new'\n"
+
+
+def lock(*args: str) -> int:
+    return main(["lock", *args])
+
+
+def api_calls(server: GitHubStandIn) -> int:
+    return server.count(server.api_url)
+
+
+def canary_lines(canary: Path) -> list[str]:
+    return canary.read_text().splitlines() if canary.exists() else []
+
+
+def test_lockfile_round_trip_is_stable_byte_for_byte(
+    hub_repo: HubRepo, make_hub_repo, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    other: HubRepo = make_hub_repo("Zeta", "Other")
+    assert lock(f"{other.spec}:v1.0", f"{hub_repo.spec}:v1.0", hub_repo.spec,
+                f"{hub_repo.spec}:{hub_repo.sha}") == 0
+    path = Path.cwd() / "safehub.lock"
+    text = path.read_text()
+    assert text.startswith("# safehub.lock")
+    specs = [line.split('"')[1] for line in text.splitlines() if line.startswith("spec = ")]
+    assert specs == sorted(specs) == [
+        "acme/models", f"acme/models:{hub_repo.sha}", "acme/models:v1.0", "zeta/other:v1.0"]
+    assert Lockfile.load(path).dumps() == text
+    assert lock(f"{hub_repo.spec}:v1.0") == 0  # already locked: kept, file unchanged
+    assert path.read_text() == text
+    spec_list = tmp_path / "specs.txt"
+    spec_list.write_text(f"# models we use\n{hub_repo.spec}:v1.0  # the release\n")
+    assert lock("--from", str(spec_list)) == 0
+    assert path.read_text() == text
+
+
+def test_locked_cold_load_makes_no_api_call(hub_repo: HubRepo, server: GitHubStandIn) -> None:
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    safehub.Hub().cache.clear()
+    server.clear_log()
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert api_calls(server) == 0
+    assert [r.path.split("/")[-2] for r in server.requests_log] == ["zipball", "legacy.zip"]
+    server.clear_log()
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
+    assert server.count() == 0
+
+
+def test_moved_tag_with_a_warm_cache(hub_repo: HubRepo, canary: Path,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    locked = hub_repo.sha
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    moved = hub_repo.commit({"hubconf.py": NEW_HUBCONF})
+    hub_repo.tag("v1.0")  # the tag now names other code (tj-actions style)
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny")  # keeps the locked commit
+    with pytest.raises(PinError) as err:
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", force_reload=True)
+    text = str(err.value)
+    assert locked in text and moved in text and "safehub lock --upgrade acme/models:v1.0" in text
+    assert "new" not in canary_lines(canary)
+    capsys.readouterr()
+    assert lock("--check") == 1
+    assert "MOVED acme/models:v1.0" in capsys.readouterr().out
+    assert lock("--upgrade", f"{hub_repo.spec}:v1.0") == 0  # moving the pin on purpose
+    assert f"upgraded  acme/models:v1.0 {moved} (was {locked})" in capsys.readouterr().out
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True) == "new"
+
+
+def test_moved_tag_without_a_warm_cache(hub_repo: HubRepo, canary: Path) -> None:
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    hub_repo.commit({"hubconf.py": NEW_HUBCONF})
+    hub_repo.tag("v1.0")
+    model = safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert model.__class__.__name__ == "Linear"  # the locked commit's code, not the new one
+    assert canary_lines(canary) == ["ran"]
+
+
+def test_pin_commit_policy(isolated: Path, hub_repo: HubRepo, server: GitHubStandIn) -> None:
+    policy = isolated / "site/safehub/policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text("[[allow]]\nrepo = 'acme/*'\npin = 'commit'\n")
+    server.clear_log()
+    with pytest.raises(PolicyDenied, match="safehub lock"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
+    assert server.count() == 0
+    assert safehub.load(f"{hub_repo.spec}:{hub_repo.sha}", "echo") == ((), {})
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo") == ((), {})
+
+
+def test_fork_commit_cannot_be_locked_under_the_parent(
+    hub_repo: HubRepo, make_hub_repo  # type: ignore[no-untyped-def]
+) -> None:
+    fork: HubRepo = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)
+    evil = fork.commit({"hubconf.py": NEW_HUBCONF})
+    with pytest.raises(PinError, match="fork"):
+        safehub.Hub().lock([f"{hub_repo.spec}:{evil}"])
+    assert not (Path.cwd() / "safehub.lock").exists()
+
+
+def test_renamed_repo_is_refused_unless_the_policy_names_the_new_one(
+    isolated: Path, hub_repo: HubRepo, server: GitHubStandIn, canary: Path
+) -> None:
+    server.rename_repo("acme", "models", "acme-labs", "models")
+    with pytest.raises(RepoMovedError) as err:
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert "acme-labs/models" in str(err.value) and "repo-jacking" in str(err.value)
+    assert runs(canary) == 0
+    policy = isolated / "site/safehub/policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text("[[allow]]\nrepo = 'acme-labs/models'\n")
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo") == ((), {})
+    # unknown_repos = "allow" is not naming it: still refused
+    policy.write_text("[safehub]\nunknown_repos = 'allow'\n")
+    safehub.Hub().cache.clear()
+    with pytest.raises(RepoMovedError):
+        safehub.load(f"{hub_repo.spec}:v1.0", "echo")
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any outgoing connection fails loudly."""
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise AssertionError(f"a socket connected in offline mode: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket.socket, "connect_ex", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+
+
+def test_offline_warm_and_cold(hub_repo: HubRepo, make_hub_repo,  # type: ignore[no-untyped-def]
+                               monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest
+                               ) -> None:
+    other: HubRepo = make_hub_repo("acme", "other", {"other.py": "X = 1\n"})
+    assert lock(f"{hub_repo.spec}:v1.0", f"{other.spec}:v1.0") == 0
+    safehub.Hub().cache.remove(other.sha)  # locking fetched it; make it cold again
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    safehub.load(f"{hub_repo.spec}:{hub_repo.sha}", "tiny", trust_repo=True)
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    request.getfixturevalue("no_network")
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny")      # locked + cached
+    safehub.load(f"{hub_repo.spec}:{hub_repo.sha}", "tiny")  # pinned + cached
+    with pytest.raises(OfflineError, match="safehub prefetch"):
+        safehub.load(f"{other.spec}:v1.0", "tiny", trust_repo=True)  # locked, not cached
+    with pytest.raises(OfflineError, match="safehub prefetch"):
+        safehub.load(f"{hub_repo.spec}:main", "tiny", trust_repo=True)  # not resolved yet
+
+
+def _snapshot(root: Path) -> list[tuple[str, int, int]]:
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in sorted(dirnames + filenames):
+            st = os.lstat(os.path.join(dirpath, name))
+            out.append((os.path.join(dirpath, name), st.st_mtime_ns, st.st_size))
+    return sorted(out)
+
+
+READER = """
+import sys, safehub
+sys.stdin.readline()
+prepared = safehub.Hub().prepare(sys.argv[1], trust_repo=True, verbose=False)
+print("ok", prepared.tree.digest)
+"""
+
+
+def test_read_only_shared_cache_read_by_32_processes(
+    hub_repo: HubRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shared = tmp_path / "shared-cache"
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    assert main(["prefetch", "--cache-dir", str(shared)]) == 0
+    subprocess.run(["chmod", "-R", "a-w", str(shared)], check=True)
+    before = _snapshot(shared)
+    env = {**os.environ, "SAFEHUB_CACHE_DIR": str(shared), "SAFEHUB_OFFLINE": "1",
+           "PYTHONPATH": str(Path(__file__).parents[1])}
+    procs = [subprocess.Popen([sys.executable, "-c", READER, f"{hub_repo.spec}:v1.0"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=env)
+             for _ in range(32)]
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    outs = [p.communicate(timeout=240) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs[0][1]
+    assert len({out for out, _ in outs}) == 1 and outs[0][0].startswith("ok sha256:")
+    assert _snapshot(shared) == before  # not a byte, not a timestamp written
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(shared))
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True) == ((), {})
+    assert _snapshot(shared) == before
+    subprocess.run(["chmod", "-R", "u+w", str(shared)], check=True)
+
+
+def test_untrusted_mirror_is_checked_against_the_lockfile(
+    hub_repo: HubRepo, server: GitHubStandIn, tmp_path: Path, canary: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mirror = tmp_path / "mirror"
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    assert main(["prefetch", "--mirror", str(mirror)]) == 0
+    archive = mirror / "acme/models/zipball" / hub_repo.sha
+    assert archive.is_file()
+    server.add_static(f"/mirror/acme/models/zipball/{hub_repo.sha}", archive.read_bytes())
+    monkeypatch.setenv("SAFEHUB_GITHUB_URL", f"https://localhost:{server.port}/mirror")
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(tmp_path / "node-cache"))
+    server.clear_log()
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert [r.path for r in server.requests_log] == [
+        f"/mirror/acme/models/zipball/{hub_repo.sha}"]  # one request, no API
+    # The mirror now serves a tampered archive (same commit in its zip comment).
+    from tests.test_load import _rezip
+
+    evil = b"import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('evil\\n')\n"
+    server.add_static(f"/mirror/acme/models/zipball/{hub_repo.sha}",
+                      _rezip(archive.read_bytes(), {"hubconf.py": evil}))
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(tmp_path / "node2-cache"))
+    with pytest.raises(safehub.IntegrityError, match="pins sha256:"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert "evil" not in canary_lines(canary)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("version = 1\n[[repo]\n", "not valid TOML"),
+        ("version = 2\n", "version"),
+        ("version = 1\n[[repo]]\nspec = 'a/b:v1'\ncommit = 'xyz'\ntree = 'x'\ndigest = 'y'\n",
+         "repo[0].commit"),
+        (f"version = 1\n[[repo]]\nspec = 'A/B:v1'\ncommit = '{'a' * 40}'\ntree = '{'b' * 40}'\n"
+         f"digest = 'sha256:{'c' * 64}'\n", "must be written 'a/b:v1'"),
+        (f"version = 1\n[[repo]]\nspec = 'a/b:v1'\ncommit = '{'a' * 40}'\ntree = '{'b' * 40}'\n"
+         f"digest = 'sha256:{'c' * 64}'\npinned = true\n", "repo[0].pinned"),
+        ("version = 1\n" + 2 * (f"[[repo]]\nspec = 'a/b:v1'\ncommit = '{'a' * 40}'\n"
+         f"tree = '{'b' * 40}'\ndigest = 'sha256:{'c' * 64}'\n"), "twice"),
+    ],
+)
+def test_malformed_lockfile_fails_closed(hub_repo: HubRepo, canary: Path, text: str,
+                                         message: str) -> None:
+    (Path.cwd() / "safehub.lock").write_text(text)
+    with pytest.raises(PinError) as err:
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    assert message in str(err.value) and "safehub.lock" in str(err.value)
+    assert runs(canary) == 0
+
+
+def test_named_lockfile_must_exist(hub_repo: HubRepo, tmp_path: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEHUB_LOCKFILE", str(tmp_path / "missing.lock"))
+    with pytest.raises(PinError, match="does not exist"):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
