@@ -219,7 +219,7 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 def _cmd_prefetch(args: argparse.Namespace) -> int:
     hub = _hub(args)
     mirror = Path(args.mirror) if args.mirror else None
-    rows = hub.prefetch(_specs_from(args), mirror=mirror)
+    rows = hub.prefetch(_specs_from(args), mirror=mirror, read_only=args.read_only)
     text = "\n".join(f"{r['spec']} {r['commit'][:12]} {r['digest'][:23]} -> "
                      f"{r.get('mirror') or r['path']}" for r in rows)
     _emit(args, rows, text)
@@ -359,6 +359,8 @@ def _parser() -> argparse.ArgumentParser:
                          help="specs to fetch (default: every lockfile entry)")
         pre.add_argument("--mirror", metavar="DIR",
                          help="also write archives laid out like GitHub's archive endpoint")
+        pre.add_argument("--read-only", action="store_true",
+                         help="seal the cache afterwards so many nodes can share it")
         pre.set_defaults(func=_cmd_prefetch)
 
     policy = sub.add_parser("policy", help="show or validate policy files")

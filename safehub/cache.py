@@ -165,11 +165,13 @@ class CachedTree:
         then records the new scan so the next hit is cheap again.
         """
         try:
-            if scan_digest(self.path) == self.scan:
-                return
+            scan = scan_digest(self.path)
         except OSError as e:
             raise _tamper(self.path, f"cannot be listed ({e.strerror})") from e
+        if scan == self.scan or (str(self.path), scan) in _VERIFIED_SCANS:
+            return
         self.verify()
+        _VERIFIED_SCANS.add((str(self.path), scan))
         # A read-only (shared) cache stays exactly as it is, even for root.
         if os.stat(self.entry_dir).st_mode & stat.S_IWUSR:
             with contextlib.suppress(OSError):
@@ -226,6 +228,11 @@ class CachedTree:
             raise _tamper(p, "has different content")
         if (f.mode == MODE_EXEC) != bool(st.st_mode & 0o100):
             raise _tamper(p, "changed its executable bit")
+
+
+# Scans that a full verify in this process proved equivalent (a read-only cache whose stat
+# data differs from install time is re-hashed once per process, not on every load).
+_VERIFIED_SCANS: set[tuple[str, str]] = set()
 
 
 def _write_fingerprint(entry: CachedTree) -> None:
@@ -371,6 +378,28 @@ class Cache:
     def remove(self, commit: str) -> None:
         with self.lock(commit):
             rmtree(self.commit_dir(commit))
+
+    def seal(self) -> None:
+        """Make the cache read-only for everyone, without touching any file's stat data.
+
+        Trees and records are already read-only files; this drops write permission on
+        the folders (and removes ``locks/`` and ``tmp/``), so nodes sharing the cache only
+        read it. Running ``chmod -R a-w`` instead would change every file's ctime, and
+        every load would then re-hash the tree once per process.
+        """
+        for part in ("locks", "tmp"):
+            rmtree(self.base / part)
+        for dirpath, dirnames, filenames in os.walk(self.base):
+            if os.path.basename(dirpath) == "tree":
+                dirnames[:] = []  # verified trees are read-only since install
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                mode = os.lstat(path).st_mode
+                if mode & 0o222 and not stat.S_ISLNK(mode):
+                    os.chmod(path, mode & 0o555)
+        for dirpath, _dirnames, _ in os.walk(self.base, topdown=False):
+            if "/tree" not in dirpath.removeprefix(str(self.base)):
+                os.chmod(dirpath, 0o555)
 
     def clear(self) -> None:
         """Remove everything safehub cached (locks stay, they may be held)."""

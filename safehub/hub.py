@@ -502,14 +502,15 @@ class Hub:
                                 "error": f"{type(e).__name__}: {e.message}"})
         return results
 
-    def prefetch(self, specs: Sequence[str] = (), *,
-                 mirror: Path | None = None) -> list[dict[str, Any]]:
+    def prefetch(self, specs: Sequence[str] = (), *, mirror: Path | None = None,
+                 read_only: bool = False) -> list[dict[str, Any]]:
         """Fill the cache (and optionally a mirror folder) for offline or fleet use.
 
         Without ``specs`` every lockfile entry is fetched. Each tree is verified as in a
         load (against the lockfile where locked); nothing is trusted or run. A mirror is
         laid out like the archive endpoint (``<mirror>/<owner>/<name>/zipball/<sha>``) so
-        any static server can serve it as ``SAFEHUB_GITHUB_URL``.
+        any static server can serve it as ``SAFEHUB_GITHUB_URL``. ``read_only`` seals the
+        cache afterwards for sharing (:meth:`Cache.seal`).
         """
         lockfile = self.lockfile
         if specs:
@@ -531,6 +532,8 @@ class Hub:
             if mirror is not None:
                 row["mirror"] = str(self._mirror(resolved, tree.digest, mirror))
             done.append(row)
+        if read_only:
+            self.cache.seal()
         return done
 
     def _mirror(self, resolved: Resolved, digest: str, mirror: Path) -> Path:

@@ -13,6 +13,7 @@ import pytest
 import safehub
 from safehub._cli import main
 from safehub._internal.standin import GitHubStandIn
+from safehub.cache import scan_digest
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
 from safehub.lockfile import Lockfile
 from tests.conftest import HubRepo, runs
@@ -189,8 +190,10 @@ def test_read_only_shared_cache_read_by_32_processes(
 ) -> None:
     shared = tmp_path / "shared-cache"
     assert lock(f"{hub_repo.spec}:v1.0") == 0
-    assert main(["prefetch", "--cache-dir", str(shared)]) == 0
-    subprocess.run(["chmod", "-R", "a-w", str(shared)], check=True)
+    assert main(["prefetch", "--cache-dir", str(shared), "--read-only"]) == 0
+    entry = safehub.Hub(cache_dir=shared).cache.lookup(hub_repo.sha)
+    assert entry is not None and scan_digest(entry.path) == entry.scan  # sealing kept it cheap
+    assert not (shared / "v1").stat().st_mode & 0o222
     before = _snapshot(shared)
     env = {**os.environ, "SAFEHUB_CACHE_DIR": str(shared), "SAFEHUB_OFFLINE": "1",
            "PYTHONPATH": str(Path(__file__).parents[1])}
