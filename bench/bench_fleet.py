@@ -70,7 +70,7 @@ def run_loaders(n: int, spec: str, env: dict[str, str],
 
 
 def p95(values: list[float]) -> float:
-    return sorted(values)[max(0, int(round(0.95 * len(values))) - 1)]
+    return sorted(values)[max(0, round(0.95 * len(values)) - 1)]
 
 
 def main(argv: list[str] | None = None) -> int:
