@@ -65,7 +65,7 @@ class GitHub:
     """The GitHub REST endpoints safehub uses (see DESIGN.md), nothing else."""
 
     def __init__(self, http: Http) -> None:
-        self.http = http
+        self.http = http  # also used for signatures named by URL
         self.api = http.settings.api_url
         self.web = http.settings.web_url
 

@@ -23,10 +23,12 @@ from safehub.cache import Cache, CachedTree, Verdict
 from safehub.config import Settings
 from safehub.errors import (
     IntegrityError,
+    NotFoundError,
     PinError,
     PolicyDenied,
     RepoMovedError,
     SafehubError,
+    SignatureError,
     SpecError,
     UntrustedRepoError,
 )
@@ -34,7 +36,7 @@ from safehub.github import GitHub, Resolved
 from safehub.lockfile import LockEntry, Lockfile, spec_key
 from safehub.policy import Decision, Policy, load_policy
 from safehub.spec import RepoSpec, is_full_sha
-from safehub.trust import ConsentStore, ask
+from safehub.trust import ConsentStore, SignatureRecords, ask
 
 __all__ = ["Hub", "Prepared"]
 
@@ -50,6 +52,7 @@ class Prepared:
     tree: CachedTree
     decision: Decision
     trusted_by: str
+    signature: str = ""
 
     @property
     def path(self) -> Path:
@@ -85,6 +88,7 @@ class Hub:
         self.settings = base.with_changes(**overrides) if overrides else base
         self.cache = Cache(self.settings.cache_dir, lock_timeout=self.settings.limits.lock_timeout)
         self.consents = ConsentStore(self.settings.data_dir)
+        self.signature_records = SignatureRecords(self.settings.data_dir)
         self.audit = AuditLog(
             self.settings.audit_log or self.settings.log_dir / "audit.jsonl",
             required=self.settings.audit_log is not None,
@@ -141,7 +145,10 @@ class Hub:
             tree = self._fetch_verified(resolved, decision, lock, force_reload,
                                         verbose)                          # 5, 6, 9
             note.digest = tree.digest
-            trusted_by = self._trust(resolved, tree.digest, trust_repo, decision)  # 8. trust
+            decision, signature = self._signature(resolved, tree, decision)  # 7. signature
+            note.signature = signature
+            trusted_by = self._trust(resolved, tree.digest, trust_repo, decision,
+                                     signature)                           # 8. trust
         except SafehubError as e:
             note.refused(e)
             raise
@@ -149,7 +156,7 @@ class Hub:
             note.write("warn", decision.reasons, trusted_by=trusted_by)
         else:
             note.write(trusted_by, decision.reasons)
-        return Prepared(spec, resolved, tree, decision, trusted_by)
+        return Prepared(spec, resolved, tree, decision, trusted_by, signature)
 
     # -- 2: decide --------------------------------------------------------------------
 
@@ -314,14 +321,109 @@ class Hub:
             empty_dirs=ext.empty_dirs, source=spec.key,
         )
 
+    # -- 7: signature -------------------------------------------------------------------
+
+    def _signature(self, resolved: Resolved, tree: CachedTree,
+                   decision: Decision) -> tuple[Decision, str]:
+        """Check the signature the policy asks for; return the decision and a status line.
+
+        In ``mode = "warn"`` a failure is logged and the load continues with the user's
+        consent, like any other violation.
+        """
+        try:
+            return decision, self._verify_signature(resolved, tree, decision)[0]
+        except SignatureError as e:
+            if decision.mode != "warn":
+                raise
+            warnings.warn(f"signature check failed (mode = 'warn', loading anyway): "
+                          f"{e.message}", stacklevel=4)
+            return (replace(decision, verdict="prompt",
+                            violations=(*decision.violations, e.message)),
+                    f"INVALID ({e.message})")
+
+    def _verify_signature(self, resolved: Resolved, tree: CachedTree,
+                          decision: Decision) -> tuple[str, str]:
+        """(status line, signer that verified or "") for the policy's signature rule."""
+        from safehub import signatures
+
+        reqs = decision.requirements
+        if reqs.signature == "none":
+            return "not checked (no policy asks for one)", ""
+        policy_fp = signatures.fingerprint(reqs.signer_sets)
+        known = self.signature_records.find(tree.commit, tree.digest, policy_fp)
+        if known is not None:
+            return f"verified ({known})", known
+        found = self._find_signature(resolved, tree, reqs.signer_sets)
+        if found is None:
+            if reqs.signature == "required":
+                where = next((s.location for s in reqs.signer_sets if s.location),
+                             signatures.DEFAULT_SIGNATURE)
+                raise SignatureError(
+                    f"{resolved.spec.repo} at {resolved.commit} has no signature ({where}), and "
+                    f"the policy requires one ({reqs.signer_sets[0].source})",
+                    hint="ask the publisher to sign releases (docs/signing.md), or load a "
+                    "signed commit",
+                )
+            return "unsigned (the policy allows that: signature = 'if-present')", ""
+        bundle, in_tree = found
+        result = signatures.Verifier(reqs.signer_sets).verify_tree(
+            tree.path, bundle, signature_in_tree=in_tree)
+        if result.uncovered:
+            raise SignatureError(
+                f"{len(result.uncovered)} file(s) of {resolved.spec.repo} are not covered by the "
+                f"signature: {', '.join(result.uncovered[:5])}",
+                hint="every file that could be imported must be signed; files the signer "
+                "declared ignored count as unsigned. Ask the publisher to sign them",
+            )
+        self.signature_records.record(tree.commit, tree.digest, policy_fp, result.signer)
+        return f"verified ({result.signer})", result.signer
+
+    def _find_signature(self, resolved: Resolved, tree: CachedTree,
+                        sets: Sequence[Any]) -> tuple[bytes, str | None] | None:
+        """The bundle bytes and, if it lives in the tree, its path there."""
+        from safehub.signatures import DEFAULT_SIGNATURE
+
+        location = next((s.location for s in sets if s.location), None)
+        source = next((s.source for s in sets if s.location), "")
+        if location is None:
+            path = tree.path / DEFAULT_SIGNATURE
+            return (path.read_bytes(), DEFAULT_SIGNATURE) if path.is_file() else None
+        repo = resolved.location
+        values = {"owner": repo.owner.lower(), "name": repo.name.lower(), "repo": repo.key,
+                  "ref": resolved.ref, "commit": resolved.commit}
+        if location.startswith("release:"):
+            location = (f"{self.settings.web_url}/{repo.key}/releases/download/{{ref}}/"
+                        + location.removeprefix("release:"))
+        try:
+            target = location.format(**values)
+        except (KeyError, ValueError) as e:
+            raise SignatureError(f"bad signature_url {location!r} in {source}: {e}",
+                                 hint="placeholders: {owner} {name} {repo} {ref} {commit}"
+                                 ) from e
+        if target.startswith("https://"):
+            import io
+
+            buf = io.BytesIO()
+            try:
+                self.github.http.download(target, buf, what=f"signature of {repo.repo}",
+                                          max_bytes=16 * 1024 * 1024, progress=False)
+            except NotFoundError:
+                return None
+            return buf.getvalue(), None
+        path = Path(target).expanduser()
+        if not path.is_absolute():
+            policy_file = source.rpartition(" in ")[2]
+            path = Path(policy_file).parent / path
+        return (path.read_bytes(), None) if path.is_file() else None
+
     # -- 8: trust ---------------------------------------------------------------------
 
     def _trust(self, resolved: Resolved, digest: str, trust_repo: Any,
-               decision: Decision) -> str:
+               decision: Decision, signature: str = "") -> str:
         """Who agreed to run this content; raise if nobody did."""
         key, commit = resolved.spec.key, resolved.commit
         if trust_repo is False:
-            return self._ask(resolved, digest, "trust_repo=False asks every time")
+            return self._ask(resolved, digest, "trust_repo=False asks every time", signature)
         if decision.verdict == "allow":
             return "allow"
         if decision.violations:
@@ -345,9 +447,9 @@ class Hub:
         if earlier:
             why = (f"you trusted {resolved.spec.repo} at {earlier[-1].commit[:12]} before, "
                    "but this is different content")
-        return self._ask(resolved, digest, why)
+        return self._ask(resolved, digest, why, signature)
 
-    def _ask(self, resolved: Resolved, digest: str, why: str) -> str:
+    def _ask(self, resolved: Resolved, digest: str, why: str, signature: str = "") -> str:
         spec = resolved.spec
         if self.settings.noninteractive:
             raise UntrustedRepoError(
@@ -365,7 +467,7 @@ class Hub:
             f"  ref        {resolved.ref}",
             f"  commit     {resolved.commit}",
             f"  digest     {digest}",
-            "  signature  not checked (no policy asks for one)",
+            f"  signature  {signature or 'not checked (no policy asks for one)'}",
             f"  why        {why}",
         ]
         if not ask(lines, f"Run hubconf.py of {spec.repo} at {resolved.commit[:12]}?"):
@@ -468,10 +570,11 @@ class Hub:
             if spec.ref is None:
                 decision = self._decide(spec, None, resolved.ref, True)
             tree = self._fetch_verified(resolved, decision, None, False, verbose=False)
+            signer = self._verify_signature(resolved, tree, decision)[1]
             entry = LockEntry(spec_key(spec), resolved.commit, resolved.tree, tree.digest,
-                              resolved.ref, resolved.proof, tree.level)
+                              resolved.ref, resolved.proof, tree.level, signer)
             if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
-                entry = replace(entry, signer=old.signer, weights=old.weights)
+                entry = replace(entry, weights=old.weights)
             change = "added" if old is None else (
                 "unchanged" if old.commit == entry.commit else "upgraded")
             lockfile.put(entry)
@@ -613,8 +716,11 @@ class _Note:
         self.ref: str | None = spec.ref
         self.commit: str | None = None
         self.digest: str | None = None
+        self.signature: str | None = None
 
     def write(self, decision: str, reasons: tuple[str, ...] | list[str], **extra: Any) -> None:
+        if self.signature is not None:
+            extra["signature"] = self.signature
         self.log.write(decision, repo=self.spec.key, ref=self.ref, commit=self.commit,
                        digest=self.digest, entrypoint=self.entrypoint, reasons=reasons,
                        **extra)

@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from safehub._internal.globs import Glob
 from safehub.errors import PolicyError
+from safehub.signatures import KeySigner, Signer, SignerSet
 from safehub.spec import RepoSpec, is_full_sha
 
 __all__ = ["Decision", "Policy", "Requirements", "discover", "load_policy"]
@@ -108,7 +109,10 @@ def _models() -> dict[str, Any]:
         signature: Literal["none", "if-present", "required"] = "none"
         signers: tuple[Signer, ...] = ()
         keys: tuple[str, ...] = ()
+        signature_url: str | None = None
+        trust_config: str | None = None
         weights: tuple[str, ...] | None = None
+        weights_only: bool = True
         reason: str | None = None
 
         @field_validator("repo")
@@ -271,15 +275,6 @@ class Rule:
 
 
 @dataclass(frozen=True)
-class SignerSet:
-    """The signers and keys one allow rule accepts; a signature must satisfy each set."""
-
-    source: str
-    signers: tuple[Any, ...]
-    keys: tuple[Path, ...]
-
-
-@dataclass(frozen=True)
 class Requirements:
     """What every matching allow rule asks of the content, merged (all must hold)."""
 
@@ -345,7 +340,7 @@ class Policy:
                 rules.append(Rule("deny", layer.source, i, d, False, Glob(d.repo, fold=True),
                                   _globs(d.refs), None))
             for i, a in enumerate(layer.model.allow):
-                for k in a.keys:
+                for k in (*a.keys, *([a.trust_config] if a.trust_config else [])):
                     _key_path(k, layer.source)  # fail closed now, not at the first load
                 rules.append(Rule("allow", layer.source, i, a, not final_seen,
                                   Glob(a.repo, fold=True), _globs(a.refs),
@@ -407,6 +402,7 @@ class Policy:
             reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = {value!r} ({where})")
         pin = False
         signature = "none"
+        all_allow_pickles = True
         signer_sets: list[SignerSet] = []
         weights: list[tuple[Glob, ...]] = []
         violations: list[str] = []
@@ -431,12 +427,20 @@ class Policy:
             if _SIGNATURE_ORDER[m.signature] > _SIGNATURE_ORDER[signature]:
                 signature = m.signature
             if m.signature != "none":
-                signer_sets.append(SignerSet(rule.source, tuple(m.signers),
-                                             tuple(_key_path(k, rule.source) for k in m.keys)))
+                signer_sets.append(SignerSet(
+                    rule.where,
+                    tuple(Signer(**x.model_dump()) for x in m.signers),
+                    tuple(KeySigner(_key_path(k, rule.source)) for k in m.keys),
+                    _key_path(m.trust_config, rule.source) if m.trust_config else None,
+                    m.signature_url,
+                ))
             if m.weights is not None:
                 weights.append(tuple(Glob(w) for w in m.weights))
+            # strictest wins: pickles only if every matching rule says weights_only = false
+            all_allow_pickles = all_allow_pickles and not m.weights_only
         fallback = self.settings.get("tree_fallback", (True, "", False))[0]
         reqs = Requirements(pin, signature, tuple(signer_sets), tuple(weights),
+                            weights_only=not (allows and all_allow_pickles),
                             tree_fallback=bool(fallback))
         if violations:
             if mode == "warn":
@@ -502,12 +506,13 @@ def _any(globs: Iterable[Glob], text: str) -> bool:
 
 
 def _key_path(key: str, source: str) -> Path:
+    """A key or trust config file named by a policy file (relative to it); must exist."""
     path = Path(key).expanduser()
     if not path.is_absolute():
         path = Path(source).parent / path
     if not path.is_file():
         raise PolicyError(
-            f"policy file {source}: keys: public key file {str(path)!r} does not exist",
+            f"policy file {source}: file {str(path)!r} (keys or trust_config) does not exist",
             hint="fix the path (relative paths are relative to the policy file)",
         )
     return path

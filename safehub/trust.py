@@ -20,7 +20,7 @@ from typing import Any
 from safehub._internal.fsutil import read_json, write_json
 from safehub.errors import CacheError
 
-__all__ = ["Consent", "ConsentStore", "ask"]
+__all__ = ["Consent", "ConsentStore", "SignatureRecords", "ask"]
 
 
 @dataclass(frozen=True)
@@ -111,3 +111,37 @@ def ask(lines: list[str], question: str) -> bool:
     sys.stderr.flush()
     answer = sys.stdin.readline()
     return answer.strip().lower() in ("y", "yes")
+
+
+class SignatureRecords:
+    """Signature verdicts per (commit, digest, signer-policy fingerprint).
+
+    Kept in the user's data dir, not in the (possibly shared) cache: a warm signed load
+    does not verify again, and a writer to a shared cache cannot plant a verdict.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "signatures"
+
+    def find(self, commit: str, digest: str, policy: str) -> str | None:
+        try:
+            data = read_json(self.root / f"{commit}.json")
+        except (FileNotFoundError, NotADirectoryError, ValueError, OSError):
+            return None
+        entry = data.get(policy) if isinstance(data, dict) else None
+        if isinstance(entry, dict) and entry.get("digest") == digest:
+            return str(entry.get("signer", ""))
+        return None
+
+    def record(self, commit: str, digest: str, policy: str, signer: str) -> None:
+        path = self.root / f"{commit}.json"
+        try:
+            data = read_json(path)
+        except (FileNotFoundError, ValueError, OSError):
+            data = {}
+        data[policy] = {"digest": digest, "signer": signer,
+                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        try:
+            write_json(path, data, mode=0o600)
+        except OSError:
+            pass  # only a cache of work done: the next load verifies again
