@@ -226,6 +226,35 @@ def _cmd_prefetch(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# -- signatures ---------------------------------------------------------------------------
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from safehub.signatures import KeySigner, Signer, SignerSet
+
+    sets = []
+    if args.key or args.identity:
+        if args.identity and not args.issuer:
+            raise SpecError("--identity needs --issuer",
+                            hint="e.g. --issuer https://token.actions.githubusercontent.com")
+        signers = (Signer(args.issuer, args.identity),) if args.identity else ()
+        keys = tuple(KeySigner(Path(k)) for k in args.key)
+        sets.append(SignerSet("the command line", signers, keys,
+                              Path(args.trust_config) if args.trust_config else None))
+    report = _hub(args).verify(args.target, sets)
+    _emit(args, {**report, "valid": True},
+          f"valid: {report['target']} signed by {report['signer']} ({report['files']} files)")
+    return EXIT_OK
+
+
+def _cmd_sign(args: argparse.Namespace) -> int:
+    from safehub.signatures import sign_directory
+
+    out = sign_directory(Path(args.directory), Path(args.key),
+                         out=Path(args.out) if args.out else None)
+    _emit(args, {"signature": str(out)}, f"wrote {out}")
+    return EXIT_OK
+
+
 # -- policy ----------------------------------------------------------------------------------
 
 def _cmd_policy_show(args: argparse.Namespace) -> int:
@@ -362,6 +391,23 @@ def _parser() -> argparse.ArgumentParser:
         pre.add_argument("--read-only", action="store_true",
                          help="seal the cache afterwards so many nodes can share it")
         pre.set_defaults(func=_cmd_prefetch)
+
+    verify = sub.add_parser("verify", parents=[common],
+                            help="verify the signature of a folder or a repo (exit 0 valid)")
+    verify.add_argument("target", help="a folder with model.sig, or owner/name[:ref]")
+    verify.add_argument("--key", action="append", default=[], help="public key file (PEM)")
+    verify.add_argument("--identity", help="keyless signer identity (exact or glob)")
+    verify.add_argument("--issuer", help="OIDC issuer of the keyless signer")
+    verify.add_argument("--trust-config", help="Sigstore ClientTrustConfig JSON (private "
+                        "Sigstore); default: the production root shipped with sigstore")
+    verify.set_defaults(func=_cmd_verify)
+
+    sign = sub.add_parser("sign", parents=[common],
+                          help="sign a folder with an EC key (OpenSSF Model Signing)")
+    sign.add_argument("directory")
+    sign.add_argument("--key", required=True, help="PEM EC private key")
+    sign.add_argument("--out", help="signature path (default: DIRECTORY/model.sig)")
+    sign.set_defaults(func=_cmd_sign)
 
     policy = sub.add_parser("policy", help="show or validate policy files")
     psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION")

@@ -6,6 +6,7 @@ step with one concern, in its own module.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import warnings
@@ -33,10 +34,11 @@ from safehub.errors import (
     UntrustedRepoError,
 )
 from safehub.github import GitHub, Resolved
-from safehub.lockfile import LockEntry, Lockfile, spec_key
+from safehub.lockfile import LockEntry, Lockfile, WeightPin, spec_key
 from safehub.policy import Decision, Policy, load_policy
 from safehub.spec import RepoSpec, is_full_sha
 from safehub.trust import ConsentStore, SignatureRecords, ask
+from safehub.weights import WeightPins, WeightsGuard
 
 __all__ = ["Hub", "Prepared"]
 
@@ -546,6 +548,48 @@ class Hub:
             commit = hit.commit if hit is not None else spec.ref
         return self.consents.remove(spec.key, commit)
 
+    def verify(self, target: str, sets: Sequence[Any] = ()) -> dict[str, Any]:
+        """Verify the signature of a local folder or a spec (fetched and verified first).
+
+        ``sets`` (signer sets) default to the policy's for a spec. Raises
+        :class:`SignatureError` if the signature is missing, invalid, or leaves files
+        uncovered; nothing is trusted or run.
+        """
+        from safehub import signatures
+
+        folder = Path(target)
+        report: dict[str, Any] = {"target": target}
+        if folder.is_dir():
+            tree_path = folder
+        else:
+            spec = RepoSpec.parse(target)
+            lock = self.lockfile.get(spec) if self.lockfile is not None else None
+            decision = self._decide(spec, None, None, lock is not None)
+            resolved = self._resolve(spec, False, lock)
+            tree = self._fetch_verified(resolved, decision, lock, False, verbose=False)
+            tree_path = tree.path
+            sets = sets or decision.requirements.signer_sets
+            report.update(commit=resolved.commit, digest=tree.digest)
+        if not sets:
+            raise SpecError("no signers to verify against",
+                            hint="give --key, or --identity and --issuer, or a policy rule with "
+                            "signers or keys for the repo")
+        bundle_path = tree_path / signatures.DEFAULT_SIGNATURE
+        if not bundle_path.is_file():
+            raise SignatureError(f"no {signatures.DEFAULT_SIGNATURE} in {tree_path}",
+                                 hint="sign it with `safehub sign DIR --key KEY` or "
+                                 "`model_signing sign`")
+        result = signatures.Verifier(sets).verify_tree(tree_path, bundle_path.read_bytes())
+        report.update(signer=result.signer, files=len(result.files),
+                      uncovered=list(result.uncovered))
+        if result.uncovered:
+            raise SignatureError(
+                f"the signature is valid ({result.signer}) but does not cover: "
+                f"{', '.join(result.uncovered[:5])}; a load would refuse these",
+                hint="sign every file (signer-declared ignored paths count as unsigned)",
+            )
+        return report
+
     # -- lockfile and fleet -------------------------------------------------------------
 
     def lock(self, specs: Sequence[str] = (), *, upgrade: bool = False) -> list[dict[str, Any]]:
@@ -679,25 +723,30 @@ class Hub:
         verbose: bool = True, skip_validation: bool = False, **kwargs: Any,
     ) -> Any:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
-        path = self._repo_dir(repo_or_dir, source, model, trust_repo, force_reload, verbose)
-        return torchhub.call_entrypoint(path, model, args, kwargs)   # 10. delegate
+        path, guard = self._repo_dir(repo_or_dir, source, model, trust_repo, force_reload,
+                                     verbose)
+        with guard:                                                       # 10. delegate
+            return torchhub.call_entrypoint(path, model, args, kwargs)
 
     def list(self, github: str, force_reload: bool = False, skip_validation: bool = False,
              trust_repo: Any = "check", verbose: bool = True) -> list[str]:
-        path = self._repo_dir(github, "github", None, trust_repo, force_reload, verbose)
-        return torchhub.entrypoints(path)
+        path, guard = self._repo_dir(github, "github", None, trust_repo, force_reload, verbose)
+        with guard:
+            return torchhub.entrypoints(path)
 
     def help(self, github: str, model: str, force_reload: bool = False,
              skip_validation: bool = False, trust_repo: Any = "check") -> str | None:
-        path = self._repo_dir(github, "github", model, trust_repo, force_reload, True)
-        return torchhub.docstring(path, model)
+        path, guard = self._repo_dir(github, "github", model, trust_repo, force_reload, True)
+        with guard:
+            return torchhub.docstring(path, model)
 
     def _repo_dir(self, repo_or_dir: str | os.PathLike[str], source: str,
                   entrypoint: str | None, trust_repo: Any, force_reload: bool,
-                  verbose: bool) -> Path:
+                  verbose: bool) -> tuple[Path, contextlib.AbstractContextManager[None]]:
+        """The folder to hand to torch, and the weights guard to hold while its code runs."""
         source = source.lower() if isinstance(source, str) else source
         if source == "local":
-            return Path(os.fspath(repo_or_dir))
+            return Path(os.fspath(repo_or_dir)), contextlib.nullcontext()  # your own code
         if source != "github":
             raise SpecError(
                 f'Unknown source: "{source}". Allowed values: "github" | "local".',
@@ -705,7 +754,31 @@ class Hub:
             )
         prepared = self.prepare(str(repo_or_dir), entrypoint=entrypoint, trust_repo=trust_repo,
                                 force_reload=force_reload, verbose=verbose)
-        return prepared.path
+        return prepared.path, self._weights_guard(prepared).active()
+
+    def _weights_guard(self, prepared: Prepared) -> WeightsGuard:
+        spec, decision = prepared.spec, prepared.decision
+        lock = self.lockfile.get(spec) if self.lockfile is not None else None
+
+        def pin(url: str, sha256: str) -> None:
+            try:
+                with self.cache.lock("lockfile"):
+                    lockfile = Lockfile.load(self.lockfile_path)
+                    lockfile.add_weight(spec, WeightPin(url, sha256))
+                    lockfile.save()
+            except (SafehubError, OSError) as e:
+                warnings.warn(f"could not pin the weights {url} in {self.lockfile_path}: {e}",
+                              stacklevel=2)
+
+        return WeightsGuard(
+            repo=spec.repo,
+            patterns=decision.requirements.weights,
+            weights_only=decision.requirements.weights_only,
+            warn_only=decision.mode == "warn",
+            locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
+            records=WeightPins(self.settings.data_dir),
+            on_new_pin=pin if lock is not None else None,
+        )
 
 
 class _Note:

@@ -506,3 +506,29 @@ def _all_files(tree: Path) -> list[str]:
         out += [prefix + n for n in filenames]
         out += [prefix + n for n in dirnames if os.path.islink(os.path.join(dirpath, n))]
     return out
+
+
+def sign_directory(directory: Path, private_key: Path, *, out: Path | None = None,
+                   password: str | None = None) -> Path:
+    """Sign every file under ``directory`` with an EC private key (OpenSSF Model Signing).
+
+    Writes ``model.sig`` at the root (or ``out``); the signature file itself and git
+    metadata are not signed. Verify with the matching public key in a policy's ``keys``.
+    """
+    from model_signing import hashing, signing
+
+    target = out or directory / DEFAULT_SIGNATURE
+    ignored: list[Path] = []
+    if target.resolve().is_relative_to(directory.resolve()):
+        ignored.append(target.resolve().relative_to(directory.resolve()))
+    hashing_config = hashing.Config().set_ignored_paths(  # type: ignore[no-untyped-call]
+        paths=ignored, ignore_git_paths=True)
+    config = signing.Config()  # type: ignore[no-untyped-call]
+    try:
+        config.use_elliptic_key_signer(private_key=private_key, password=password)
+        config.set_hashing_config(hashing_config)
+        config.sign(directory, target)
+    except (ValueError, TypeError, OSError) as e:
+        raise SignatureError(f"cannot sign {directory} with {private_key}: {e}",
+                             hint="use a PEM EC private key (P-256, P-384 or P-521)") from e
+    return target

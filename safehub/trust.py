@@ -11,6 +11,7 @@ how to consent.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from dataclasses import dataclass
@@ -141,7 +142,5 @@ class SignatureRecords:
             data = {}
         data[policy] = {"digest": digest, "signer": signer,
                         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        try:
+        with contextlib.suppress(OSError):  # only a cache of work done: verify again next time
             write_json(path, data, mode=0o600)
-        except OSError:
-            pass  # only a cache of work done: the next load verifies again

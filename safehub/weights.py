@@ -1,0 +1,178 @@
+"""The weights guard: what hubconf may download while it runs inside ``safehub.load``.
+
+While a hub repo's code runs (``load``, ``list``, ``help``), ``torch.hub``'s
+``download_url_to_file`` and ``load_state_dict_from_url`` (and safehub's, which call
+them) are wrapped:
+
+* a URL must match the policy's ``weights`` patterns (every matching rule's list), else
+  :class:`PolicyDenied` before any byte is fetched;
+* every file fetched, or found in torch's checkpoint folder, is hashed in full (torch
+  checks an 8-character prefix, and only if the file name carries one). The first hash
+  of a URL is pinned: in the lockfile if the spec is locked (``[[repo.weights]]``), and
+  in the user's data dir; a later file with another hash is an :class:`IntegrityError`
+  and is deleted before torch loads it;
+* ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
+  every matching policy rule says ``weights_only = false``.
+
+Code that fetches with other libraries is not covered: safehub does not sandbox a repo
+it has decided to trust (see docs/threat-model.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+from safehub._internal.fsutil import read_json, write_json
+from safehub._internal.globs import Glob
+from safehub.errors import IntegrityError, PolicyDenied
+
+__all__ = ["WeightPins", "WeightsGuard"]
+
+_LOCK = threading.RLock()
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+class WeightPins:
+    """Per-user record of weight files seen: URL -> sha256 (and the file's stat data).
+
+    The stat data lets an unchanged file skip re-hashing; a changed file is re-hashed.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "weights.json"
+
+    def _read(self) -> dict[str, Any]:
+        try:
+            data = read_json(self.path)
+        except (FileNotFoundError, NotADirectoryError, ValueError, OSError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def get(self, url: str) -> dict[str, Any] | None:
+        entry = self._read().get(url)
+        return entry if isinstance(entry, dict) else None
+
+    def put(self, url: str, sha256: str, path: Path) -> None:
+        data = self._read()
+        with contextlib.suppress(OSError):  # a cache of work done; the lockfile is the authority
+            data[url] = {"sha256": sha256, "file": str(path), "stat": _stat_key(path.stat())}
+            write_json(self.path, data, mode=0o600)
+
+
+@dataclass
+class WeightsGuard:
+    """The rules for one load; use :meth:`active` around the code that runs hubconf."""
+
+    repo: str
+    patterns: tuple[tuple[Glob, ...], ...] = ()
+    weights_only: bool = True
+    warn_only: bool = False
+    locked: dict[str, str] = field(default_factory=dict)
+    records: WeightPins | None = None
+    on_new_pin: Callable[[str, str], None] | None = None
+    fetched: list[tuple[str, str]] = field(default_factory=list)
+
+    def check_url(self, url: str) -> None:
+        for patterns in self.patterns:
+            if not any(p.match(url) for p in patterns):
+                allowed = ", ".join(p.pattern for p in patterns)
+                message = (f"hubconf.py of {self.repo} tried to download {url}, which the "
+                           f"policy's weights patterns do not allow ({allowed})")
+                if self.warn_only:
+                    warnings.warn(f"{message} (mode = 'warn', allowed)", stacklevel=4)
+                    return
+                raise PolicyDenied(message, hint="an admin can add the URL pattern to "
+                                   "`weights` of the repo's [[allow]] rule")
+
+    def _sha256(self, url: str, path: Path) -> str:
+        st = path.stat()
+        seen = self.records.get(url) if self.records is not None else None
+        if seen and seen.get("file") == str(path) and seen.get("stat") == _stat_key(st):
+            return str(seen["sha256"])
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest()
+
+    def check_file(self, url: str, path: Path) -> None:
+        """Hash the whole file; refuse (and delete) it if it is not the pinned one."""
+        digest = self._sha256(url, path)
+        seen = self.records.get(url) if self.records is not None else None
+        pinned = self.locked.get(url) or (str(seen["sha256"]) if seen else None)
+        if pinned is not None and pinned != digest:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise IntegrityError(
+                f"the weights from {url} have sha256 {digest}, but {pinned} was pinned "
+                f"({'in the lockfile' if url in self.locked else 'when first downloaded'}); "
+                f"the file {path} was deleted",
+                hint="if the publisher really replaced the file, remove the pin (the "
+                "lockfile's [[repo.weights]] entry) and load again",
+            )
+        if self.records is not None:
+            self.records.put(url, digest, path)
+        if url not in self.locked and self.on_new_pin is not None:
+            self.on_new_pin(url, digest)
+        self.fetched.append((url, digest))
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        """Wrap torch.hub's download functions for the duration of the block."""
+        from safehub._internal.torchhub import torch_hub
+
+        hub: Any = torch_hub()
+        with _LOCK:
+            inner_download = hub.download_url_to_file
+            inner_state_dict = hub.load_state_dict_from_url
+            hub.download_url_to_file = self._download_wrapper(inner_download)
+            hub.load_state_dict_from_url = self._state_dict_wrapper(inner_state_dict, hub)
+        try:
+            yield
+        finally:
+            with _LOCK:
+                hub.download_url_to_file = inner_download
+                hub.load_state_dict_from_url = inner_state_dict
+
+    def _download_wrapper(self, inner: Callable[..., Any]) -> Callable[..., Any]:
+        guard = self
+
+        def download_url_to_file(url: str, dst: str, hash_prefix: str | None = None,
+                                 progress: bool = True) -> None:
+            guard.check_url(url)
+            inner(url, dst, hash_prefix, progress)
+            guard.check_file(url, Path(os.path.expanduser(dst)))
+
+        return download_url_to_file
+
+    def _state_dict_wrapper(self, inner: Callable[..., Any],
+                            hub: Any) -> Callable[..., Any]:
+        guard = self
+
+        def load_state_dict_from_url(url: str, model_dir: str | None = None,
+                                     map_location: Any = None, progress: bool = True,
+                                     check_hash: bool = False, file_name: str | None = None,
+                                     weights_only: bool = False) -> Any:
+            guard.check_url(url)
+            folder = model_dir or os.path.join(hub.get_dir(), "checkpoints")
+            cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
+            if cached.is_file():  # torch would load it without downloading: check it first
+                guard.check_file(url, cached)
+            if guard.weights_only and not weights_only:
+                weights_only = True  # no pickled code from the network unless policy says so
+            return inner(url, model_dir, map_location, progress, check_hash, file_name,
+                         weights_only)
+
+        return load_state_dict_from_url
