@@ -146,7 +146,10 @@ def _trusted_root(trust_config: str | None) -> Any:
 
     if trust_config:
         try:
-            return ClientTrustConfig.from_json(Path(trust_config).read_text()).trusted_root
+            text = Path(trust_config).read_text()
+            if "trustedroot" in str(json.loads(text).get("mediaType", "")).lower():
+                return TrustedRoot.from_file(trust_config)  # a bare trusted root
+            return ClientTrustConfig.from_json(text).trusted_root
         except Exception as e:
             raise _fail(f"cannot read the Sigstore trust config {trust_config} ({e})",
                         hint="fix trust_config in the policy") from e

@@ -96,6 +96,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_CONFIG_DIRS", str(home / "site"))
     monkeypatch.setenv("TORCH_HOME", str(home / "torch"))
     monkeypatch.setenv("SAFEHUB_BACKOFF", "0")
+    # A test that forgets the stand-in must fail on loopback, never reach GitHub.
+    monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", "https://127.0.0.1:9/no-stand-in")
+    monkeypatch.setenv("SAFEHUB_GITHUB_URL", "https://127.0.0.1:9/no-stand-in")
     monkeypatch.setenv("SAFEHUB_TEST_CANARY", str(tmp_path / "canary"))
     work = tmp_path / "work"
     work.mkdir()

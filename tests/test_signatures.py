@@ -1,0 +1,191 @@
+"""safehub's signature layer on real Sigstore and OpenSSF Model Signing fixtures.
+
+Fixtures (tests/fixtures, see NOTICE.md) are real bundles from public projects; keys for the
+round trips are generated here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from safehub.errors import SignatureError
+from safehub.signatures import KeySigner, Signer, SignerSet, Verifier, sign_directory
+
+FIXTURES = Path(__file__).parent / "fixtures"
+SIGSTORE = FIXTURES / "sigstore"
+OMS = FIXTURES / "oms"
+ROOT = SIGSTORE / "trusted_root/production.sigstore-python-4.5.1.trusted_root.json"
+CASES = json.loads((SIGSTORE / "manifest.json").read_text())["cases"]
+BEACON = ("https://github.com/sigstore-conformance/extremely-dangerous-public-oidc-beacon/"
+          ".github/workflows/extremely-dangerous-oidc-beacon.yml@refs/heads/main")
+GHA = "https://token.actions.githubusercontent.com"
+IBM = ("stefanb@us.ibm.com", "https://sigstore.verify.ibm.com/oauth2")
+
+
+def keyless(identity: str, issuer: str, **claims: str) -> Verifier:
+    return Verifier([SignerSet("test", (Signer(issuer, identity, **claims),), (), ROOT)])
+
+
+def check_case(verifier: Verifier, case: dict[str, str]) -> str:
+    bundle = (SIGSTORE / case["bundle"]).read_bytes()
+    if case["kind"] == "dsse":
+        sha = hashlib.sha256((SIGSTORE / case["artifact"]).read_bytes()).hexdigest()
+        return verifier.verify_attestation(bundle, sha)
+    if case["artifact"]:
+        return verifier.verify_artifact(bundle, (SIGSTORE / case["artifact"]).read_bytes())
+    return verifier.verify_artifact(bundle, sha256=case["artifact_sha256"])
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+def test_every_sigstore_fixture(case: dict[str, str]) -> None:
+    verifier = keyless(case["identity"], case["issuer"])
+    if case["expect"] == "valid":
+        assert check_case(verifier, case).startswith(f"keyless: {case['identity']}")
+    else:
+        with pytest.raises(SignatureError) as err:
+            check_case(verifier, case)
+        assert err.value.hint
+
+
+def test_identity_globs_and_github_claims() -> None:
+    case = next(c for c in CASES if c["id"] == "conf-happy-path-v0.3")
+    ok = keyless("https://github.com/sigstore-conformance/**", GHA,
+                 repository="sigstore-conformance/*", ref="refs/heads/main",
+                 workflow=".github/workflows/*.yml", trigger="workflow_dispatch")
+    assert "repository=sigstore-conformance/*" in check_case(ok, case)
+    for bad, why in [
+        (keyless("https://github.com/sigstore-conformance/*", GHA), "does not match"),
+        (keyless("https://github.com/**", GHA, repository="other/*"), "repository"),
+        (keyless("https://github.com/**", GHA, ref="refs/tags/*"), "ref"),
+        (keyless("https://github.com/**", GHA, workflow=".github/workflows/release.yml"),
+         "workflow"),
+        (keyless("https://github.com/**", GHA, trigger="push"), "trigger"),
+        (keyless("https://github.com/**", "https://accounts.google.com"), "issuer"),
+    ]:
+        with pytest.raises(SignatureError, match=why):
+            check_case(bad, case)
+
+
+def test_every_signer_set_must_accept() -> None:
+    case = next(c for c in CASES if c["id"] == "conf-happy-path-v0.3")
+    admin = SignerSet("admin", (Signer(GHA, "https://github.com/sigstore-conformance/**"),),
+                      (), ROOT)
+    team = SignerSet("team", (Signer(GHA, BEACON, ref="refs/tags/*"),), (), ROOT)
+    with pytest.raises(SignatureError, match="no signer of team"):
+        check_case(Verifier([admin, team]), case)
+    assert check_case(Verifier([admin]), case)
+
+
+# -- OpenSSF Model Signing ---------------------------------------------------------------------
+
+OMS_MANIFEST = json.loads((OMS / "manifest.json").read_text())
+TRUST_CONFIG = OMS / OMS_MANIFEST["trust_config"]
+
+
+def oms_verifier(model: dict[str, str], **override: str) -> Verifier:
+    if model["method"] == "key":
+        key = Path(override.get("key", OMS / model["public_key"]))
+        return Verifier([SignerSet("test", (), (KeySigner(key),))])
+    signer = Signer(override.get("issuer", model["issuer"]),
+                    override.get("identity", model["identity"]))
+    return Verifier([SignerSet("test", (signer,), (), TRUST_CONFIG)])
+
+
+def oms_copy(model: dict[str, str], tmp_path: Path) -> Path:
+    d = tmp_path / model["id"]
+    shutil.copytree(OMS / model["model_dir"], d)
+    for p in [d, *d.rglob("*")]:
+        p.chmod(0o755 if p.is_dir() else 0o644)
+    return d
+
+
+@pytest.mark.parametrize("model", OMS_MANIFEST["models"], ids=lambda m: m["id"])
+def test_oms_directories_verify_but_ignored_files_count_as_unsigned(
+    model: dict[str, str]
+) -> None:
+    d = OMS / model["model_dir"]
+    result = oms_verifier(model).verify_tree(d, (d / "model.sig").read_bytes(),
+                                             also_ignore=model.get("ignore_paths", []))
+    assert result.files == ("signme-1", "signme-2")
+    # 'ignore-me' is outside the signature: a hub load must refuse it (never ignored).
+    assert result.uncovered == ("ignore-me",)
+
+
+@pytest.mark.parametrize("model", OMS_MANIFEST["models"], ids=lambda m: m["id"])
+def test_oms_negatives(model: dict[str, str], tmp_path: Path) -> None:
+    ignore = model.get("ignore_paths", [])
+
+    def verify(d: Path, **override: str) -> None:
+        oms_verifier(model, **override).verify_tree(d, (d / "model.sig").read_bytes(),
+                                                    also_ignore=ignore)
+
+    tampered = oms_copy(model, tmp_path / "t")
+    (tampered / "signme-1").write_bytes(b"tampered")
+    with pytest.raises(SignatureError, match="signme-1 differs"):
+        verify(tampered)
+    extra = oms_copy(model, tmp_path / "e")
+    (extra / "hubconf.py").write_text("import os\n")
+    with pytest.raises(SignatureError, match="hubconf.py is not signed"):
+        verify(extra)
+    missing = oms_copy(model, tmp_path / "m")
+    (missing / "signme-2").unlink()
+    with pytest.raises(SignatureError, match="signme-2 is signed but missing"):
+        verify(missing)
+    if model["method"] == "key":
+        other = tmp_path / "other.pub"
+        other.write_bytes(new_key(tmp_path / "other.pem"))
+        with pytest.raises(SignatureError, match="another key"):
+            verify(OMS / model["model_dir"], key=str(other))
+    else:
+        with pytest.raises(SignatureError, match="identity"):
+            verify(OMS / model["model_dir"], identity="someone@example.com")
+        with pytest.raises(SignatureError, match="issuer"):
+            verify(OMS / model["model_dir"], issuer="https://accounts.google.com")
+
+
+def new_key(private: Path, curve: ec.EllipticCurve | None = None) -> bytes:
+    """Write a fresh EC private key; return the public key PEM."""
+    key = ec.generate_private_key(curve or ec.SECP256R1())
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    return key.public_key().public_bytes(serialization.Encoding.PEM,
+                                         serialization.PublicFormat.SubjectPublicKeyInfo)
+
+
+@pytest.mark.parametrize("curve", [ec.SECP256R1(), ec.SECP384R1()], ids=["p256", "p384"])
+def test_sign_and_verify_round_trip(tmp_path: Path, curve: ec.EllipticCurve) -> None:
+    repo = tmp_path / "repo"
+    (repo / "pkg").mkdir(parents=True)
+    (repo / "hubconf.py").write_text("def m():\n    return 1\n")
+    (repo / "pkg/__init__.py").write_text("")
+    (repo / ".github").mkdir()
+    (repo / ".github/ci.yml").write_text("on: push\n")
+    public = tmp_path / "key.pub"
+    public.write_bytes(new_key(tmp_path / "key.pem", curve))
+    sig = sign_directory(repo, tmp_path / "key.pem")
+    assert sig == repo / "model.sig"
+    verifier = Verifier([SignerSet("t", (), (KeySigner(public),))])
+    result = verifier.verify_tree(repo, sig.read_bytes())
+    assert result.files == ("hubconf.py", "pkg/__init__.py") and result.uncovered == ()
+    assert result.signer == f"key {public}"
+    (repo / "pkg/__init__.py").write_text("import os\n")
+    with pytest.raises(SignatureError, match="pkg/__init__.py differs"):
+        verifier.verify_tree(repo, sig.read_bytes())
+
+
+def test_malformed_bundles(tmp_path: Path) -> None:
+    v = keyless(BEACON, GHA)
+    for data, why in [(b"not json", "not a JSON"), (b"{}", "not a Sigstore bundle"),
+                      (b'{"verificationMaterial": {"publicKey": {}}}', "no DSSE envelope"),
+                      (b'{"verificationMaterial": {"publicKey": {}}, "dsseEnvelope": {}}',
+                       "accepts only keyless")]:
+        with pytest.raises(SignatureError, match=why):
+            v.verify_dsse(data)
