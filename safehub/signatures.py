@@ -473,7 +473,50 @@ def _manifest(statement: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]
 
 def _hash_tree(tree: Path, serialization: dict[str, Any],
                ignore: Iterable[str]) -> dict[str, str]:
-    """Hash the tree the way the signer did, with model-signing's hashing."""
+    """Hash the tree the way the signer did.
+
+    The common case (``files`` with SHA-256, no symlinks) is computed here, without
+    importing model-signing (whose package import pulls in all of sigstore, about a
+    second); tests check it gives exactly model-signing's manifest. Everything else
+    (shards, BLAKE2/3, symlinks) uses model-signing's hashing.
+    """
+    ignore = list(ignore)
+    if (serialization.get("method") == "files"
+            and serialization.get("hash_type", "sha256") == "sha256"):
+        fast = _sha256_files(tree, ignore)
+        if fast is not None:
+            return fast
+    return _hash_tree_model_signing(tree, serialization, ignore)
+
+
+def _sha256_files(tree: Path, ignore: Iterable[str]) -> dict[str, str] | None:
+    """model-signing's ``files``/SHA-256 manifest of ``tree``; None if it has symlinks."""
+    from pathlib import PurePosixPath
+
+    prefixes = {str(PurePosixPath(p)) for p in (*ignore, *_GIT_METADATA)
+                if not str(PurePosixPath(p)).startswith("..")}
+    out: dict[str, str] = {}
+    for dirpath, dirnames, filenames in os.walk(tree):
+        rel_dir = os.path.relpath(dirpath, tree)
+        prefix = "" if rel_dir == "." else rel_dir.replace(os.sep, "/") + "/"
+        for name in (*dirnames, *filenames):
+            if os.path.islink(os.path.join(dirpath, name)):
+                return None
+        for name in filenames:
+            rel = prefix + name
+            if any(rel == p or rel.startswith(p + "/") for p in prefixes):
+                continue
+            h = hashlib.sha256()
+            with open(os.path.join(dirpath, name), "rb") as f:
+                while chunk := f.read(1 << 20):
+                    h.update(chunk)
+            out[rel] = "sha256:" + h.hexdigest()
+    return out
+
+
+def _hash_tree_model_signing(tree: Path, serialization: dict[str, Any],
+                             ignore: Iterable[str]) -> dict[str, str]:
+    """Hash the tree with model-signing's own hashing configuration."""
     from model_signing import hashing
 
     method = serialization.get("method")

@@ -189,3 +189,23 @@ def test_malformed_bundles(tmp_path: Path) -> None:
                        "accepts only keyless")]:
         with pytest.raises(SignatureError, match=why):
             v.verify_dsse(data)
+
+
+@pytest.mark.parametrize("ignore", [[], ["ignore-me"], ["sub"], ["sub/inner.txt", "model.sig"]])
+def test_fast_hashing_equals_model_signing(tmp_path: Path, ignore: list[str]) -> None:
+    """safehub hashes the common case itself; it must be model-signing's manifest exactly."""
+    from safehub.signatures import _hash_tree_model_signing, _sha256_files
+
+    tree = tmp_path / "t"
+    for rel, data in {"a.py": b"x", "empty": b"", "sub/inner.txt": b"i" * 5000,
+                      "sub/.gitignore": b"nested is signed", ".gitignore": b"root is not",
+                      ".github/ci.yml": b"on: push", "ignore-me": b"", "model.sig": b"{}",
+                      "deep/er/f.bin": bytes(range(256)) * 9000}.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_bytes(data)
+    serialization = {"method": "files", "hash_type": "sha256", "allow_symlinks": False}
+    ours = _sha256_files(tree, ignore)
+    assert ours == _hash_tree_model_signing(tree, serialization, ignore)
+    assert ours is not None and "sub/.gitignore" in ours or "sub" in ignore
+    (tree / "link").symlink_to("a.py")
+    assert _sha256_files(tree, ignore) is None  # symlinks: model-signing decides
