@@ -109,6 +109,7 @@ def _models() -> dict[str, Any]:
         signature: Literal["none", "if-present", "required"] = "none"
         signers: tuple[Signer, ...] = ()
         keys: tuple[str, ...] = ()
+        certificates: tuple[str, ...] = ()
         signature_url: str | None = None
         trust_config: str | None = None
         weights: tuple[str, ...] | None = None
@@ -127,15 +128,16 @@ def _models() -> dict[str, Any]:
 
         @model_validator(mode="after")
         def _signature_needs_someone(self) -> AllowRule:
-            if self.signature == "none" and (self.signers or self.keys):
+            anyone = self.signers or self.keys or self.certificates
+            if self.signature == "none" and anyone:
                 raise ValueError(
-                    "signers or keys are given but signature = 'none'; "
+                    "signers, keys or certificates are given but signature = 'none'; "
                     "set signature = 'required' or 'if-present'"
                 )
-            if self.signature != "none" and not (self.signers or self.keys):
+            if self.signature != "none" and not anyone:
                 raise ValueError(
-                    f"signature = {self.signature!r} needs at least one entry in signers "
-                    "or keys, to say whose signature counts"
+                    f"signature = {self.signature!r} needs at least one entry in signers, "
+                    "keys or certificates, to say whose signature counts"
                 )
             return self
 
@@ -340,7 +342,8 @@ class Policy:
                 rules.append(Rule("deny", layer.source, i, d, False, Glob(d.repo, fold=True),
                                   _globs(d.refs), None))
             for i, a in enumerate(layer.model.allow):
-                for k in (*a.keys, *([a.trust_config] if a.trust_config else [])):
+                files = (*a.keys, *a.certificates, *([a.trust_config] if a.trust_config else []))
+                for k in files:
                     _key_path(k, layer.source)  # fail closed now, not at the first load
                 rules.append(Rule("allow", layer.source, i, a, not final_seen,
                                   Glob(a.repo, fold=True), _globs(a.refs),
@@ -433,6 +436,7 @@ class Policy:
                     tuple(KeySigner(_key_path(k, rule.source)) for k in m.keys),
                     _key_path(m.trust_config, rule.source) if m.trust_config else None,
                     m.signature_url,
+                    tuple(_key_path(c, rule.source) for c in m.certificates),
                 ))
             if m.weights is not None:
                 weights.append(tuple(Glob(w) for w in m.weights))

@@ -10,9 +10,10 @@ digest. safehub verifies it in three steps, all before any ``hubconf.py`` runs:
    ``signers``: issuer exact, identity exact or glob, and GitHub Actions claims
    (``repository``, ``ref``, ``workflow``, ``trigger``) read from the certificate. Key
    bundles are verified against the policy's ``keys`` (ECDSA P-256/384/521, as
-   model-signing writes them). model-signing's own verifier accepts only one exact
-   identity, so safehub verifies the bundle itself and uses model-signing's hashing for
-   the files.
+   model-signing writes them). Bundles signed with a private-PKI certificate (no
+   transparency log) go through model-signing's certificate verifier, with the policy's
+   ``certificates`` as trust anchors. model-signing's own Sigstore verifier accepts only
+   one exact identity, so safehub verifies keyless bundles itself.
 2. **The files.** The statement's manifest must equal the manifest model-signing's hashing
    computes for the verified tree (same files, same digests, nothing missing).
 3. **Coverage.** Every file in the tree must be in the signed manifest, except the
@@ -93,13 +94,18 @@ class KeySigner:
 
 @dataclass(frozen=True)
 class SignerSet:
-    """The signers and keys one policy rule accepts; a signature must satisfy every set."""
+    """The signers and keys one policy rule accepts; a signature must satisfy every set.
+
+    ``certificates`` are the trust anchors of a private PKI: a bundle signed with a
+    certificate (no transparency log) must chain to one of them.
+    """
 
     source: str
     signers: tuple[Signer, ...] = ()
     keys: tuple[KeySigner, ...] = ()
     trust_config: Path | None = None
     location: str | None = None
+    certificates: tuple[Path, ...] = ()
 
 
 def fingerprint(sets: Sequence[SignerSet]) -> str:
@@ -111,6 +117,7 @@ def fingerprint(sets: Sequence[SignerSet]) -> str:
             [hashlib.sha256(k.path.read_bytes()).hexdigest() for k in s.keys],
             hashlib.sha256(s.trust_config.read_bytes()).hexdigest() if s.trust_config else "",
             s.location or "",
+            [hashlib.sha256(c.read_bytes()).hexdigest() for c in s.certificates],
         ], sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -381,6 +388,40 @@ class Verifier:
             raise _fail(f"the Sigstore bundle is malformed: {e}") from e
         return f"keyless: {policy.accepted}"
 
+    def _verify_pki(self, tree: Path, bundle: bytes, signature_in_tree: str | None,
+                    also_ignore: Sequence[str]) -> Signed:
+        """A bundle signed with a private-PKI certificate: model-signing's verifier checks the
+        chain against each rule's ``certificates`` (and the files, checked again after)."""
+        import tempfile
+
+        from model_signing import hashing, verifying
+
+        data = self._bundle_json(bundle)
+        accepted = []
+        with tempfile.TemporaryDirectory(prefix="safehub-sig-") as tmp:
+            sig_path = Path(tmp) / "model.sig"
+            sig_path.write_bytes(bundle)
+            ignore = [Path(p) for p in (*also_ignore, signature_in_tree or "") if p]
+            for s in self.sets:
+                if not s.certificates:
+                    raise _fail(f"the signature was made with a certificate, but {s.source} "
+                                "names no `certificates` (trust anchors) to check it against")
+                config = verifying.Config().use_certificate_verifier(  # type: ignore[no-untyped-call]
+                    certificate_chain=list(s.certificates))
+                statement = _payload_json(data)
+                hashing_config = _hashing_config(hashing, statement, ignore)
+                if hashing_config is not None:
+                    config.set_hashing_config(hashing_config)
+                try:
+                    config.verify(tree, sig_path)
+                except Exception as e:  # model-signing raises ValueError and OpenSSL errors
+                    raise _fail(f"the certificate signature does not verify against the "
+                                f"certificates of {s.source}: {e}") from e
+                accepted.append(f"certificate {_leaf_name(data)} (chain to {s.source})")
+        envelope = data["dsseEnvelope"]
+        return Signed(str(envelope.get("payloadType", "")),
+                      base64.b64decode(envelope["payload"]), accepted[0])
+
     @staticmethod
     def statement(signed: Signed) -> dict[str, Any]:
         """The in-toto statement inside a verified envelope."""
@@ -415,7 +456,10 @@ class Verifier:
         signatures made before manifests recorded ``ignore_paths``). Files it or the
         signer ignores are still reported in ``uncovered``: loading refuses them.
         """
-        signed = self.verify_dsse(bundle)
+        if _is_pki_bundle(self._bundle_json(bundle)):
+            signed = self._verify_pki(tree, bundle, signature_in_tree, also_ignore)
+        else:
+            signed = self.verify_dsse(bundle)
         expected, serialization = _manifest(self.statement(signed))
         ignored = (*(str(p) for p in serialization.get("ignore_paths", ())), *also_ignore)
         extra_ignores = [signature_in_tree] if signature_in_tree else []
@@ -437,6 +481,51 @@ class Verifier:
             and p.split("/")[0] not in _GIT_METADATA
         )
         return TreeSignature(signed.signer, tuple(sorted(expected)), ignored, uncovered)
+
+
+def _is_pki_bundle(bundle: dict[str, Any]) -> bool:
+    """Signed with a certificate of a private PKI: a chain, and no transparency log."""
+    material = bundle.get("verificationMaterial") or {}
+    return ("x509CertificateChain" in material or "certificate" in material) and not material.get(
+        "tlogEntries")
+
+
+def _payload_json(bundle: dict[str, Any]) -> dict[str, Any]:
+    try:
+        payload = json.loads(base64.b64decode(bundle["dsseEnvelope"]["payload"]))
+    except (KeyError, TypeError, ValueError) as e:
+        raise _fail(f"the bundle's DSSE payload is malformed ({e})") from e
+    if not isinstance(payload, dict):
+        raise _fail("the bundle's DSSE payload is not a statement")
+    return payload
+
+
+def _hashing_config(hashing: Any, statement: dict[str, Any], ignore: list[Path]) -> Any:
+    """model-signing's hashing config for the statement, plus safehub's extra ignores."""
+    serialization = (statement.get("predicate") or {}).get("serialization") or {}
+    if not ignore or serialization.get("method") != "files":
+        return None
+    config = hashing.Config()
+    config.use_file_serialization(
+        hashing_algorithm=serialization.get("hash_type", "sha256"),
+        allow_symlinks=bool(serialization.get("allow_symlinks", False)),
+        ignore_paths=[Path(p) for p in serialization.get("ignore_paths", ())])
+    config.set_ignored_paths(
+        paths=[*(Path(p) for p in serialization.get("ignore_paths", ())), *ignore])
+    return config
+
+
+def _leaf_name(bundle: dict[str, Any]) -> str:
+    from cryptography import x509
+
+    material = bundle["verificationMaterial"]
+    raw = (material.get("x509CertificateChain", {}).get("certificates") or [{}])[0].get(
+        "rawBytes") or material.get("certificate", {}).get("rawBytes", "")
+    try:
+        cert = x509.load_der_x509_certificate(base64.b64decode(raw))
+    except ValueError:
+        return "(unreadable)"
+    return cert.subject.rfc4514_string()
 
 
 def _manifest(statement: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:

@@ -289,3 +289,21 @@ def test_audit_log_the_policy_requires_must_be_writable(
     write(site(isolated), f"[safehub]\naudit_log = '{blocker / 'audit.jsonl'}'\n")
     with pytest.raises(PolicyError, match="audit log"):
         safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+
+
+def test_signature_rules_name_their_files_relative_to_the_policy(tmp_path: Path) -> None:
+    (tmp_path / "keys").mkdir()
+    for name in ("k.pub", "ca.pem", "trust.json"):
+        (tmp_path / "keys" / name).write_text("x")
+    path = write(tmp_path / "p.toml", "[[allow]]\nrepo = 'a/*'\nsignature = 'required'\n"
+                 "keys = ['keys/k.pub']\ncertificates = ['keys/ca.pem']\n"
+                 "trust_config = 'keys/trust.json'\nsignature_url = 'release:model.sig'\n")
+    reqs = load_policy(paths=[path]).decide(spec("a/b")).requirements
+    (signer_set,) = reqs.signer_sets
+    assert signer_set.keys[0].path == tmp_path / "keys/k.pub"
+    assert signer_set.certificates == (tmp_path / "keys/ca.pem",)
+    assert signer_set.trust_config == tmp_path / "keys/trust.json"
+    assert signer_set.location == "release:model.sig"
+    (tmp_path / "keys/ca.pem").unlink()
+    with pytest.raises(PolicyError, match="ca.pem"):
+        load_policy(paths=[write(tmp_path / "q.toml", path.read_text())])

@@ -209,3 +209,68 @@ def test_fast_hashing_equals_model_signing(tmp_path: Path, ignore: list[str]) ->
     assert ours is not None and ("sub/.gitignore" in ours or "sub" in ignore)
     (tree / "link").symlink_to("a.py")
     assert _sha256_files(tree, ignore) is None  # symlinks: model-signing decides
+
+
+def make_pki(tmp_path: Path, name: str) -> tuple[Path, Path, Path]:
+    """A private CA and a code-signing leaf: (ca.pem, leaf.pem, leaf-key.pem)."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} root")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name)
+          .public_key(ca_key.public_key()).serial_number(x509.random_serial_number())
+          .not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=30))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False,
+                                       False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    leaf_key = ec.generate_private_key(ec.SECP256R1())
+    leaf = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, f"{name} release")]))
+            .issuer_name(ca_name).public_key(leaf_key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=30))
+            .not_valid_after(now + datetime.timedelta(days=7))
+            .add_extension(x509.KeyUsage(True, False, False, False, False, False, False, False,
+                                         False), critical=True)
+            .sign(ca_key, hashes.SHA256()))
+    paths = (tmp_path / f"{name}-ca.pem", tmp_path / f"{name}-leaf.pem",
+             tmp_path / f"{name}-leaf-key.pem")
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM,
+                                                serialization.PrivateFormat.PKCS8,
+                                                serialization.NoEncryption()))
+    return paths
+
+
+def test_private_pki_certificate_chain(tmp_path: Path) -> None:
+    from model_signing import hashing, signing
+
+    ca, leaf, leaf_key = make_pki(tmp_path, "acme")
+    other_ca, _, _ = make_pki(tmp_path, "other")
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text("def m():\n    return 1\n")
+    config = signing.Config().use_certificate_signer(
+        private_key=leaf_key, signing_certificate=leaf, certificate_chain=[ca])
+    config.set_hashing_config(hashing.Config().set_ignored_paths(paths=["model.sig"]))
+    config.sign(repo, repo / "model.sig")
+    good = Verifier([SignerSet("acme rule", certificates=(ca,))])
+    result = good.verify_tree(repo, (repo / "model.sig").read_bytes())
+    assert result.files == ("hubconf.py",) and "CN=acme release" in result.signer
+    with pytest.raises(SignatureError, match="does not verify against the certificates"):
+        Verifier([SignerSet("other rule", certificates=(other_ca,))]).verify_tree(
+            repo, (repo / "model.sig").read_bytes())
+    with pytest.raises(SignatureError, match="names no `certificates`"):
+        Verifier([SignerSet("keys only", keys=(KeySigner(ca),))]).verify_tree(
+            repo, (repo / "model.sig").read_bytes())
+    (repo / "evil.py").write_text("x = 1\n")
+    with pytest.raises(SignatureError):
+        good.verify_tree(repo, (repo / "model.sig").read_bytes())
