@@ -268,3 +268,31 @@ def test_pickles_load_weights_only(signed: Signed, weights: GitHubStandIn, isola
     with pytest.raises(Exception, match="[Ww]eights only load failed"):
         safehub.load(f"{signed.spec}:v1.0", "pretrained", "evil.pth", weights_only=False)
     assert "pickle" not in (canary.read_text() if canary.exists() else "")
+
+
+def test_signature_from_a_release_asset_or_a_local_path(
+    server: GitHubStandIn, tmp_path: Path, isolated: Path, canary: Path
+) -> None:
+    """Keyless release workflows publish model.sig as a release asset (a tag cannot hold a
+    file made after it); the policy says where to look."""
+    path = tmp_path / "repos/acme/released"
+    make_repo(path, {"hubconf.py": HUBCONF})
+    git(path, "tag", "v2.0")
+    server.add_repo("acme", "released", path)
+    pub = tmp_path / "k.pub"
+    pub.write_bytes(new_key(tmp_path / "k.pem"))
+    bundle = sign_directory(path, tmp_path / "k.pem", out=tmp_path / "release-model.sig")
+    rule = f"[[allow]]\nrepo = 'acme/*'\nsignature = 'required'\nkeys = ['{pub}']\n"
+    policy(isolated, rule + "signature_url = 'release:model.sig'\n")
+    with pytest.raises(SignatureError, match=r"has no signature \(release:model.sig\)"):
+        safehub.load("acme/released:v2.0", "echo", trust_repo=True)
+    server.add_release_asset("acme", "released", "v2.0", "model.sig", bundle.read_bytes())
+    assert safehub.load("acme/released:v2.0", "echo", trust_repo=True) == ((), {})
+    assert any("/releases/download/v2.0/model.sig" in r.path for r in server.requests_log)
+    # A local path template works too, relative to the policy file.
+    sigs = isolated / "site/safehub/sigs/acme-released"
+    sigs.mkdir(parents=True)
+    (sigs / "v2.0.sig").write_bytes(bundle.read_bytes())
+    policy(isolated, rule + "signature_url = 'sigs/{owner}-{name}/{ref}.sig'\n")
+    safehub.Hub().cache.clear()
+    assert safehub.load("acme/released:v2.0", "echo", trust_repo=True) == ((), {})
