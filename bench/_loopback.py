@@ -42,6 +42,16 @@ def make_big_repo(path: Path, files: int = 1000, seed: int = 7) -> str:
     return make_repo(path, content)
 
 
+def home_env(home: Path) -> dict[str, str]:
+    """Point HOME, the XDG dirs and torch's hub dir into ``home`` (nothing of yours is used)."""
+    return {
+        "HOME": str(home), "XDG_CONFIG_DIRS": str(home / "site"),
+        "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
+        "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
+        "TORCH_HOME": str(home / "torch"),
+    }
+
+
 def start_server(workdir: Path) -> GitHubStandIn:
     tls = make_tls(workdir / "tls")
     server = GitHubStandIn(tls)

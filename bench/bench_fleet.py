@@ -29,7 +29,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _loopback import env_for, make_big_repo, start_server  # noqa: E402
+from _loopback import env_for, home_env, make_big_repo, start_server  # noqa: E402
 
 CHILD = """
 import sys, time
@@ -83,12 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     home = work / "home"
     project = work / "project"
     project.mkdir(parents=True)
-    os.environ.update({
-        "HOME": str(home), "XDG_CONFIG_DIRS": str(home / "site"),
-        "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-        "TORCH_HOME": str(home / "torch"),
-    })
+    os.environ.update(home_env(home))
     os.chdir(project)
     server = start_server(work)
     shared = work / "shared-cache"

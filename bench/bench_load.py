@@ -34,6 +34,7 @@ sys.path.insert(0, str(HERE))
 
 from _loopback import (  # noqa: E402
     env_for,
+    home_env,
     make_big_repo,
     point_torch_hub_at,
     start_server,
@@ -105,12 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-"))
     home = work / "home"
-    env_home = {
-        "HOME": str(home), "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_CONFIG_HOME": str(home / "config"), "XDG_DATA_HOME": str(home / "data"),
-        "XDG_STATE_HOME": str(home / "state"), "XDG_CONFIG_DIRS": str(home / "site"),
-        "TORCH_HOME": str(home / "torch"), "SAFEHUB_CACHE_DIR": str(home / "safehub"),
-    }
+    env_home = {**home_env(home), "SAFEHUB_CACHE_DIR": str(home / "safehub")}
     server = start_server(work)
     try:
         sha = make_big_repo(work / "repo", args.files)

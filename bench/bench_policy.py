@@ -20,7 +20,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
-from _loopback import env_for, make_big_repo, point_torch_hub_at, start_server  # noqa: E402
+from _loopback import env_for, home_env, make_big_repo, point_torch_hub_at, start_server  # noqa: E402
 
 
 def policy_text(layer: int, rules: int = 200) -> str:
@@ -59,12 +59,7 @@ def main() -> int:
         path.parent.mkdir(parents=True)
         path.write_text(policy_text(layer))
         files.append(path)
-    os.environ.update({
-        "HOME": str(home), "XDG_CONFIG_DIRS": str(home / "site"),
-        "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-        "TORCH_HOME": str(home / "torch"),
-    })
+    os.environ.update(home_env(home))
     os.chdir(home / "project")
     server = start_server(work)
     try:

@@ -25,7 +25,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _loopback import env_for, make_big_repo, point_torch_hub_at, start_server  # noqa: E402
+from _loopback import env_for, home_env, make_big_repo, point_torch_hub_at, start_server  # noqa: E402
 
 VERIFY_KEY = """
 import sys, time
@@ -62,12 +62,7 @@ def fresh(code: str, *args: str) -> str:
 def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-sign-"))
     home = work / "home"
-    os.environ.update({
-        "HOME": str(home), "XDG_CONFIG_DIRS": str(home / "site"),
-        "XDG_CONFIG_HOME": str(home / "config"), "XDG_CACHE_HOME": str(home / "cache"),
-        "XDG_DATA_HOME": str(home / "data"), "XDG_STATE_HOME": str(home / "state"),
-        "TORCH_HOME": str(home / "torch"),
-    })
+    os.environ.update(home_env(home))
     server = start_server(work)
     try:
         from cryptography.hazmat.primitives import serialization
