@@ -4,17 +4,18 @@ Layout under the cache root (``SAFEHUB_CACHE_DIR``, default: the user cache dir)
 
     v1/commits/<sha>/tree/          the verified files, read-only (handed to torch)
     v1/commits/<sha>/verdict.json   what was verified: every file's hashes, the level
-    v1/commits/<sha>/fingerprint.json  digest, tree and one hash of every file's stat data
+    v1/commits/<sha>/entry.json     commit, digest, tree and level (read on every hit)
     v1/repos/<owner>/<name>.json    refs resolved and commits proven to belong to the repo
     v1/locks/                       cross-process locks (filelock)
     v1/tmp/                         staging; a broken download never leaves it
 
 A commit folder appears in one ``rename`` of a fully verified staging folder, under a
 lock, so readers never see half a tree and any number of processes can load at once:
-exactly one downloads. A cache hit re-checks what it serves: one hash over the stat data
-of every entry must equal the one taken at install; if not, every file is re-hashed
-against the verdict and anything different is an :class:`IntegrityError` naming the
-file. Nothing in it is re-downloaded in silence.
+exactly one downloads. Everything here can be rewritten by whoever can write the cache,
+so a hit is trusted only against per-user records kept elsewhere (the hub checks that);
+this module supplies the cheap scan (:func:`scan_digest`) and the full re-hash
+(:meth:`CachedTree.verify`), whose errors name the file. Nothing in it is re-downloaded in
+silence.
 """
 
 from __future__ import annotations
@@ -127,10 +128,11 @@ def _tamper(path: Path, why: str) -> IntegrityError:
 
 @dataclass(frozen=True)
 class CachedTree:
-    """A verified tree in the cache, as its small ``fingerprint.json`` describes it.
+    """A verified tree in the cache, as its small ``entry.json`` describes it.
 
-    A warm hit reads only that file and compares one :func:`scan_digest`; the full
-    ``verdict.json`` (every file's hashes) is read only when something differs.
+    Whether a hit may be served without re-hashing is decided by the caller, against a
+    record *it* trusts (see :meth:`safehub.hub.Hub` and docs/digest.md): anything stored in
+    the cache folder can be rewritten by whoever can write the cache.
     """
 
     path: Path
@@ -138,7 +140,6 @@ class CachedTree:
     digest: str
     tree: str
     level: str
-    scan: str
 
     @property
     def entry_dir(self) -> Path:
@@ -151,35 +152,29 @@ class CachedTree:
             verdict = Verdict.from_json(read_json(vfile))
         except (OSError, KeyError, TypeError, ValueError) as e:
             raise _tamper(vfile, f"cannot be read ({e})") from e
-        if (verdict.commit, verdict.digest) != (self.commit, self.digest) or content_digest(
+        if (verdict.commit, verdict.digest, verdict.tree) != (
+                self.commit, self.digest, self.tree) or content_digest(
             verdict.files
         ) != verdict.digest:
             raise _tamper(vfile, "does not add up to the digest it was installed with")
         return verdict
 
-    def recheck(self) -> None:
-        """The cheap check on every hit: one scan of stat data, compared with install time.
-
-        If anything differs (say, the cache was copied), every file is re-hashed; only
-        different bytes, or a different set of files, are an error. A writable cache
-        then records the new scan so the next hit is cheap again.
-        """
+    def scan(self) -> str:
+        """:func:`scan_digest` of the tree (an IntegrityError if it cannot be listed)."""
         try:
-            scan = scan_digest(self.path)
+            return scan_digest(self.path)
         except OSError as e:
             raise _tamper(self.path, f"cannot be listed ({e.strerror})") from e
-        if scan == self.scan or (str(self.path), scan) in _VERIFIED_SCANS:
-            return
-        self.verify()
-        _VERIFIED_SCANS.add((str(self.path), scan))
-        # A read-only (shared) cache stays exactly as it is, even for root.
-        if os.stat(self.entry_dir).st_mode & stat.S_IWUSR:
-            with contextlib.suppress(OSError):
-                _write_fingerprint(self)
 
     def verify(self) -> None:
-        """Full check: the set of files, every byte re-hashed, digest and tree id."""
+        """Full check: the set of files, every byte re-hashed, digest and tree id.
+
+        ``__pycache__`` folders holding only ``.pyc`` files are removed first: Python
+        writes them into read-only folders when run as root (for modules imported after a
+        load returns), and they are never needed. Anything else extra is an error.
+        """
         v = self.verdict()
+        _remove_bytecode(self.path)
         found: dict[str, os.stat_result] = {}
         for dirpath, dirnames, filenames in os.walk(self.path):
             rel = os.path.relpath(dirpath, self.path)
@@ -230,16 +225,24 @@ class CachedTree:
             raise _tamper(p, "changed its executable bit")
 
 
-# Scans that a full verify in this process proved equivalent (a read-only cache whose stat
-# data differs from install time is re-hashed once per process, not on every load).
-_VERIFIED_SCANS: set[tuple[str, str]] = set()
+def _remove_bytecode(tree: Path) -> None:
+    for dirpath, dirnames, _ in os.walk(tree):
+        if "__pycache__" not in dirnames:
+            continue
+        cache = Path(dirpath) / "__pycache__"
+        if cache.is_symlink():
+            continue
+        names = os.listdir(cache)
+        if all(n.endswith(".pyc") and (cache / n).is_file() and not (cache / n).is_symlink()
+               for n in names):
+            with contextlib.suppress(OSError):
+                rmtree(cache)
 
 
-def _write_fingerprint(entry: CachedTree) -> None:
-    scan = scan_digest(entry.path)
-    write_json(entry.entry_dir / "fingerprint.json", {
+def _write_entry(entry: CachedTree) -> None:
+    write_json(entry.entry_dir / "entry.json", {
         "format": _FORMAT, "commit": entry.commit, "digest": entry.digest,
-        "tree": entry.tree, "level": entry.level, "scan": scan,
+        "tree": entry.tree, "level": entry.level,
     }, mode=0o444)
 
 
@@ -319,7 +322,7 @@ class Cache:
     def lookup(self, commit: str) -> CachedTree | None:
         """The cached tree of ``commit``, or ``None``; a broken record is an error."""
         d = self.commit_dir(commit)
-        ffile = d / "fingerprint.json"
+        ffile = d / "entry.json"
         try:
             data = read_json(ffile)
         except (FileNotFoundError, NotADirectoryError):
@@ -330,7 +333,7 @@ class Cache:
             if data["format"] != _FORMAT:
                 raise ValueError("unknown format")
             entry = CachedTree(d / "tree", str(data["commit"]), str(data["digest"]),
-                               str(data["tree"]), str(data["level"]), str(data["scan"]))
+                               str(data["tree"]), str(data["level"]))
         except (KeyError, TypeError, ValueError) as e:
             raise _tamper(ffile, f"is malformed ({e})") from e
         if entry.commit != commit:
@@ -345,9 +348,8 @@ class Cache:
         """
         final = self.commit_dir(verdict.commit)
         write_json(stage / "verdict.json", verdict.to_json(), mode=0o444)
-        entry = CachedTree(stage / "tree", verdict.commit, verdict.digest, verdict.tree,
-                           verdict.level, "")
-        _write_fingerprint(entry)  # the scan does not change when the folder is renamed
+        _write_entry(CachedTree(stage / "tree", verdict.commit, verdict.digest, verdict.tree,
+                                verdict.level))
         self._writable_dir(final.parent)
         if final.exists():
             if not replace:

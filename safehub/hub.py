@@ -37,12 +37,16 @@ from safehub.github import GitHub, Resolved
 from safehub.lockfile import LockEntry, Lockfile, WeightPin, spec_key
 from safehub.policy import Decision, Policy, load_policy
 from safehub.spec import RepoSpec, is_full_sha
-from safehub.trust import ConsentStore, SignatureRecords, ask
+from safehub.trust import ConsentStore, SignatureRecords, VerifiedRecords, ask
 from safehub.weights import WeightPins, WeightsGuard
 
 __all__ = ["Hub", "Prepared"]
 
 _TRUST_VALUES = ("check", True, False, None)
+
+# (tree path, scan, digest) this process re-hashed and accepted: served again without
+# re-hashing even where the user's records cannot be written.
+_SEEN: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,7 @@ class Hub:
         self.cache = Cache(self.settings.cache_dir, lock_timeout=self.settings.limits.lock_timeout)
         self.consents = ConsentStore(self.settings.data_dir)
         self.signature_records = SignatureRecords(self.settings.data_dir)
+        self.verified = VerifiedRecords(self.settings.data_dir)
         self.audit = AuditLog(
             self.settings.audit_log or self.settings.log_dir / "audit.jsonl",
             required=self.settings.audit_log is not None,
@@ -248,35 +253,71 @@ class Hub:
                         force_reload: bool, verbose: bool) -> CachedTree:
         commit = resolved.commit
         if not force_reload:
-            hit = self._cache_hit(commit, lock, verbose)
+            hit = self._cache_hit(resolved, lock, verbose)
             if hit is not None:
                 return hit
         with self.cache.lock(commit):
             if not force_reload:
-                hit = self._cache_hit(commit, lock, verbose)  # another process installed it
+                hit = self._cache_hit(resolved, lock, verbose)  # another process installed it
                 if hit is not None:
                     return hit
             stage = self.cache.staging(commit)
             try:
                 verdict = self._download_and_verify(resolved, decision, lock, stage, verbose)
-                return self.cache.install(stage, verdict, replace=force_reload)
+                tree = self.cache.install(stage, verdict, replace=force_reload)
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
+        self.verified.record(commit, tree.digest, tree.tree, str(tree.path), tree.scan())
+        return tree
 
-    def _cache_hit(self, commit: str, lock: LockEntry | None, verbose: bool) -> CachedTree | None:
-        hit = self.cache.lookup(commit)
+    def _cache_hit(self, resolved: Resolved, lock: LockEntry | None,
+                   verbose: bool) -> CachedTree | None:
+        hit = self.cache.lookup(resolved.commit)
         if hit is None:
             return None
-        hit.recheck()
+        self._check_cached(hit, resolved, lock)
+        _say(verbose, f"Using cache found in {hit.path}")
+        return hit
+
+    def _check_cached(self, hit: CachedTree, resolved: Resolved,
+                      lock: LockEntry | None) -> None:
+        """Serve a cached tree only if it is what this user (or the lockfile) verified.
+
+        Fast path: the tree's scan and digest equal this user's record (one ``lstat`` per
+        file). Otherwise every file is re-hashed against the verdict, and the content must
+        be the one this user verified before, or the lockfile's, or (first sight, no
+        lockfile) the commit's tree as resolved.
+        """
+        scan = hit.scan()
+        known = self.verified.get(hit.commit)
+        fast = (known is not None and known.get("digest") == hit.digest
+                and known["scans"].get(str(hit.path)) == scan)
+        if not fast and (str(hit.path), scan, hit.digest) not in _SEEN:
+            hit.verify()
+            if known is not None and known.get("digest") != hit.digest:
+                raise IntegrityError(
+                    f"the cached tree of {hit.commit} has digest {hit.digest}, but you "
+                    f"verified {known.get('digest')} for that commit before: the cache was "
+                    "rewritten",
+                    hint="nothing ran; inspect the cache, then `safehub cache clear` and load "
+                    "again",
+                )
+            if known is None and lock is None and hit.tree != resolved.tree:
+                raise IntegrityError(
+                    f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
+                    f"commit's tree is {resolved.tree}",
+                    hint="nothing ran; `safehub cache clear` and load again",
+                )
+            scan = hit.scan()  # verify() may have removed stray __pycache__ folders
+            self.verified.record(hit.commit, hit.digest, hit.tree, str(hit.path), scan)
+            _SEEN.add((str(hit.path), scan, hit.digest))
         if lock is not None and hit.digest != lock.digest:
             raise IntegrityError(
-                f"the cached tree of {commit} has digest {hit.digest}, but {self.lockfile_path} "
-                f"pins {lock.digest}",
+                f"the cached tree of {hit.commit} has digest {hit.digest}, but "
+                f"{self.lockfile_path} pins {lock.digest}",
                 hint="nothing ran; run `safehub cache clear` and load again, or check how the "
                 "lockfile was made",
             )
-        _say(verbose, f"Using cache found in {hit.path}")
-        return hit
 
     def _download_and_verify(self, resolved: Resolved, decision: Decision,
                              lock: LockEntry | None, stage: Path, verbose: bool) -> Verdict:
@@ -511,7 +552,7 @@ class Hub:
             return report
         entry = self.cache.lookup(report["commit"])
         if entry is not None:
-            entry.recheck()
+            self._check_cached(entry, resolved, lock)
         report["cached"] = entry is not None
         report["digest"] = entry.digest if entry is not None else None
         consents = [c for c in self.consents.list(spec.key) if c.commit == report["commit"]

@@ -21,7 +21,7 @@ from typing import Any
 from safehub._internal.fsutil import read_json, write_json
 from safehub.errors import CacheError
 
-__all__ = ["Consent", "ConsentStore", "SignatureRecords", "ask"]
+__all__ = ["Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords", "ask"]
 
 
 @dataclass(frozen=True)
@@ -144,3 +144,37 @@ class SignatureRecords:
                         "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         with contextlib.suppress(OSError):  # only a cache of work done: verify again next time
             write_json(path, data, mode=0o600)
+
+
+class VerifiedRecords:
+    """What this user verified, per commit: the digest, the tree and the scans it served.
+
+    A cache hit is served without re-hashing only if the cache entry's scan and digest are
+    the ones recorded here, in the user's data dir, after this user's own verification:
+    whoever can write the cache cannot write these records.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "verified"
+
+    def get(self, commit: str) -> dict[str, Any] | None:
+        try:
+            data = read_json(self.root / f"{commit}.json")
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, ValueError) as e:
+            raise CacheError(
+                f"the record {str(self.root / commit)!r}.json cannot be read ({e})",
+                hint="delete it; the cached tree is then re-hashed once",
+            ) from e
+        if not isinstance(data, dict) or not isinstance(data.get("scans"), dict):
+            return None
+        return data
+
+    def record(self, commit: str, digest: str, tree: str, path: str, scan: str) -> None:
+        data = self.get(commit) or {}
+        scans = data.get("scans", {}) if data.get("digest") == digest else {}
+        scans[path] = scan
+        with contextlib.suppress(OSError):  # unwritable: the tree is re-hashed next time
+            write_json(self.root / f"{commit}.json",
+                       {"digest": digest, "tree": tree, "scans": scans}, mode=0o600)

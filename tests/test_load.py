@@ -179,17 +179,61 @@ def test_tamper_that_keeps_size_and_mtime_is_still_caught(hub_repo: HubRepo) -> 
         load(f"{hub_repo.spec}:v1.0")
 
 
-@pytest.mark.parametrize("name", ["numpy.py", "__pycache__/hubconf.cpython-311.pyc"])
-def test_extra_file_in_cache_is_refused(hub_repo: HubRepo, name: str, canary: Path) -> None:
-    """A module dropped beside hubconf.py would shadow imports; a .pyc would replace code."""
+def test_extra_module_in_cache_is_refused(hub_repo: HubRepo, canary: Path) -> None:
+    """A module dropped beside hubconf.py would shadow an import."""
     load(f"{hub_repo.spec}:v1.0")
     tree = cache_tree(hub_repo.sha)
     tree.chmod(0o755)
-    (tree / name).parent.mkdir(exist_ok=True)
-    (tree / name).write_text("evil")
+    (tree / "numpy.py").write_text("evil")
     with pytest.raises(safehub.IntegrityError, match="not part of the verified tree"):
         load(f"{hub_repo.spec}:v1.0")
     assert runs(canary) == 1
+
+
+def test_planted_bytecode_is_removed_before_anything_runs(hub_repo: HubRepo,
+                                                          canary: Path) -> None:
+    """A .pyc would replace the verified source; it is deleted, never executed."""
+    load(f"{hub_repo.spec}:v1.0")
+    tree = cache_tree(hub_repo.sha)
+    tree.chmod(0o755)
+    pyc = tree / "__pycache__/hubconf.cpython-311.pyc"
+    pyc.parent.mkdir()
+    pyc.write_bytes(b"evil bytecode")
+    load(f"{hub_repo.spec}:v1.0")
+    assert not pyc.parent.exists() and runs(canary) == 2
+
+
+def test_rewritten_cache_with_a_consistent_verdict_is_refused(
+    hub_repo: HubRepo, canary: Path
+) -> None:
+    """Someone who can write the cache edits hubconf.py AND rewrites the verdict and
+    entry records so that they add up: the per-user record of what was verified says no."""
+    import json
+
+    from safehub.digest import FileEntry, content_digest, git_tree_id
+
+    load(f"{hub_repo.spec}:v1.0")
+    tree = cache_tree(hub_repo.sha)
+    entry_dir = tree.parent
+    hubconf = tree / "hubconf.py"
+    _writable(hubconf)
+    evil = hubconf.read_text() + "\nopen(os.environ['SAFEHUB_TEST_CANARY'], 'a').write('EVIL\\n')\n"
+    hubconf.write_text(evil)
+    for name in ("verdict.json", "entry.json"):
+        (entry_dir / name).chmod(0o644)
+    entry_dir.chmod(0o755)
+    verdict = json.loads((entry_dir / "verdict.json").read_text())
+    rows = [FileEntry.from_bytes(r[0], r[1], (tree / r[0]).read_bytes()) for r in verdict["files"]]
+    verdict["files"] = [[f.path, f.mode, f.size, f.sha256, f.blob] for f in rows]
+    verdict["digest"] = content_digest(rows)
+    verdict["tree"] = git_tree_id(rows)  # even the git tree id is made to add up
+    (entry_dir / "verdict.json").write_text(json.dumps(verdict))
+    entry = json.loads((entry_dir / "entry.json").read_text())
+    entry["digest"], entry["tree"] = verdict["digest"], verdict["tree"]
+    (entry_dir / "entry.json").write_text(json.dumps(entry))
+    with pytest.raises(safehub.IntegrityError, match="the cache was rewritten"):
+        load(f"{hub_repo.spec}:v1.0")
+    assert "EVIL" not in canary.read_text()
 
 
 def test_no_bytecode_is_written_into_the_tree(hub_repo: HubRepo) -> None:
