@@ -49,7 +49,7 @@ from typing import Any, Literal
 from safehub._internal.globs import Glob
 from safehub.errors import PolicyError
 from safehub.signatures import KeySigner, Signer, SignerSet
-from safehub.spec import RepoSpec, is_full_sha
+from safehub.spec import RepoSpec, is_full_sha, ref_names
 
 __all__ = ["Decision", "Policy", "Requirements", "discover", "load_policy"]
 
@@ -60,6 +60,14 @@ _REPO_GLOB = re.compile(r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+")
 _PATH_SETTINGS = ("cache_dir", "lockfile", "audit_log")
 _SETTINGS = ("cache_dir", "lockfile", "audit_log", "offline", "noninteractive",
              "github_api_url", "github_url", "allowed_hosts", "tree_fallback")
+# Settings that only ever tighten, merged across all files: either side turning them on
+# wins (offline, noninteractive); tree_fallback = false wins.
+_ANY_TRUE = ("offline", "noninteractive")
+_ANY_FALSE = ("tree_fallback",)
+# Settings that decide where code comes from: a project's ./safehub.toml (which arrives
+# with whatever was cloned) may not set them. Environment, site and user files may.
+_NOT_FROM_PROJECT = ("cache_dir", "github_api_url", "github_url", "allowed_hosts")
+PROJECT_FILE = "safehub.toml"
 
 
 # -- the file format (pydantic models, built on first use so `import safehub` stays cheap) --
@@ -80,6 +88,7 @@ def _models() -> dict[str, Any]:
                 "must be 'owner/name' in GitHub's ASCII characters, with * ? [ ] globs "
                 f"(got {value!r})"
             )
+        Glob(value, fold=True)  # a malformed [set] is an error here, naming the file
         return value
 
     def _check_globs(values: tuple[str, ...] | None) -> tuple[str, ...] | None:
@@ -87,6 +96,7 @@ def _models() -> dict[str, Any]:
             for v in values:
                 if not v or not v.isascii():
                     raise ValueError(f"patterns must be non-empty ASCII (got {v!r})")
+                Glob(v)
         return values
 
     class Signer(BaseModel):
@@ -99,6 +109,13 @@ def _models() -> dict[str, Any]:
         ref: str | None = None
         workflow: str | None = None
         trigger: str | None = None
+
+        @field_validator("identity", "repository", "ref", "workflow", "trigger")
+        @classmethod
+        def _glob(cls, v: str | None) -> str | None:
+            if v is not None:
+                Glob(v)
+            return v
 
     class AllowRule(BaseModel):
         model_config = strict
@@ -353,14 +370,32 @@ class Policy:
             if value is not None and (unknown[1] == "default"
                                       or _UNKNOWN_ORDER[value] > _UNKNOWN_ORDER[unknown[0]]):
                 unknown = (value, layer.source)
-            if section.mode is not None and (
+            # After a final file, a later file can no longer switch to warn.
+            if section.mode is not None and not (section.mode == "warn" and final_seen) and (
                 mode[1] == "default" or (section.mode == "enforce" and mode[0] == "warn")
             ):
                 mode = (section.mode, layer.source)
+            if Path(layer.source).name == PROJECT_FILE and Path(layer.source).parent == Path.cwd():
+                for name in _NOT_FROM_PROJECT:
+                    if getattr(section, name) is not None:
+                        raise PolicyError(
+                            f"policy file {layer.source}: {name} cannot be set in a project's "
+                            "./safehub.toml (it would decide where code comes from)",
+                            hint=f"set it in the user or site policy, or with the environment "
+                            f"(SAFEHUB_{name.upper()})",
+                        )
             for name in _SETTINGS:
                 setting = getattr(section, name)
-                if setting is not None and not settings.get(name, (None, "", False))[2]:
-                    settings[name] = (setting, layer.source, section.final)
+                if setting is None:
+                    continue
+                held = settings.get(name)
+                if name in _ANY_TRUE and held is not None and held[0] and not setting:
+                    continue
+                if name in _ANY_FALSE and held is not None and not held[0] and setting:
+                    continue
+                if held is not None and held[2] and name not in (*_ANY_TRUE, *_ANY_FALSE):
+                    continue  # set by a final file: later files cannot change it
+                settings[name] = (setting, layer.source, section.final)
             final_seen = final_seen or section.final
         return cls(tuple(layers), tuple(rules), settings, unknown, mode)
 
@@ -377,7 +412,7 @@ class Policy:
         for rule in self.rules:
             if rule.kind != "deny" or not rule.matches(key):
                 continue
-            if rule.refs is not None and (ref is None or not _any(rule.refs, ref)):
+            if rule.refs is not None and (ref is None or not _any_ref(rule.refs, ref)):
                 continue
             why = f"denied by {rule.where}" + (f": {rule.model.reason}" if rule.model.reason
                                                else "")
@@ -411,7 +446,7 @@ class Policy:
         violations: list[str] = []
         for rule in allows:
             m = rule.model
-            if rule.refs is not None and ref is not None and not _any(rule.refs, ref):
+            if rule.refs is not None and ref is not None and not _any_ref(rule.refs, ref):
                 violations.append(
                     f"ref {ref!r} is not one of {list(m.refs)} allowed by {rule.where}"
                 )
@@ -507,6 +542,12 @@ def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:
 
 def _any(globs: Iterable[Glob], text: str) -> bool:
     return any(g.match(text) for g in globs)
+
+
+def _any_ref(globs: Iterable[Glob], ref: str) -> bool:
+    """A ref matches if any way of writing it does (``tags/v2`` is ``v2``)."""
+    globs = tuple(globs)
+    return any(_any(globs, name) for name in ref_names(ref))
 
 
 def _key_path(key: str, source: str) -> Path:

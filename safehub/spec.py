@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from safehub.errors import SpecError
 
-__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha"]
+__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "ref_names"]
 
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -30,8 +30,21 @@ _SHORT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
 # ref in a spec, and '\\' which some filesystems treat as a separator.
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 _MAX_REF = 255
+_FOREIGN_NAMESPACES = frozenset({"pull", "remotes", "notes", "changes", "merge-requests"})
 
 _SPEC_HINT = "write the repo as 'owner/name' or 'owner/name:ref', e.g. 'pytorch/vision:v0.10.0'"
+
+
+def ref_names(ref: str) -> tuple[str, ...]:
+    """The ways a ref can be written that name the same thing, for policy matching.
+
+    >>> ref_names("refs/tags/v1.0")
+    ('refs/tags/v1.0', 'v1.0')
+    """
+    for prefix in ("refs/heads/", "refs/tags/", "heads/", "tags/"):
+        if ref.startswith(prefix):
+            return (ref, ref[len(prefix):])
+    return (ref,)
 
 
 def is_full_sha(ref: str) -> bool:
@@ -69,6 +82,11 @@ def _check_ref(ref: str, spec: str) -> None:
         # refs/pull/N/head points at commits of forks; refs/remotes and others are not
         # the repo's own branches or tags.
         raise bad("only refs/heads/... and refs/tags/... are accepted among full ref names")
+    if ref.split("/", 1)[0].lower() in _FOREIGN_NAMESPACES and "/" in ref:
+        # GitHub expands short names as git does: 'pull/1/head' is refs/pull/1/head, a
+        # commit of whoever opened the pull request.
+        raise bad("pull/, remotes/, notes/ and similar names are not the repo's own "
+                  "branches or tags (write refs/heads/... for a branch really named so)")
     if ref.lower() == "head":
         raise bad("HEAD is not a ref safehub resolves; leave the ref out for the default branch")
 

@@ -85,8 +85,19 @@ class WeightsGuard:
     fetched: list[tuple[str, str]] = field(default_factory=list)
 
     def check_url(self, url: str) -> None:
+        parts = urlparse(url)
+        if parts.username or parts.password or parts.fragment or not parts.hostname:
+            raise PolicyDenied(
+                f"hubconf.py of {self.repo} tried to download {url!r}: URLs with credentials, "
+                "a fragment or no host are refused",
+                hint="download weights from a plain https://host/path URL",
+            )
+        # Patterns see the URL as it will be fetched, rebuilt from its parts, so that
+        # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
+        canonical = f"{parts.scheme}://{parts.netloc}{parts.path}" + (
+            f"?{parts.query}" if parts.query else "")
         for patterns in self.patterns:
-            if not any(p.match(url) for p in patterns):
+            if not any(p.match(canonical) for p in patterns):
                 allowed = ", ".join(p.pattern for p in patterns)
                 message = (f"hubconf.py of {self.repo} tried to download {url}, which the "
                            f"policy's weights patterns do not allow ({allowed})")

@@ -307,3 +307,46 @@ def test_signature_rules_name_their_files_relative_to_the_policy(tmp_path: Path)
     (tmp_path / "keys/ca.pem").unlink()
     with pytest.raises(PolicyError, match="ca.pem"):
         load_policy(paths=[write(tmp_path / "q.toml", path.read_text())])
+
+
+def test_a_later_file_cannot_switch_a_final_policy_to_warn(tmp_path: Path) -> None:
+    admin = write(tmp_path / "a.toml", "[safehub]\nfinal = true\nunknown_repos = 'deny'\n"
+                  "[[deny]]\nrepo = 'acme/*'\n")
+    project = write(tmp_path / "b.toml", "[safehub]\nmode = 'warn'\n")
+    p = load_policy(paths=[admin, project])
+    assert p.mode[0] == "enforce"
+    assert p.decide(spec("acme/models")).verdict == "deny"
+    assert p.decide(spec("other/x")).verdict == "deny"
+
+
+def test_tightening_settings_add_up_across_files(tmp_path: Path) -> None:
+    site_file = write(tmp_path / "a.toml", "[safehub]\noffline = true\nnoninteractive = true\n"
+                      "tree_fallback = false\n")
+    later = write(tmp_path / "b.toml", "[safehub]\noffline = false\nnoninteractive = false\n"
+                  "tree_fallback = true\n")
+    p = load_policy(paths=[site_file, later])
+    assert p.setting("offline")[0] is True and p.setting("noninteractive")[0] is True
+    assert p.setting("tree_fallback")[0] is False
+
+
+@pytest.mark.parametrize("key", ["github_api_url = 'https://evil.example'",
+                                 "github_url = 'https://evil.example'",
+                                 "allowed_hosts = ['evil.example']", "cache_dir = 'cache'"])
+def test_a_project_file_cannot_redirect_where_code_comes_from(key: str) -> None:
+    write(Path.cwd() / "safehub.toml", f"[safehub]\n{key}\n")
+    with pytest.raises(PolicyError, match="cannot be set in a project's"):
+        load_policy()
+
+
+def test_ref_rules_see_every_spelling_of_a_ref() -> None:
+    p = Policy.from_text("[[deny]]\nrepo = 'a/b'\nrefs = ['v2.0']\nreason = 'bad release'\n"
+                         "[[allow]]\nrepo = 'a/*'\nrefs = ['v*']\n", "p.toml")
+    for ref in ("v2.0", "tags/v2.0", "refs/tags/v2.0"):
+        assert p.decide(spec(f"a/b:{ref}")).verdict == "deny", ref
+    assert p.decide(spec("a/b:refs/tags/v1.0")).verdict == "allow"
+
+
+def test_malformed_glob_names_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "p.toml", "[[allow]]\nrepo = 'a/b'\nrefs = ['[z-a]']\n")
+    with pytest.raises(PolicyError, match=r"allow\[0\].refs.*invalid pattern"):
+        load_policy(paths=[path])

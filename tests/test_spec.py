@@ -31,6 +31,7 @@ def test_valid_specs(text: str, owner: str, name: str, ref: str | None) -> None:
         "", "pytorch", "a/b/c", "/b", "a/", "-a/b", "a-/b", "a_b/c", "a/b:", "a/b:x y",
         "a/b:a..b", "a/b:~1", "a/b:x^", "a/b:@", "a/b:x@{1}", "a/b:-x", "a/b:x/", "a/b:x.lock",
         "a/b:.hidden", "a/b:refs/pull/1/head", "a/b:refs/remotes/o/x", "a/b:HEAD", "a/..",
+        "a/b:pull/1/head", "a/b:PULL/1/merge", "a/b:remotes/origin/main",
         "a/.", "a/b.git", "a/b:x:y", "a/b:x\\y", "a/b:x\ny",
         "руtorch/vision",  # Cyrillic 'р' and 'у': a homoglyph of pytorch
         "pytorch/visiоn",  # Cyrillic 'о'

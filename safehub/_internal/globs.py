@@ -45,14 +45,17 @@ def _compile(pattern: str, fold: bool) -> re.Pattern[str]:
             else:
                 body = pattern[i + 1:end]
                 if body.startswith("!"):
-                    body = "^" + body[1:]
+                    body = "^/" + body[1:]  # a negated set never matches '/'
                 out.append("[" + body.replace("\\", "\\\\") + "]")
                 i = end
         else:
             out.append(re.escape(c))
         i += 1
     # ASCII: with Unicode case folding, the Kelvin sign would match "k".
-    return re.compile("".join(out), (re.IGNORECASE | re.ASCII) if fold else re.ASCII)
+    try:
+        return re.compile("".join(out), (re.IGNORECASE | re.ASCII) if fold else re.ASCII)
+    except re.error as e:
+        raise ValueError(f"invalid pattern {pattern!r}: {e}") from None
 
 
 class Glob:
