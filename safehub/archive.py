@@ -26,6 +26,7 @@ import os
 import re
 import stat
 import zipfile
+import zlib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,11 +39,15 @@ from safehub.digest import (
     FileEntry,
     content_digest,
     git_tree_id,
+    parents,
 )
 from safehub.errors import IntegrityError
 
 __all__ = ["Extracted", "TreeCheck", "check_tree", "extract", "resolve_link"]
 
+# What zipfile raises for corrupt or exotic archives (bad CRC, encryption, unknown
+# compression, truncated streams).
+_ZIP_ERRORS = (zipfile.BadZipFile, NotImplementedError, RuntimeError, EOFError, zlib.error)
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 _UNIX = 3
 _MAX_LINK_HOPS = 40
@@ -230,7 +235,13 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
                 hint="the server (or a mirror) answered with another commit's archive; "
                 "do not load it",
             )
-        entries, links = _plan(zf, limits)
+        try:
+            entries, links = _plan(zf, limits)
+        except _ZIP_ERRORS as err:
+            raise IntegrityError(
+                f"the archive is corrupt or uses an unsupported zip feature ({err})",
+                hint="retry with force_reload=True; if it persists the server is broken",
+            ) from err
         dest.mkdir(parents=True)
         files: list[FileEntry] = []
         dirs: set[str] = set()
@@ -257,23 +268,17 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
                         hint="if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES",
                     )
                 files.append(entry)
-        except zipfile.BadZipFile as err:
+        except _ZIP_ERRORS as err:
             raise IntegrityError(
-                f"the archive is corrupt ({err})",
+                f"the archive is corrupt or uses an unsupported zip feature ({err})",
                 hint="retry with force_reload=True; if it persists the server is broken",
             ) from err
     files.sort(key=lambda f: f.path.encode())
-    parents = {p for f in files for p in _parents(f.path)}
-    empty = tuple(sorted(d for d in dirs if d not in parents))
+    above = {p for f in files for p in parents(f.path)}
+    empty = tuple(sorted(d for d in dirs if d not in above))
     make_read_only(dest)
     return Extracted(dest, tuple(files), empty, git_tree_id(files), content_digest(files))
 
-
-def _parents(path: str) -> Iterable[str]:
-    parent = path.rpartition("/")[0]
-    while parent:
-        yield parent
-        parent = parent.rpartition("/")[0]
 
 
 def _write_file(zf: zipfile.ZipFile, e: _Entry, target: Path) -> FileEntry:

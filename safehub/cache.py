@@ -32,7 +32,14 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal.fsutil import read_json, rmtree, write_json
-from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_tree_id
+from safehub.digest import (
+    MODE_EXEC,
+    MODE_LINK,
+    FileEntry,
+    content_digest,
+    git_tree_id,
+    parents,
+)
 from safehub.errors import CacheError, IntegrityError
 
 __all__ = ["Cache", "CachedTree", "Verdict"]
@@ -191,8 +198,8 @@ class CachedTree:
         for rel in sorted(found):
             if rel not in dirs and rel not in expected:
                 raise _tamper(self.path / rel, "is not part of the verified tree")
-        allowed = {p + "/" for f in v.files for p in _parents(f.path)}
-        allowed |= {p + "/" for d in v.empty_dirs for p in (d, *_parents(d))}
+        allowed = {p + "/" for f in v.files for p in parents(f.path)}
+        allowed |= {p + "/" for d in v.empty_dirs for p in (d, *parents(d))}
         if dirs - allowed:
             raise _tamper(self.path / min(dirs - allowed), "is a folder that was not in the tree")
         for f in v.files:
@@ -245,12 +252,6 @@ def _write_entry(entry: CachedTree) -> None:
         "tree": entry.tree, "level": entry.level,
     }, mode=0o444)
 
-
-def _parents(path: str) -> Iterator[str]:
-    parent = path.rpartition("/")[0]
-    while parent:
-        yield parent
-        parent = parent.rpartition("/")[0]
 
 
 class Cache:

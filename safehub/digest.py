@@ -21,7 +21,7 @@ Two hashes describe a tree of files:
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "blob_id",
     "content_digest",
     "git_tree_id",
+    "parents",
 ]
 
 MODE_FILE = "100644"
@@ -40,6 +41,18 @@ MODE_EXEC = "100755"
 MODE_LINK = "120000"
 _MODE_TREE = b"40000"
 DIGEST_HEADER = b"safehub-digest-v1\n"
+
+
+def parents(path: str) -> Iterator[str]:
+    """The folders above a relative POSIX path, innermost first.
+
+    >>> list(parents("a/b/c.py"))
+    ['a/b', 'a']
+    """
+    parent = path.rpartition("/")[0]
+    while parent:
+        yield parent
+        parent = parent.rpartition("/")[0]
 
 
 def blob_id(data: bytes) -> str:

@@ -208,13 +208,17 @@ class GitHub:
                 return Resolved(spec, ref, sha, tree, f"ancestor of {branch}")
             if not seen_tips:
                 seen_tips = True
-                names = []
+                names: list[str] = []
                 for kind in ("branches", "tags"):
                     for name, tip in self.refs(spec, kind):
                         if tip == sha:
                             return Resolved(spec, ref, sha, tree, f"tip of {kind[:-1]} {name}")
                         if name != default:
                             names.append(name)
+                        if len(names) >= MAX_COMPARES:
+                            break  # bounded API cost: never page through thousands of refs
+                    if len(names) >= MAX_COMPARES:
+                        break
                 candidates.extend(names)
             if tried > MAX_COMPARES:
                 raise PinError(

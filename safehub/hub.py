@@ -103,6 +103,7 @@ class Hub:
         )
         self._http: Http | None = None
         self._lockfile: Lockfile | None = None
+        self._no_lockfile = False
 
     @property
     def lockfile_path(self) -> Path:
@@ -112,9 +113,10 @@ class Hub:
     @property
     def lockfile(self) -> Lockfile | None:
         """The lockfile in force, or None. An explicitly named one must exist."""
-        if self._lockfile is None:
+        if self._lockfile is None and not self._no_lockfile:
             path = self.lockfile_path
             if self.settings.lockfile is None and not path.exists():
+                self._no_lockfile = True
                 return None
             self._lockfile = load_lockfile(path)
         return self._lockfile
@@ -199,7 +201,17 @@ class Hub:
         proof = record["commits"].get(commit)
         if not isinstance(proof, dict) or not is_full_sha(str(proof.get("tree"))):
             return None
-        return Resolved(spec, label, commit, str(proof["tree"]), str(proof.get("proof")))
+        moved_to = None
+        if isinstance(record.get("moved_to"), str):
+            moved = record["moved_to"]
+            if not self.policy.names(moved):  # the policy may have changed since
+                raise RepoMovedError(
+                    f"{spec.repo} has moved to {moved}, and no [[allow]] rule names {moved} "
+                    "any more", old=spec.key, new=moved,
+                    hint=f"load it as {moved!r}, or name it in an [[allow]] rule")
+            moved_to = RepoSpec.parse(moved if spec.ref is None else f"{moved}:{spec.ref}")
+        return Resolved(spec, label, commit, str(proof["tree"]), str(proof.get("proof")),
+                        moved_to=moved_to)
 
     def _resolve(self, spec: RepoSpec, force_reload: bool,
                  lock: LockEntry | None = None) -> Resolved:
@@ -324,7 +336,7 @@ class Hub:
         spec, commit = resolved.spec, resolved.commit
         url = self.github.archive_url(resolved.location, commit)
         zip_path = stage / "archive.zip"
-        sys.stdout.write(f'Downloading: "{url}" to {stage}\n')
+        sys.stderr.write(f'Downloading: "{url}" to {stage}\n')
         assert self._http is not None
         with open(zip_path, "wb") as out:
             self._http.download(
@@ -349,7 +361,7 @@ class Hub:
         listing = None
         if ext.tree_id != resolved.tree:
             listing = self.github.tree_listing(resolved.location, resolved.tree)
-        allow_fallback = self.settings.tree_fallback and decision.requirements.tree_fallback
+        allow_fallback = self.settings.tree_fallback
         check = archive.check_tree(ext, resolved.tree, listing, allow_fallback=allow_fallback)
         if check.level != "tree":
             warnings.warn(
@@ -484,9 +496,10 @@ class Hub:
                 stacklevel=5,
             )
             return "trust_repo"
-        if self.consents.find(key, commit, digest) is not None:
+        consents = self.consents.list(key)
+        if any(c.commit == commit and c.digest == digest for c in consents):
             return "consent"
-        earlier = [c for c in self.consents.list(key) if c.commit != commit]
+        earlier = [c for c in consents if c.commit != commit]
         if earlier:
             why = (f"you trusted {resolved.spec.repo} at {earlier[-1].commit[:12]} before, "
                    "but this is different content")
@@ -585,8 +598,15 @@ class Hub:
         spec = RepoSpec.parse(repo)
         commit = None
         if spec.ref is not None:
-            hit = self._cached_resolution(spec)
-            commit = hit.commit if hit is not None else spec.ref
+            lock = self.lockfile.get(spec) if self.lockfile is not None else None
+            hit = self._cached_resolution(spec) if lock is None else None
+            commit = lock.commit if lock else hit.commit if hit else spec.ref
+            if not is_full_sha(commit):
+                raise SpecError(
+                    f"cannot tell which commit {spec} names without the network",
+                    hint=f"name the commit ({spec.repo}:<sha>), or forget every commit of the "
+                    f"repo with `safehub untrust {spec.repo}`",
+                )
         return self.consents.remove(spec.key, commit)
 
     def verify(self, target: str, sets: Sequence[Any] = ()) -> dict[str, Any]:
@@ -600,8 +620,12 @@ class Hub:
 
         folder = Path(target)
         report: dict[str, Any] = {"target": target}
+        found: tuple[bytes, str | None] | None = None
         if folder.is_dir():
             tree_path = folder
+            bundle_path = folder / signatures.DEFAULT_SIGNATURE
+            if bundle_path.is_file():
+                found = bundle_path.read_bytes(), signatures.DEFAULT_SIGNATURE
         else:
             spec = RepoSpec.parse(target)
             lock = self.lockfile.get(spec) if self.lockfile is not None else None
@@ -610,17 +634,19 @@ class Hub:
             tree = self._fetch_verified(resolved, decision, lock, False, verbose=False)
             tree_path = tree.path
             sets = sets or decision.requirements.signer_sets
+            found = self._find_signature(resolved, tree, sets)
             report.update(commit=resolved.commit, digest=tree.digest)
         if not sets:
             raise SpecError("no signers to verify against",
                             hint="give --key, or --identity and --issuer, or a policy rule with "
                             "signers or keys for the repo")
-        bundle_path = tree_path / signatures.DEFAULT_SIGNATURE
-        if not bundle_path.is_file():
-            raise SignatureError(f"no {signatures.DEFAULT_SIGNATURE} in {tree_path}",
+        if found is None:
+            raise SignatureError(f"no signature found for {target}",
                                  hint="sign it with `safehub sign DIR --key KEY` or "
-                                 "`model_signing sign`")
-        result = signatures.Verifier(sets).verify_tree(tree_path, bundle_path.read_bytes())
+                                 "`model_signing sign`, or set signature_url in the policy")
+        bundle, in_tree = found
+        result = signatures.Verifier(sets).verify_tree(tree_path, bundle,
+                                                       signature_in_tree=in_tree)
         report.update(signer=result.signer, files=len(result.files),
                       uncovered=list(result.uncovered))
         if result.uncovered:
@@ -666,7 +692,7 @@ class Hub:
             changes.append({"spec": entry.spec, "commit": entry.commit, "change": change,
                             "from": old.commit if old is not None else None})
         lockfile.save()
-        self._lockfile = None
+        self._lockfile, self._no_lockfile = None, False
         return changes
 
     def lock_check(self) -> list[dict[str, Any]]:

@@ -302,7 +302,6 @@ class Requirements:
     signer_sets: tuple[SignerSet, ...] = ()
     weights: tuple[tuple[Glob, ...], ...] = ()
     weights_only: bool = True
-    tree_fallback: bool = True
 
 
 @dataclass(frozen=True)
@@ -315,11 +314,6 @@ class Decision:
     mode: str = "enforce"
     violations: tuple[str, ...] = ()
     fix: str = ""
-
-    @property
-    def users_decide(self) -> bool:
-        """True when consent (a prompt, trust_repo=True) may let the load go ahead."""
-        return self.verdict == "prompt"
 
 
 @dataclass(frozen=True)
@@ -477,10 +471,8 @@ class Policy:
                 weights.append(tuple(Glob(w) for w in m.weights))
             # strictest wins: pickles only if every matching rule says weights_only = false
             all_allow_pickles = all_allow_pickles and not m.weights_only
-        fallback = self.settings.get("tree_fallback", (True, "", False))[0]
         reqs = Requirements(pin, signature, tuple(signer_sets), tuple(weights),
-                            weights_only=not (allows and all_allow_pickles),
-                            tree_fallback=bool(fallback))
+                            weights_only=not (allows and all_allow_pickles))
         if violations:
             if mode == "warn":
                 return Decision("prompt", (*reasons, *violations), reqs, mode, tuple(violations))

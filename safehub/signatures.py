@@ -30,7 +30,7 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -137,8 +137,7 @@ class TreeSignature:
 
     signer: str
     files: tuple[str, ...]
-    ignored_paths: tuple[str, ...] = ()
-    uncovered: tuple[str, ...] = field(default=())
+    uncovered: tuple[str, ...] = ()
 
 
 def _fail(what: str, hint: str | None = None) -> SignatureError:
@@ -480,7 +479,7 @@ class Verifier:
             if p not in expected and p != signature_in_tree
             and p.split("/")[0] not in _GIT_METADATA
         )
-        return TreeSignature(signed.signer, tuple(sorted(expected)), ignored, uncovered)
+        return TreeSignature(signed.signer, tuple(sorted(expected)), uncovered)
 
 
 def _is_pki_bundle(bundle: dict[str, Any]) -> bool:

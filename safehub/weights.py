@@ -21,6 +21,7 @@ it has decided to trust (see docs/threat-model.md).
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import hashlib
 import os
 import threading
@@ -37,7 +38,7 @@ from safehub.errors import IntegrityError, PolicyDenied
 
 __all__ = ["WeightPins", "WeightsGuard"]
 
-_LOCK = threading.RLock()
+_LOCK = threading.Lock()
 
 
 def _stat_key(st: os.stat_result) -> list[int]:
@@ -82,7 +83,6 @@ class WeightsGuard:
     locked: dict[str, str] = field(default_factory=dict)
     records: WeightPins | None = None
     on_new_pin: Callable[[str, str], None] | None = None
-    fetched: list[tuple[str, str]] = field(default_factory=list)
 
     def check_url(self, url: str) -> None:
         parts = urlparse(url)
@@ -137,45 +137,62 @@ class WeightsGuard:
             self.records.put(url, digest, path)
         if url not in self.locked and self.on_new_pin is not None:
             self.on_new_pin(url, digest)
-        self.fetched.append((url, digest))
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
-        """Wrap torch.hub's download functions for the duration of the block."""
-        from safehub._internal.torchhub import torch_hub
+        """Hold this guard while the block runs (nested and concurrent loads included).
 
-        hub: Any = torch_hub()
+        torch.hub's two functions are wrapped once, while any guard is active; each call
+        is checked by the guard of the load it belongs to (the current context's, or the
+        latest one for threads hubconf started), and guards may end in any order.
+        """
         with _LOCK:
-            inner_download = hub.download_url_to_file
-            inner_state_dict = hub.load_state_dict_from_url
-            hub.download_url_to_file = self._download_wrapper(inner_download)
-            hub.load_state_dict_from_url = self._state_dict_wrapper(inner_state_dict, hub)
+            if not _ACTIVE:
+                _install()
+            _ACTIVE.append(self)
+        token = _CURRENT.set(self)
         try:
             yield
         finally:
+            _CURRENT.reset(token)
             with _LOCK:
-                hub.download_url_to_file = inner_download
-                hub.load_state_dict_from_url = inner_state_dict
+                _ACTIVE.remove(self)
+                if not _ACTIVE:
+                    _uninstall()
 
-    def _download_wrapper(self, inner: Callable[..., Any]) -> Callable[..., Any]:
-        guard = self
 
-        def download_url_to_file(url: str, dst: str, hash_prefix: str | None = None,
-                                 progress: bool = True) -> None:
+_CURRENT: contextvars.ContextVar[WeightsGuard | None] = contextvars.ContextVar(
+    "safehub_weights_guard", default=None)
+_ACTIVE: list[WeightsGuard] = []
+_ORIGINAL: dict[str, Any] = {}
+
+
+def _guard() -> WeightsGuard | None:
+    return _CURRENT.get() or (_ACTIVE[-1] if _ACTIVE else None)
+
+
+def _install() -> None:
+    from safehub._internal.torchhub import torch_hub
+
+    hub: Any = torch_hub()
+    _ORIGINAL["download_url_to_file"] = inner_download = hub.download_url_to_file
+    _ORIGINAL["load_state_dict_from_url"] = inner_state_dict = hub.load_state_dict_from_url
+
+    def download_url_to_file(url: str, dst: str, hash_prefix: str | None = None,
+                             progress: bool = True) -> None:
+        guard = _guard()
+        if guard is not None:
             guard.check_url(url)
-            inner(url, dst, hash_prefix, progress)
+        inner_download(url, dst, hash_prefix, progress)
+        if guard is not None:
             guard.check_file(url, Path(os.path.expanduser(dst)))
 
-        return download_url_to_file
-
-    def _state_dict_wrapper(self, inner: Callable[..., Any],
-                            hub: Any) -> Callable[..., Any]:
-        guard = self
-
-        def load_state_dict_from_url(url: str, model_dir: str | None = None,
-                                     map_location: Any = None, progress: bool = True,
-                                     check_hash: bool = False, file_name: str | None = None,
-                                     weights_only: bool = False) -> Any:
+    def load_state_dict_from_url(url: str, model_dir: str | None = None,
+                                 map_location: Any = None, progress: bool = True,
+                                 check_hash: bool = False, file_name: str | None = None,
+                                 weights_only: bool = False) -> Any:
+        guard = _guard()
+        if guard is not None:
             guard.check_url(url)
             folder = model_dir or os.path.join(hub.get_dir(), "checkpoints")
             cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
@@ -183,7 +200,17 @@ class WeightsGuard:
                 guard.check_file(url, cached)
             if guard.weights_only and not weights_only:
                 weights_only = True  # no pickled code from the network unless policy says so
-            return inner(url, model_dir, map_location, progress, check_hash, file_name,
-                         weights_only)
+        return inner_state_dict(url, model_dir, map_location, progress, check_hash,
+                                file_name, weights_only)
 
-        return load_state_dict_from_url
+    hub.download_url_to_file = download_url_to_file
+    hub.load_state_dict_from_url = load_state_dict_from_url
+
+
+def _uninstall() -> None:
+    from safehub._internal.torchhub import torch_hub
+
+    hub: Any = torch_hub()
+    for name, func in _ORIGINAL.items():
+        setattr(hub, name, func)
+    _ORIGINAL.clear()

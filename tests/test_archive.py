@@ -218,3 +218,19 @@ def test_resolve_link() -> None:
     assert resolve_link("a/up", links) == ""
     assert resolve_link("b/up/a", links) == "a"
     assert resolve_link("c", links) is None
+
+
+def test_exotic_zip_features_are_integrity_errors(tmp_path: Path) -> None:
+    """Unknown compression methods and broken symlink entries never escape as raw errors."""
+    z = make_zip(tmp_path / "a.zip", honest())
+    data = bytearray(z.read_bytes())
+    # Claim compression method 99 (AES) for every entry, in local and central headers.
+    for sig in (b"PK\x03\x04", b"PK\x01\x02"):
+        i = data.find(sig)
+        while i != -1:
+            offset = 8 if sig == b"PK\x03\x04" else 10
+            data[i + offset:i + offset + 2] = (99).to_bytes(2, "little")
+            i = data.find(sig, i + 4)
+    z.write_bytes(bytes(data))
+    with pytest.raises(IntegrityError, match="unsupported zip feature"):
+        extract(z, tmp_path / "out", commit=SHA, limits=Limits())

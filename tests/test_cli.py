@@ -17,8 +17,7 @@ from tests.conftest import HubRepo
 def test_load_and_cache_commands(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
     spec = f"{hub_repo.spec}:v1.0"
     assert main(["load", spec, "tiny", "--trust", "--kwargs", '{"n": 5}', "--json"]) == 0
-    out = capsys.readouterr().out
-    result = json.loads(out[out.index("{"):])
+    result = json.loads(capsys.readouterr().out)  # stdout is pure JSON
     assert result["result"] == {"type": "torch.nn.modules.linear.Linear", "parameters": 30}
 
     assert main(["cache", "ls", "--json"]) == 0

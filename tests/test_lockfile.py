@@ -276,3 +276,32 @@ def test_named_lockfile_must_exist(hub_repo: HubRepo, tmp_path: Path,
     monkeypatch.setenv("SAFEHUB_LOCKFILE", str(tmp_path / "missing.lock"))
     with pytest.raises(PinError, match="does not exist"):
         safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+
+
+def test_a_followed_rename_keeps_the_new_names_rules_on_warm_loads(
+    isolated: Path, hub_repo: HubRepo, server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    server.rename_repo("acme", "models", "acme-labs", "models")
+    policy = isolated / "site/safehub/policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text("[[allow]]\nrepo = 'acme-labs/models'\n")
+    monkeypatch.setenv("CI", "true")
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo") == ((), {})  # cold
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo") == ((), {})  # warm: same rules
+    policy.write_text("[[allow]]\nrepo = 'acme-labs/models'\n[[deny]]\nrepo = 'acme-labs/*'\n")
+    with pytest.raises(RepoMovedError):
+        safehub.load(f"{hub_repo.spec}:v1.0", "echo")
+
+
+def test_untrust_a_locked_spec_and_refuse_to_guess(
+    hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert lock(f"{hub_repo.spec}:v1.0") == 0
+    assert main(["trust", f"{hub_repo.spec}:v1.0"]) == 0
+    safehub.Hub().cache.clear()  # no cached resolution left: only the lockfile knows
+    assert main(["untrust", f"{hub_repo.spec}:v1.0"]) == 0
+    assert "forgot 1" in capsys.readouterr().out
+    monkeypatch.setenv("CI", "true")
+    with pytest.raises(safehub.UntrustedRepoError):
+        safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
+    assert main(["untrust", f"{hub_repo.spec}:main"]) == 2  # unknown commit: no silent no-op

@@ -36,7 +36,7 @@ def test_strict_org() -> None:
     assert p.decide(RepoSpec.parse("your-org/models:v1")).verdict == "deny"  # not pinned
     ok = p.decide(RepoSpec.parse(f"your-org/models:{SHA}"))
     assert ok.verdict == "allow" and ok.requirements.signature == "required"
-    assert ok.requirements.tree_fallback is False
+    assert p.setting("tree_fallback")[0] is False
     assert p.decide(RepoSpec.parse(f"your-org/models-fork:{SHA}")).verdict == "deny"
 
 

@@ -289,6 +289,7 @@ def test_signature_from_a_release_asset_or_a_local_path(
     server.add_release_asset("acme", "released", "v2.0", "model.sig", bundle.read_bytes())
     assert safehub.load("acme/released:v2.0", "echo", trust_repo=True) == ((), {})
     assert any("/releases/download/v2.0/model.sig" in r.path for r in server.requests_log)
+    assert main(["verify", "acme/released:v2.0"]) == 0  # verify finds it where loads do
     # A local path template works too, relative to the policy file.
     sigs = isolated / "site/safehub/sigs/acme-released"
     sigs.mkdir(parents=True)
@@ -296,3 +297,19 @@ def test_signature_from_a_release_asset_or_a_local_path(
     policy(isolated, rule + "signature_url = 'sigs/{owner}-{name}/{ref}.sig'\n")
     safehub.Hub().cache.clear()
     assert safehub.load("acme/released:v2.0", "echo", trust_repo=True) == ((), {})
+
+
+def test_weights_guards_may_end_in_any_order(signed: Signed, isolated: Path) -> None:
+    """Concurrent loads end out of order: torch.hub is restored exactly once, at the end."""
+    from safehub.weights import WeightsGuard
+
+    original = torch.hub.download_url_to_file
+    a, b = WeightsGuard("a/a"), WeightsGuard("b/b")
+    ctx_a, ctx_b = a.active(), b.active()
+    ctx_a.__enter__()
+    ctx_b.__enter__()
+    assert torch.hub.download_url_to_file is not original
+    ctx_a.__exit__(None, None, None)  # the first one ends first
+    assert torch.hub.download_url_to_file is not original  # b is still active
+    ctx_b.__exit__(None, None, None)
+    assert torch.hub.download_url_to_file is original

@@ -17,11 +17,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-__all__ = ["Glob", "is_glob"]
-
-
-def is_glob(text: str) -> bool:
-    return any(c in text for c in "*?[")
+__all__ = ["Glob"]
 
 
 @lru_cache(maxsize=4096)

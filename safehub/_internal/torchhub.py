@@ -52,10 +52,6 @@ def uninstall() -> None:
     _ORIGINALS.clear()
 
 
-def is_installed() -> bool:
-    return bool(_ORIGINALS)
-
-
 def _require_hubconf(repo_dir: Path) -> Path:
     hubconf = repo_dir / "hubconf.py"
     if not hubconf.is_file():
