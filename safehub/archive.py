@@ -8,10 +8,11 @@ refuses, before writing anything:
 * entries outside one top folder, absolute paths, ``..``, ``.git``, backslashes, control
   characters, empty path components;
 * special files (devices, FIFOs, sockets), and directory flags that contradict the mode;
-* duplicate names, including names equal up to case (they collide on macOS and Windows)
-  and a file that is also used as a directory;
+* duplicate names, including names equal up to case or Unicode normalisation (they collide
+  on macOS and Windows) and a file that is also used as a directory;
 * symlinks that are absolute or resolve outside the tree (resolved the way the OS would,
-  through other links in the archive), and entries reached through a symlink;
+  through other links in the archive, on case-sensitive and case-insensitive filesystems
+  alike), and entries reached through a symlink (matched without regard to case);
 * more files or more bytes than the limits allow (declared sizes are capped first; zipfile
   then never yields more than the declared size and checks each CRC).
 
@@ -25,9 +26,10 @@ from __future__ import annotations
 import os
 import re
 import stat
+import unicodedata
 import zipfile
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -117,10 +119,16 @@ def _relative(info: zipfile.ZipInfo, prefix: str) -> str:
     return rel
 
 
-def resolve_link(path: str, links: Mapping[str, str]) -> str | None:
+def _fold(path: str) -> str:
+    """A path as a case- and normalisation-insensitive filesystem (macOS, Windows) sees it."""
+    return unicodedata.normalize("NFC", path).casefold()
+
+
+def resolve_link(path: str, links: Mapping[str, str], *, fold: bool = False) -> str | None:
     """Where ``path`` leads inside the tree, following ``links`` as the OS would.
 
-    ``links`` maps link paths to their targets. Returns the resolved relative path
+    ``links`` maps link paths to their targets (with ``fold``, keyed by :func:`_fold`, as a
+    case-insensitive filesystem would look them up). Returns the resolved relative path
     (``""`` is the root), or ``None`` if the path leaves the tree, is absolute, or loops.
 
     >>> resolve_link("a/up", {"a/up": "..", "x": "a/up/.."})
@@ -141,7 +149,7 @@ def resolve_link(path: str, links: Mapping[str, str]) -> str | None:
             done.pop()
             continue
         candidate = "/".join([*done, part])
-        target = links.get(candidate)
+        target = links.get(_fold(candidate) if fold else candidate)
         if target is None:
             done.append(part)
             continue
@@ -174,8 +182,8 @@ def _plan(zf: zipfile.ZipFile, limits: Limits) -> tuple[list[_Entry], dict[str, 
             hint="if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES",
         )
     entries: list[_Entry] = []
-    seen: dict[str, str] = {}  # casefolded path -> path as written
-    kinds: dict[str, str] = {}
+    seen: dict[str, str] = {}  # folded path -> path as written
+    kinds: dict[str, str] = {}  # folded path -> kind: lookups as a case-insensitive FS does
     for info in infos:
         rel = _relative(info, prefix)
         kind = _kind(info)
@@ -183,18 +191,18 @@ def _plan(zf: zipfile.ZipFile, limits: Limits) -> tuple[list[_Entry], dict[str, 
             if kind != "dir":
                 raise _fail(info.filename, "the top folder is not a directory")
             continue
-        folded = rel.casefold()
+        folded = _fold(rel)
         if folded in seen:
             same = "twice" if seen[folded] == rel else f"and as {seen[folded]!r} (same up to case)"
             raise _fail(info.filename, f"the path appears {same}")
         seen[folded] = rel
-        kinds[rel] = kind
+        kinds[folded] = kind
         entries.append(_Entry(info, rel, kind))
     links: dict[str, str] = {}
     for e in entries:
         parent = e.path.rpartition("/")[0]
         while parent:
-            if kinds.get(parent, "dir") != "dir":
+            if kinds.get(_fold(parent), "dir") != "dir":
                 raise _fail(e.info.filename, f"its parent {parent!r} is not a directory")
             parent = parent.rpartition("/")[0]
         if e.kind == "link":
@@ -207,9 +215,14 @@ def _plan(zf: zipfile.ZipFile, limits: Limits) -> tuple[list[_Entry], dict[str, 
             if target.startswith("/") or _BAD_CHARS.search(target) or not target:
                 raise _fail(e.info.filename, f"absolute or malformed symlink target {target!r}")
             links[e.path] = target
+    # Resolve every link both as a case-sensitive and as a case-insensitive filesystem
+    # would (on macOS 'X -> D/up/..' can reach a link named 'd/up').
+    folded_links = {_fold(p): t for p, t in links.items()}
     for path, target in links.items():
         base = path.rpartition("/")[0]
-        if resolve_link(f"{base}/{target}" if base else target, links) is None:
+        start = f"{base}/{target}" if base else target
+        if (resolve_link(start, links) is None
+                or resolve_link(start, folded_links, fold=True) is None):
             raise _fail(path, f"symlink to {target!r} leads outside the tree")
     return entries, links
 
@@ -331,37 +344,35 @@ class TreeCheck:
     omitted: tuple[str, ...] = ()
 
 
-# Attributes that make `git archive` output differ from the committed blobs.
-_CONTENT_ATTRS = re.compile(
-    r"(?<![\w-])(export-subst|eol|text|crlf|filter|ident|working-tree-encoding)(?![\w-])"
-)
-_IGNORE_ATTR = re.compile(r"(?<![\w-])export-ignore(?![\w-])")
-
-
 def check_tree(
     ext: Extracted,
     tree_id: str,
     listing: Iterable[Mapping[str, object]] | None,
     *,
     allow_fallback: bool,
+    fetch_blob: Callable[[str], bytes] | None = None,
 ) -> TreeCheck:
     """Tie the extracted files to the commit's tree, or raise :class:`IntegrityError`.
 
     The exact check compares git tree ids. When they differ, ``listing`` (the API's
     recursive listing of the commit's tree, fetched by the caller only in that case)
-    permits the per-file fallback: every extracted file must exist in the tree with the
-    same mode; its bytes must equal the blob's, unless a ``.gitattributes`` of the commit
-    (itself verified byte for byte) declares attributes that rewrite content on export;
-    a tree file may be missing only if such a file declares ``export-ignore``; submodules
-    appear as empty folders. Extra files are never accepted.
+    permits the per-file fallback (:mod:`safehub.gitattributes`): every extracted file must
+    exist in the tree with the same mode, and its bytes must equal the blob's unless an
+    attribute of the commit that applies to that very path explains the difference (undone
+    exactly where possible; ``export-subst`` files are listed as unverified); a tree file
+    may be missing only where ``export-ignore`` applies; submodules appear as empty
+    folders. Extra files are never accepted. ``fetch_blob`` returns a blob's committed
+    bytes, checked against its id (for ``.gitattributes`` files the archive left out, and
+    LFS pointers).
     """
+    from safehub.gitattributes import Attributes, parse
+
     if ext.tree_id == tree_id:
         return TreeCheck("tree")
+    altered = "the archive was altered in transit or by a mirror; do not load it"
     mismatch = IntegrityError(
         f"the archive's files do not match the commit's tree (git tree {ext.tree_id}, "
-        f"expected {tree_id})",
-        hint="the archive was altered in transit or by a mirror; do not load it",
-    )
+        f"expected {tree_id})", hint=altered)
     if listing is None:
         raise mismatch
     if not allow_fallback:
@@ -380,49 +391,48 @@ def check_tree(
         elif kind == "commit":
             gitlinks.add(path)
     ours = {f.path: f for f in ext.files}
-    # Only .gitattributes files whose bytes equal the commit's blobs may explain a
-    # difference; one the archive left out can only have been export-ignored.
-    rules = [
-        (ext.root / p).read_text("utf-8", "replace")
-        for p in ours
-        if p.rpartition("/")[2] == ".gitattributes" and blobs.get(p, ("", ""))[1] == ours[p].blob
-    ]
-    rewrites = any(_CONTENT_ATTRS.search(text) for text in rules)
-    ignores = any(_IGNORE_ATTR.search(text) for text in rules) or any(
-        p.rpartition("/")[2] == ".gitattributes" and p not in ours for p in blobs
-    )
-    unverified: list[str] = []
     for path, f in ours.items():
         if path not in blobs:
+            raise IntegrityError(f"the archive has {path!r}, which is not in the commit's tree",
+                                 hint=altered)
+        if blobs[path][0] != f.mode:
+            raise IntegrityError(f"{path!r} has mode {f.mode} in the archive but "
+                                 f"{blobs[path][0]} in the commit", hint=altered)
+    rules = []
+    for path, (_, sha) in blobs.items():
+        if path.rpartition("/")[2] != ".gitattributes":
+            continue
+        if path in ours and ours[path].blob == sha:
+            content = (ext.root / path).read_bytes()
+        elif fetch_blob is not None:
+            content = fetch_blob(sha)
+        else:
+            continue  # unknown rules explain nothing
+        rules += parse(path, content.decode("utf-8", "replace"))
+    attributes = Attributes(rules)
+    unverified: list[str] = []
+    for path, f in ours.items():
+        sha = blobs[path][1]
+        if sha == f.blob:
+            continue
+        data = (ext.root / path).read_bytes() if f.mode != MODE_LINK else b""
+        how = attributes.explain(path, data, sha, fetch_blob) if data else None
+        if how is None:
             raise IntegrityError(
-                f"the archive has {path!r}, which is not in the commit's tree",
-                hint="the archive was altered in transit or by a mirror; do not load it",
-            )
-        mode, sha = blobs[path]
-        if mode != f.mode:
-            raise IntegrityError(
-                f"{path!r} has mode {f.mode} in the archive but {mode} in the commit",
-                hint="the archive was altered in transit or by a mirror; do not load it",
-            )
-        if sha != f.blob:
-            if not rewrites:
-                raise IntegrityError(
-                    f"{path!r} differs from the commit's blob {sha} and no .gitattributes "
-                    "rule explains it",
-                    hint="the archive was altered in transit or by a mirror; do not load it",
-                )
+                f"{path!r} differs from the commit's blob {sha} and no .gitattributes rule "
+                "of the commit explains it", hint=altered)
+        if how == "unverified":
             unverified.append(path)
     omitted = sorted(p for p in blobs if p not in ours)
-    if omitted and not ignores:
-        raise IntegrityError(
-            f"the archive lacks {len(omitted)} file(s) of the commit, e.g. {omitted[0]!r}, and "
-            "no .gitattributes rule says export-ignore",
-            hint="the archive was altered in transit or by a mirror; do not load it",
-        )
+    for path in omitted:
+        if not attributes.ignored(path):
+            raise IntegrityError(
+                f"the archive lacks {path!r}, and no export-ignore rule of the commit covers it",
+                hint=altered)
     stray = [d for d in ext.empty_dirs if d not in gitlinks]
     if stray:
         raise IntegrityError(
             f"the archive has an empty folder {stray[0]!r} that is not a submodule of the commit",
-            hint="the archive was altered in transit or by a mirror; do not load it",
+            hint=altered,
         )
     return TreeCheck("per-file", tuple(sorted(unverified)), tuple(omitted))

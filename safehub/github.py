@@ -23,7 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from safehub._internal.http import Http, Reply
-from safehub.errors import FetchError, NotFoundError, PinError, RepoMovedError
+from safehub.errors import FetchError, IntegrityError, NotFoundError, PinError, RepoMovedError
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 
 __all__ = ["MAX_COMPARES", "GitHub", "Resolved"]
@@ -161,6 +161,23 @@ class GitHub:
                 f"GitHub truncated the listing of {what}; the per-file check is impossible"
             )
         return [item for item in data["tree"] if isinstance(item, dict)]
+
+    def blob(self, spec: RepoSpec, sha: str) -> bytes:
+        """A blob's committed bytes (``git/blobs``), checked against its id."""
+        import base64
+
+        from safehub.digest import blob_id
+
+        what = f"blob {sha[:12]} of {spec.repo}"
+        data = self._get(spec, f"/git/blobs/{sha}", what).data
+        try:
+            content = base64.b64decode(data["content"])
+        except (KeyError, TypeError, ValueError) as e:
+            raise FetchError(f"unexpected answer for {what}") from e
+        if blob_id(content) != sha:
+            raise IntegrityError(f"the API sent other bytes for {what}",
+                                 hint="the API answer was altered; do not load it")
+        return content
 
     def archive_url(self, spec: RepoSpec, commit: str) -> str:
         """The zipball URL; the name is case-folded so mirrors need one copy per repo."""

@@ -361,8 +361,9 @@ class Hub:
         listing = None
         if ext.tree_id != resolved.tree:
             listing = self.github.tree_listing(resolved.location, resolved.tree)
-        allow_fallback = self.settings.tree_fallback
-        check = archive.check_tree(ext, resolved.tree, listing, allow_fallback=allow_fallback)
+        check = archive.check_tree(
+            ext, resolved.tree, listing, allow_fallback=self.settings.tree_fallback,
+            fetch_blob=lambda sha: self.github.blob(resolved.location, sha))
         if check.level != "tree":
             warnings.warn(
                 f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree because "

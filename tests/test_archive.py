@@ -116,6 +116,13 @@ def test_git_archive_matches_git_tree(tmp_path: Path) -> None:
         ([(TOP, b"", None), (TOP + "l", b"sub", 0o120777), (TOP + "l/x.py", b"1", None)],
          "not a directory"),
         ([(TOP, b"", None), (TOP + "d", b"", 0o040755)], "directory flag"),
+        # macOS: 'X' reaches the link 'd/up' through 'D/up' (case-insensitive lookups).
+        ([(TOP, b"", None), (TOP + "d/", b"", None), (TOP + "d/up", b"..", 0o120777),
+          (TOP + "X", b"D/up/D/up/../../../..", 0o120777)], "outside the tree"),
+        ([(TOP, b"", None), (TOP + "L", b"sub", 0o120777), (TOP + "l/x.py", b"1", None)],
+         "not a directory"),
+        ([(TOP, b"", None), (TOP + "caf\u00e9.py", b"1", None),
+          (TOP + "cafe\u0301.py", b"2", None)], "same up to case"),
     ],
 )
 def test_hostile_archives_are_refused(
@@ -234,3 +241,28 @@ def test_exotic_zip_features_are_integrity_errors(tmp_path: Path) -> None:
     z.write_bytes(bytes(data))
     with pytest.raises(IntegrityError, match="unsupported zip feature"):
         extract(z, tmp_path / "out", commit=SHA, limits=Limits())
+
+
+def test_an_attribute_explains_only_the_paths_it_applies_to(tmp_path: Path) -> None:
+    """'*.py eol=lf' (or a comment saying 'text') cannot excuse a swapped hubconf.py: the
+    line-ending change is undone and must give back the committed blob exactly."""
+    attrs = b"# text files are normalised\n*.py eol=lf\n"
+    ext = extract(make_zip(tmp_path / "a.zip", honest([(TOP + ".gitattributes", attrs, None)])),
+                  tmp_path / "o", commit=SHA, limits=Limits())
+    blobs = {f.path: (f.mode, f.blob) for f in ext.files}
+    listing = _listing([(p, m, b) for p, (m, b) in blobs.items()])
+    swapped = [i if i["path"] != "hubconf.py" else {**i, "sha": "1" * 40} for i in listing]
+    with pytest.raises(IntegrityError, match="'hubconf.py' differs"):
+        check_tree(ext, "f" * 40, swapped, allow_fallback=True)
+    # A real CRLF conversion is undone exactly and counts as verified.
+    from safehub.digest import blob_id
+
+    crlf = extract(make_zip(tmp_path / "b.zip", honest([
+        (TOP + ".gitattributes", b"*.txt eol=crlf\n", None),
+        (TOP + "notes.txt", b"one\r\ntwo\r\n", None)])), tmp_path / "o2", commit=SHA,
+        limits=Limits())
+    listing = _listing([(f.path, f.mode, f.blob) for f in crlf.files])
+    listing = [i if i["path"] != "notes.txt" else {**i, "sha": blob_id(b"one\ntwo\n")}
+               for i in listing]
+    check = check_tree(crlf, "f" * 40, listing, allow_fallback=True)
+    assert check.level == "per-file" and check.unverified == ()

@@ -331,17 +331,38 @@ def test_archive_size_cap(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch) ->
         load(f"{hub_repo.spec}:v1.0")
 
 
-def test_gitattributes_export_rules_use_the_per_file_fallback(make_hub_repo) -> None:  # type: ignore[no-untyped-def]
+def test_gitattributes_export_rules_use_the_per_file_fallback(
+    make_hub_repo, server: GitHubStandIn  # type: ignore[no-untyped-def]
+) -> None:
+    """Real `git archive` output with export-subst, eol=crlf, export-ignore, and a
+    .gitattributes that leaves itself out (its rules are fetched by blob id)."""
     repo: HubRepo = make_hub_repo(files={
-        ".gitattributes": "version.py export-subst\nnotes/ export-ignore\n",
+        ".gitattributes": "version.py export-subst\n*.txt eol=crlf\nnotes/ export-ignore\n"
+                          ".gitattributes export-ignore\n",
         "version.py": "V = '$Format:%H$'\n",
+        "data.txt": "one\ntwo\n",
         "notes/todo.txt": "internal\n",
     })
     with pytest.warns(UserWarning, match="gitattributes"):
         load(f"{repo.spec}:v1.0")
-    meta = cache_tree(repo.sha).parent / "verdict.json"
-    assert '"level": "per-file"' in meta.read_text()
-    assert repo.sha in (cache_tree(repo.sha) / "version.py").read_text()
+    tree = cache_tree(repo.sha)
+    verdict = (tree.parent / "verdict.json").read_text()
+    assert '"level": "per-file"' in verdict and '"unverified": [\n  "version.py"' in verdict
+    assert repo.sha in (tree / "version.py").read_text()
+    assert (tree / "data.txt").read_bytes() == b"one\r\ntwo\r\n"  # verified by undoing it
+    assert not (tree / "notes").exists() and not (tree / ".gitattributes").exists()
+    assert any("/git/blobs/" in r.path for r in server.requests_log)
+
+
+def test_fallback_refuses_a_tampered_file_under_a_line_ending_rule(
+    make_hub_repo, server: GitHubStandIn, canary: Path  # type: ignore[no-untyped-def]
+) -> None:
+    repo: HubRepo = make_hub_repo(files={".gitattributes": "*.py eol=lf\n"})
+    evil = b"import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('evil\\n')\n"
+    server.tamper_archive(repo.sha, lambda z: _rezip(z, {"hubconf.py": evil}))
+    with pytest.raises(safehub.IntegrityError, match="no .gitattributes rule"):
+        load(f"{repo.spec}:v1.0")
+    assert runs(canary) == 0
 
 
 # -- network failures -------------------------------------------------------------------

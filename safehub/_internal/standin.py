@@ -31,6 +31,7 @@ store is the repo's own plus, for the network view, the others' as alternates (t
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import dataclasses
 import datetime
@@ -975,6 +976,8 @@ class GitHubStandIn:
         if kind == "git" and len(tail) == 3 and tail[1] == "trees" and tail[2]:
             recursive = bool(parse_qs(query).get("recursive", [""])[0])
             return self._tree_endpoint(repo, unquote(tail[2]), recursive=recursive)
+        if kind == "git" and len(tail) == 3 and tail[1] == "blobs" and tail[2]:
+            return self._blob_endpoint(repo, unquote(tail[2]))
         return _not_found()
 
     def _route_web(self, path: str, query: str) -> _Response:
@@ -1197,6 +1200,18 @@ class GitHubStandIn:
             entries.append(entry)
         url = f"{api}/git/trees/{tree}"
         return _json(200, {"sha": tree, "url": url, "tree": entries, "truncated": False})
+
+    def _blob_endpoint(self, repo: _Repo, sha: str) -> _Response:
+        """``GET /repos/{o}/{r}/git/blobs/{sha}``: the blob's bytes, base64-encoded."""
+        if not re.fullmatch(r"[0-9a-f]{40}", sha):
+            return _not_found()
+        env = self._object_env(repo, network=True)
+        kind = _run_git(["cat-file", "-t", sha], env=env, check=False)
+        if kind.returncode != 0 or kind.stdout.strip() != b"blob":
+            return _not_found()
+        data = _run_git(["cat-file", "blob", sha], env=env).stdout
+        return _json(200, {"sha": sha, "size": len(data), "encoding": "base64",
+                           "content": base64.b64encode(data).decode()})
 
     # -- git access -----------------------------------------------------------------------
 
