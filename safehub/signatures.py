@@ -108,16 +108,26 @@ class SignerSet:
     certificates: tuple[Path, ...] = ()
 
 
+def _file_hash(path: Path) -> str:
+    st = path.stat()
+    return _file_hash_at(str(path), st.st_mtime_ns, st.st_size, st.st_ctime_ns)
+
+
+@lru_cache(maxsize=64)
+def _file_hash_at(path: str, _mtime: int, _size: int, _ctime: int) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 def fingerprint(sets: Sequence[SignerSet]) -> str:
     """A hash of everything that decides a signature verdict (for caching verdicts)."""
     h = hashlib.sha256(b"safehub-signature-policy-v1\n")
     for s in sets:
         h.update(json.dumps([
             [vars(x) for x in s.signers],
-            [hashlib.sha256(k.path.read_bytes()).hexdigest() for k in s.keys],
-            hashlib.sha256(s.trust_config.read_bytes()).hexdigest() if s.trust_config else "",
+            [_file_hash(k.path) for k in s.keys],
+            _file_hash(s.trust_config) if s.trust_config else "",
             s.location or "",
-            [hashlib.sha256(c.read_bytes()).hexdigest() for c in s.certificates],
+            [_file_hash(c) for c in s.certificates],
         ], sort_keys=True, default=str).encode())
     return h.hexdigest()
 
@@ -243,15 +253,16 @@ class _Policy:
         claims = _cert_claims(cert)
         described = []
         for s in self.sets:
-            reasons = [r for x in s.signers if (r := _signer_matches(x, claims)) is not None]
-            if len(reasons) == len(s.signers):
+            results = [(x, _signer_matches(x, claims)) for x in s.signers]
+            accepted = [x for x, why in results if why is None]
+            if not accepted:
+                reasons = [why for _, why in results if why is not None]
                 raise VerificationError(
                     f"the signing certificate matches no signer of {s.source}: "
                     + ("; ".join(reasons) or "the rule lists keys only, and this is a keyless "
                        "signature")
                 )
-            described.append(next(x.describe() for x in s.signers
-                                  if _signer_matches(x, claims) is None))
+            described.append(accepted[0].describe())
         self.accepted = described[0] if described else ""
 
 
