@@ -183,6 +183,10 @@ class GitHub:
         """The zipball URL; the name is case-folded so mirrors need one copy per repo."""
         return f"{self.web}/{spec.key}/zipball/{commit}"
 
+    def api_archive_url(self, spec: RepoSpec, commit: str) -> str:
+        """The REST zipball endpoint: it takes ``GITHUB_TOKEN``, so private repos work."""
+        return f"{self.api}/repos/{spec.key}/zipball/{commit}"
+
     # -- resolution -------------------------------------------------------------------
 
     def resolve(self, spec: RepoSpec) -> Resolved:

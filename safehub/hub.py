@@ -338,11 +338,19 @@ class Hub:
         zip_path = stage / "archive.zip"
         sys.stderr.write(f'Downloading: "{url}" to {stage}\n')
         assert self._http is not None
+        what = f"archive of {spec.repo}@{commit[:12]}"
         with open(zip_path, "wb") as out:
-            self._http.download(
-                url, out, what=f"archive of {spec.repo}@{commit[:12]}",
-                max_bytes=self.settings.limits.max_archive_bytes, progress=verbose,
-            )
+            try:
+                self._http.download(url, out, what=what, progress=verbose,
+                                    max_bytes=self.settings.limits.max_archive_bytes)
+            except NotFoundError:
+                if not self.settings.token:
+                    raise
+                # The web host answers 404 for private repos; the REST endpoint takes the
+                # token (sent to the API base only) and redirects to a signed archive URL.
+                self._http.download(self.github.api_archive_url(resolved.location, commit),
+                                    out, what=what, progress=verbose,
+                                    max_bytes=self.settings.limits.max_archive_bytes)
         ext = archive.extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)
         os.unlink(zip_path)

@@ -457,3 +457,20 @@ def test_local_source(tmp_path: Path, canary: Path) -> None:
     assert isinstance(model, torch.nn.Linear) and model.in_features == 4
     with pytest.raises(safehub.SpecError, match="Unknown source"):
         safehub.load(str(tmp_path / "local"), "tiny", source="gitlab")
+
+
+def test_private_repo_archive_through_the_api_with_a_token(
+    hub_repo: HubRepo, server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The web host 404s for private repos; with GITHUB_TOKEN the REST zipball is used."""
+    server.fail_next(10, 404, f"/web/acme/models/zipball/{hub_repo.sha}")
+    with pytest.raises(safehub.NotFoundError):
+        load(f"{hub_repo.spec}:v1.0")
+    monkeypatch.setenv("GITHUB_TOKEN", "ghp_private")
+    server.clear_log()
+    assert isinstance(load(f"{hub_repo.spec}:v1.0"), torch.nn.Linear)
+    api_zip = [r for r in server.requests_log if r.path.endswith(f"/zipball/{hub_repo.sha}")
+               and r.path.startswith("/api/")]
+    assert api_zip and api_zip[0].authorization == "Bearer ghp_private"
+    codeload = [r for r in server.requests_log if "/legacy.zip/" in r.path]
+    assert codeload and codeload[0].authorization is None

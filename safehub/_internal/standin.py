@@ -978,6 +978,11 @@ class GitHubStandIn:
             return self._tree_endpoint(repo, unquote(tail[2]), recursive=recursive)
         if kind == "git" and len(tail) == 3 and tail[1] == "blobs" and tail[2]:
             return self._blob_endpoint(repo, unquote(tail[2]))
+        if kind == "zipball" and rest:  # the REST archive endpoint (works for private repos)
+            sha = self._resolve_commit(repo, rest)
+            if sha is None:
+                return _not_found()
+            return _redirect(302, f"{self.codeload_url}/{self._url_name(repo)}/legacy.zip/{sha}")
         return _not_found()
 
     def _route_web(self, path: str, query: str) -> _Response:
