@@ -305,3 +305,37 @@ def test_untrust_a_locked_spec_and_refuse_to_guess(
     with pytest.raises(safehub.UntrustedRepoError):
         safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
     assert main(["untrust", f"{hub_repo.spec}:main"]) == 2  # unknown commit: no silent no-op
+
+
+def test_the_fast_lockfile_reader_never_accepts_what_the_model_refuses() -> None:
+    """Canonical lockfiles skip pydantic; on anything else the model decides. Whatever the
+    fast path accepts, the model must accept with the same entries."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from safehub.lockfile import _canonical_entries, _validated_entries
+
+    sha, sha2, digest = "a" * 40, "b" * 40, "sha256:" + "c" * 64
+    values = st.one_of(
+        st.sampled_from([sha, sha2, digest, "v1", "a/b:v1", "A/B:v1", "a/b", "", "sha256:x",
+                         "https://h/w.pth", "d" * 64, "tree", "per-file"]),
+        st.integers(-1, 3), st.booleans(), st.none(),
+    )
+    keys = st.sampled_from(["spec", "commit", "tree", "digest", "ref", "proof", "level",
+                            "signer", "weights", "extra"])
+    weight = st.dictionaries(st.sampled_from(["url", "sha256", "x"]), values, max_size=3)
+    entry = st.dictionaries(keys, st.one_of(values, st.lists(weight, max_size=2)), max_size=9)
+    base = {"spec": "a/b:v1", "commit": sha, "tree": sha2, "digest": digest}
+    mutated = st.builds(lambda b, m, drop: {**{k: v for k, v in b.items() if k not in drop}, **m},
+                        st.just(base), entry, st.sets(st.sampled_from(list(base)), max_size=2))
+    document = st.fixed_dictionaries({"version": st.one_of(st.just(1), values),
+                                      "repo": st.lists(mutated, max_size=3)})
+
+    @settings(max_examples=400, deadline=None)
+    @given(document)
+    def check(raw: dict[str, object]) -> None:
+        fast = _canonical_entries(raw)
+        if fast is not None:
+            assert _validated_entries(raw, Path("x.lock")) == fast
+
+    check()
