@@ -350,3 +350,81 @@ def test_malformed_glob_names_the_file(tmp_path: Path) -> None:
     path = write(tmp_path / "p.toml", "[[allow]]\nrepo = 'a/b'\nrefs = ['[z-a]']\n")
     with pytest.raises(PolicyError, match=r"allow\[0\].refs.*invalid pattern"):
         load_policy(paths=[path])
+
+
+def policy_documents():  # type: ignore[no-untyped-def]
+    """Mostly valid policy documents, with a wrong value or key here and there."""
+    from hypothesis import strategies as st
+
+    def maybe(good: list[object], bad: list[object]):  # type: ignore[no-untyped-def]
+        return st.sampled_from(good + bad) if bad else st.sampled_from(good)
+
+    globs = st.lists(maybe(["v*", "main", "release/**", "resnet*"], ["", "[z-a]", "пр"]),
+                     max_size=2)
+    signer = st.fixed_dictionaries(
+        {"issuer": maybe(["https://token.actions.githubusercontent.com"], ["", 3]),
+         "identity": maybe(["x@y.example", "https://github.com/o/**"], ["[z-a]"])},
+        optional={"ref": maybe(["refs/tags/*"], [True]), "repository": maybe(["o/*"], []),
+                  "bogus": st.just("x")})
+    allow = st.fixed_dictionaries(
+        {"repo": maybe(["a/b", "org/*", "my-org/x.y"], ["pytorch", "a/b/c", 7, "[z-a]/x"])},
+        optional={
+            "refs": globs, "entrypoints": globs, "weights": globs,
+            "pin": maybe(["none", "commit"], ["sha"]),
+            "signature": maybe(["none", "if-present", "required"], ["yes"]),
+            "signers": st.lists(signer, max_size=2),
+            "keys": st.lists(maybe(["k.pem"], [1]), max_size=1),
+            "certificates": st.lists(maybe(["ca.pem"], []), max_size=1),
+            "signature_url": maybe(["release:model.sig"], [None]),
+            "weights_only": maybe([True, False], [1, "no"]),
+            "reason": maybe(["why"], [None, 2]),
+            "bogus": st.just(1),
+        })
+    deny = st.fixed_dictionaries(
+        {"repo": maybe(["evil/*", "a/b"], ["evil"])},
+        optional={"refs": globs, "reason": maybe(["bad"], [None]), "because": st.just("x")})
+    section = st.fixed_dictionaries({}, optional={
+        "version": maybe([1], [2, True, "1"]),
+        "mode": maybe(["enforce", "warn"], ["audit"]),
+        "unknown_repos": maybe(["deny", "prompt", "allow"], ["maybe"]),
+        "final": maybe([True, False], [1]),
+        "offline": maybe([True, False], ["yes"]),
+        "github_api_url": maybe(["https://ghe.example/api"], ["http://x"]),
+        "allowed_hosts": st.lists(maybe(["h.example"], [3]), max_size=2),
+        "tree_fallback": maybe([True, False], [0]),
+        "audit_log": maybe(["a.jsonl"], [1]),
+        "unknown": st.just(1),
+    })
+    return st.fixed_dictionaries({}, optional={
+        "safehub": section, "allow": st.lists(allow, max_size=3),
+        "deny": st.lists(deny, max_size=2)})
+
+
+def test_the_fast_policy_reader_never_accepts_what_the_model_refuses() -> None:
+    """Plainly valid files skip pydantic; on anything else the model decides. Whatever the
+    fast reader accepts, the model must accept with the same result."""
+    from hypothesis import given, settings
+
+    from safehub.policy import _canonical_file, _from_model, _models
+
+    accepted = []
+
+    @settings(max_examples=800, deadline=None)
+    @given(policy_documents())
+    def check(data: dict[str, object]) -> None:
+        fast = _canonical_file(data)
+        if fast is not None:
+            assert _from_model(_models()["PolicyFile"].model_validate(data)) == fast
+            accepted.append(bool(fast.allow or fast.deny))
+
+    check()
+    assert sum(accepted) > 50  # the property is not vacuous: many real rules took the path
+
+
+def test_shipped_policies_take_the_fast_path() -> None:
+    import tomllib
+
+    from safehub.policy import _canonical_file
+
+    for path in (Path(__file__).parents[1] / "policies").glob("*.toml"):
+        assert _canonical_file(tomllib.loads(path.read_text())) is not None, path
