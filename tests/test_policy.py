@@ -428,3 +428,21 @@ def test_shipped_policies_take_the_fast_path() -> None:
 
     for path in (Path(__file__).parents[1] / "policies").glob("*.toml"):
         assert _canonical_file(tomllib.loads(path.read_text())) is not None, path
+
+
+def test_internal_form_and_model_have_the_same_fields() -> None:
+    """The frozen dataclasses and the pydantic models describe one format: same keys, same
+    defaults (the property test above checks the values)."""
+    import dataclasses
+
+    from safehub.policy import AllowSpec, DenySpec, SectionSpec, _models
+
+    models = _models()
+    for spec, model in ((AllowSpec, "AllowRule"), (DenySpec, "DenyRule"),
+                        (SectionSpec, "Section")):
+        fields = {f.name: f.default for f in dataclasses.fields(spec)}
+        model_fields = {n: f.default for n, f in models[model].model_fields.items()}
+        assert fields.keys() == model_fields.keys(), model
+        for name, default in fields.items():
+            if default is not dataclasses.MISSING:
+                assert default == model_fields[name], (model, name)
