@@ -436,10 +436,11 @@ def test_internal_form_and_model_have_the_same_fields() -> None:
     import dataclasses
 
     from safehub.policy import AllowSpec, DenySpec, SectionSpec, _models
+    from safehub.signatures import Signer
 
     models = _models()
     for spec, model in ((AllowSpec, "AllowRule"), (DenySpec, "DenyRule"),
-                        (SectionSpec, "Section")):
+                        (SectionSpec, "Section"), (Signer, "Signer")):
         fields = {f.name: f.default for f in dataclasses.fields(spec)}
         model_fields = {n: f.default for n, f in models[model].model_fields.items()}
         assert fields.keys() == model_fields.keys(), model
