@@ -55,13 +55,15 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
     """Run the demo; return True if every step behaved as it should."""
     from safehub._internal.standin import GitHubStandIn, commit_files, git, make_repo, make_tls
     from safehub.hub import Hub
+    from safehub.policy import Policy
 
     ok = True
 
     def expect_refusal(title: str, action: Callable[[], Any]) -> None:
         nonlocal ok
         try:
-            with contextlib.redirect_stdout(io.StringIO()):  # torch-style download notes
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):  # download notes
                 action()
         except SafehubError as e:
             say(f"  refused, as it should be: {type(e).__name__}: {e.message}")
@@ -82,6 +84,7 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
             server.add_repo("demo", "tiny-hub", root / "repo")
             server.add_repo("mallory", "tiny-hub", root / "fork", fork_of=("demo", "tiny-hub"))
             hub = Hub(
+                policy=Policy(),  # self-contained: this machine's policy files do not apply
                 cache_dir=root / "cache", data_dir=root / "data", log_dir=root / "log",
                 api_url=server.api_url, web_url=server.web_url,
                 extra_hosts=frozenset({"127.0.0.1"}), noninteractive=True,
@@ -90,7 +93,8 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
 
             say("\n1. Cold load of demo/tiny-hub:v1.0 (trust_repo=True)")
             server.clear_log()
-            with contextlib.redirect_stdout(io.StringIO()):
+            with contextlib.redirect_stdout(io.StringIO()), \
+                    contextlib.redirect_stderr(io.StringIO()):
                 model = hub.load("demo/tiny-hub:v1.0", "tiny_mlp", width=4, trust_repo=True,
                                  verbose=False)
             say(f"  loaded {type(model).__name__} with "
@@ -126,7 +130,8 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
                 "demo/tiny-hub:v1.0", "tiny_mlp", verbose=False))
 
             say("\n6. A CI job that never consented to this content: refused, nobody is asked")
-            ci = Hub(hub.settings, data_dir=root / "ci-data", noninteractive=True)
+            ci = Hub(hub.settings, policy=Policy(), data_dir=root / "ci-data",
+                     noninteractive=True)
             expect_refusal("untrusted in CI", lambda: ci.load(
                 "demo/tiny-hub:v1.0", "tiny_mlp", force_reload=True, verbose=False))
     say("\n" + ("demo finished: every check behaved as expected" if ok else "demo FAILED"))
