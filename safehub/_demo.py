@@ -87,7 +87,8 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
                 policy=Policy(),  # self-contained: this machine's policy files do not apply
                 cache_dir=root / "cache", data_dir=root / "data", log_dir=root / "log",
                 api_url=server.api_url, web_url=server.web_url,
-                extra_hosts=frozenset({"127.0.0.1"}), noninteractive=True,
+                extra_hosts=frozenset({"127.0.0.1"}), noninteractive=True, offline=False,
+                lockfile=None, audit_log=None, tree_fallback=True,
             )
             say(f"GitHub stand-in on {server.api_url} serving demo/tiny-hub (tag v1.0 = {sha})")
 
