@@ -979,11 +979,15 @@ class GitHubStandIn:
         if kind == "git" and len(tail) == 3 and tail[1] == "blobs" and tail[2]:
             return self._blob_endpoint(repo, unquote(tail[2]))
         if kind == "zipball" and rest:  # the REST archive endpoint (works for private repos)
-            sha = self._resolve_commit(repo, rest)
-            if sha is None:
-                return _not_found()
-            return _redirect(302, f"{self.codeload_url}/{self._url_name(repo)}/legacy.zip/{sha}")
+            return self._zipball(repo, rest)
         return _not_found()
+
+    def _zipball(self, repo: _Repo, ref: str) -> _Response:
+        """Redirect a zipball request to the codeload host, by resolved commit."""
+        sha = self._resolve_commit(repo, ref)
+        if sha is None:
+            return _not_found()
+        return _redirect(302, f"{self.codeload_url}/{self._url_name(repo)}/legacy.zip/{sha}")
 
     def _route_web(self, path: str, query: str) -> _Response:
         parts = path.split("/")
@@ -998,10 +1002,7 @@ class GitHubStandIn:
             return _redirect(301, f"{self.web_url}/{self._url_name(repo)}/{rest}")
         kind, tail = parts[2], parts[3:]
         if kind == "zipball" and tail:
-            sha = self._resolve_commit(repo, unquote("/".join(tail)))
-            if sha is None:
-                return _not_found()
-            return _redirect(302, f"{self.codeload_url}/{self._url_name(repo)}/legacy.zip/{sha}")
+            return self._zipball(repo, unquote("/".join(tail)))
         if kind == "releases" and len(tail) >= 3 and tail[0] == "download":
             tag, asset = unquote("/".join(tail[1:-1])), unquote(tail[-1])
             with self._lock:
