@@ -34,6 +34,7 @@ from safehub.errors import (
     SafehubError,
     SignatureError,
     SpecError,
+    UnreachableError,
     UntrustedRepoError,
 )
 
@@ -59,6 +60,7 @@ __all__ = [
     "SafehubError",
     "SignatureError",
     "SpecError",
+    "UnreachableError",
     "UntrustedRepoError",
     "download_url_to_file",
     "get_dir",

@@ -30,7 +30,7 @@ def _hub(args: argparse.Namespace) -> Any:
         overrides["cache_dir"] = args.cache_dir
     if getattr(args, "lockfile", None):
         overrides["lockfile"] = args.lockfile
-    return Hub(**overrides)
+    return Hub(surface="cli", **overrides)
 
 
 def _emit(args: argparse.Namespace, data: Any, text: str) -> None:
@@ -73,94 +73,56 @@ def _cmd_load(args: argparse.Namespace) -> int:
 
 # -- cache -----------------------------------------------------------------------------
 
-def _entry_info(entry: Any, repos: dict[str, list[str]]) -> dict[str, Any]:
-    v = entry.verdict()
-    return {
-        "commit": v.commit,
-        "repos": repos.get(v.commit, []),
-        "digest": v.digest,
-        "tree": v.tree,
-        "level": v.level,
-        "files": len(v.files),
-        "bytes": sum(f.size for f in v.files),
-        "unverified": list(v.unverified),
-        "path": str(entry.path),
-    }
-
-
-def _repos_by_commit(hub: Any) -> dict[str, list[str]]:
-    out: dict[str, list[str]] = {}
-    repos = hub.cache.base / "repos"
-    if repos.is_dir():
-        for f in sorted(repos.glob("*/*.json")):
-            key = f"{f.parent.name}/{f.stem}"
-            for commit in hub.cache.read_repo(key)["commits"]:
-                out.setdefault(commit, []).append(key)
-    return out
-
-
 def _cmd_cache_ls(args: argparse.Namespace) -> int:
+    from safehub import operations
+
     hub = _hub(args)
-    repos = _repos_by_commit(hub)
-    rows = [_entry_info(e, repos) for e in hub.cache.entries()]
+    rows = operations.cache_entries(hub)
     text = "\n".join(
-        f"{r['commit'][:12]}  {','.join(r['repos']) or '-':30}  {r['files']:6} files  "
-        f"{r['digest'][:23]}  {r['level']}"
+        f"{r.commit[:12]}  {','.join(r.repos) or '-':30}  {r.files:6} files  "
+        f"{r.digest[:23]}  {r.level}"
         for r in rows
     ) or f"(the cache at {hub.cache.root} is empty)"
-    _emit(args, rows, text)
+    _emit(args, [r.to_json() for r in rows], text)
     return EXIT_OK
 
 
 def _cmd_cache_verify(args: argparse.Namespace) -> int:
-    hub = _hub(args)
-    results = []
-    failed = 0
-    for entry in hub.cache.entries():
-        if args.commit and not any(entry.commit.startswith(c) for c in args.commit):
-            continue
-        try:
-            entry.verify()
-            results.append({"commit": entry.commit, "ok": True})
-        except SafehubError as e:
-            failed += 1
-            results.append({"commit": entry.commit, "ok": False, "error": e.message})
+    from safehub import operations
+
+    results = operations.cache_verify(_hub(args), args.commit)
     text = "\n".join(
-        f"{'ok  ' if r['ok'] else 'FAIL'} {r['commit']}" + ("" if r["ok"] else f": {r['error']}")
+        f"{'ok  ' if r.ok else 'FAIL'} {r.commit}" + ("" if r.ok else f": {r.error}")
         for r in results
     ) or "(nothing to verify)"
-    _emit(args, results, text)
-    return EXIT_REFUSED if failed else EXIT_OK
+    _emit(args, [r.to_json() for r in results], text)
+    return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
 
 
 def _cmd_cache_clear(args: argparse.Namespace) -> int:
+    from safehub import operations
+
     hub = _hub(args)
-    if args.commit:
-        for entry in list(hub.cache.entries()):
-            if any(entry.commit.startswith(c) for c in args.commit):
-                hub.cache.remove(entry.commit)
-    else:
-        hub.cache.clear()
+    operations.cache_clear(hub, args.commit)
     _emit(args, {"cleared": args.commit or "all"}, f"cleared {hub.cache.root}")
     return EXIT_OK
-
 
 
 # -- check, trust, untrust ----------------------------------------------------------------
 
 def _cmd_check(args: argparse.Namespace) -> int:
     report = _hub(args).check(args.spec, entrypoint=args.entrypoint)
-    lines = [f"{report['spec']}: {report['outcome'].upper()} ({report['why']})"]
-    if report.get("commit"):
-        lines.append(f"  commit   {report['commit']}  ({report.get('proof')})")
-    if report.get("digest"):
-        lines.append(f"  digest   {report['digest']} (cached, re-checked)")
-    for reason in report["reasons"]:
+    lines = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
+    if report.commit:
+        lines.append(f"  commit   {report.commit}  ({report.proof})")
+    if report.digest:
+        lines.append(f"  digest   {report.digest} (cached, re-checked)")
+    for reason in report.reasons:
         lines.append(f"  policy   {reason}")
-    if report.get("fix"):
-        lines.append(f"  fix      {report['fix']}")
-    _emit(args, report, "\n".join(lines))
-    return EXIT_OK if report["outcome"] == "load" else EXIT_REFUSED
+    if report.fix:
+        lines.append(f"  fix      {report.fix}")
+    _emit(args, report.to_json(), "\n".join(lines))
+    return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
 
 
 def _cmd_trust(args: argparse.Namespace) -> int:
@@ -199,20 +161,20 @@ def _cmd_lock(args: argparse.Namespace) -> int:
     if args.check:
         results = hub.lock_check()
         text = "\n".join(
-            f"ok    {r['spec']} {r['locked'][:12]}" if r["ok"] else
-            f"MOVED {r['spec']} locked {r['locked']} now {r['now']}" if r["now"] else
-            f"FAIL  {r['spec']}: {r['error']}"
+            f"ok    {r.spec} {r.locked[:12]}" if r.ok else
+            f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
+            f"FAIL  {r.spec}: {r.error}"
             for r in results
         )
-        _emit(args, results, text or "(the lockfile is empty)")
-        return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
+        _emit(args, [r.to_json() for r in results], text or "(the lockfile is empty)")
+        return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
     changes = hub.lock(_specs_from(args), upgrade=args.upgrade)
     text = "\n".join(
-        f"{c['change']:9} {c['spec']} {c['commit']}"
-        + (f" (was {c['from']})" if c.get("from") and c["from"] != c["commit"] else "")
+        f"{c.change:9} {c.spec} {c.commit}"
+        + (f" (was {c.previous})" if c.previous and c.previous != c.commit else "")
         for c in changes
     )
-    _emit(args, changes, text + f"\nwrote {hub.lockfile_path}")
+    _emit(args, [c.to_json() for c in changes], text + f"\nwrote {hub.lockfile_path}")
     return EXIT_OK
 
 
@@ -220,9 +182,9 @@ def _cmd_prefetch(args: argparse.Namespace) -> int:
     hub = _hub(args)
     mirror = Path(args.mirror) if args.mirror else None
     rows = hub.prefetch(_specs_from(args), mirror=mirror, read_only=args.read_only)
-    text = "\n".join(f"{r['spec']} {r['commit'][:12]} {r['digest'][:23]} -> "
-                     f"{r.get('mirror') or r['path']}" for r in rows)
-    _emit(args, rows, text)
+    text = "\n".join(f"{r.spec} {r.commit[:12]} {r.digest[:23]} -> {r.mirror or r.path}"
+                     for r in rows)
+    _emit(args, [r.to_json() for r in rows], text)
     return EXIT_OK
 
 
@@ -241,8 +203,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         sets.append(SignerSet("the command line", signers, keys,
                               Path(args.trust_config) if args.trust_config else None))
     report = _hub(args).verify(args.target, sets)
-    _emit(args, {**report, "valid": True},
-          f"valid: {report['target']} signed by {report['signer']} ({report['files']} files)")
+    _emit(args, report.to_json(),
+          f"valid: {report.target} signed by {report.signer} ({report.files} files)")
     return EXIT_OK
 
 
@@ -261,11 +223,10 @@ def _cmd_policy_show(args: argparse.Namespace) -> int:
     from safehub.policy import load_policy
 
     data = load_policy().describe()
-    lines = [f"policy files (in order): {', '.join(data['files']) or '(none)'}",
-             f"mode = {data['mode']['value']!r}  (from {data['mode']['from']})",
-             f"unknown_repos = {data['unknown_repos']['value']!r}  "
-             f"(from {data['unknown_repos']['from']})"]
+    lines = [f"policy files (in order): {', '.join(data['files']) or '(none)'}"]
     for name, info in data["settings"].items():
+        if info["from"] == "default" and name not in ("mode", "unknown_repos", "runtime"):
+            continue
         final = ", final" if info["final"] else ""
         lines.append(f"{name} = {info['value']!r}  (from {info['from']}{final})")
     for rule in data["rules"]:

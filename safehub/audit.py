@@ -19,6 +19,7 @@ interleave.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import getpass
 import json
@@ -26,13 +27,13 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from safehub.errors import PolicyError
+from safehub.errors import PolicyDenied, PolicyError, SafehubError, UntrustedRepoError
 
-__all__ = ["AuditLog"]
+__all__ = ["AuditLog", "Note"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -80,3 +81,40 @@ class AuditLog:
                 ) from e
             warnings.warn(f"safehub could not write its audit log {self.path}: {e}",
                           stacklevel=3)
+
+    @contextlib.contextmanager
+    def note(self, repo: str, ref: str | None, entrypoint: str | None) -> Iterator[Note]:
+        """Collect what one load decided and write its line when the block ends.
+
+        A :class:`SafehubError` leaving the block is written as ``deny``, ``refused``,
+        ``prompt-no`` or ``error`` (with the error as the reason), then re-raised.
+        """
+        note = Note(repo, ref, entrypoint)
+        try:
+            yield note
+        except SafehubError as e:
+            if isinstance(e, PolicyDenied):
+                kind = "deny"
+            elif isinstance(e, UntrustedRepoError):
+                kind = "prompt-no" if e.declined else "refused"
+            else:
+                kind = "error"
+            self.write(kind, reasons=[f"{type(e).__name__}: {e.message}"], **note.fields())
+            raise
+        self.write(note.decision, reasons=note.reasons, **note.fields())
+
+
+class Note:
+    """What the audit line of one load will say, filled in as the pipeline goes."""
+
+    def __init__(self, repo: str, ref: str | None, entrypoint: str | None) -> None:
+        self.repo, self.ref, self.entrypoint = repo, ref, entrypoint
+        self.commit: str | None = None
+        self.digest: str | None = None
+        self.decision = "error"
+        self.reasons: list[str] = []
+        self.extra: dict[str, Any] = {}
+
+    def fields(self) -> dict[str, Any]:
+        return {"repo": self.repo, "ref": self.ref, "commit": self.commit,
+                "digest": self.digest, "entrypoint": self.entrypoint, **self.extra}

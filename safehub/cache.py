@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import stat
 import tempfile
 import time
@@ -34,6 +35,7 @@ from typing import Any
 from safehub._internal.fsutil import read_json, rmtree, write_json
 from safehub.digest import (
     MODE_EXEC,
+    MODE_FILE,
     MODE_LINK,
     FileEntry,
     content_digest,
@@ -41,8 +43,10 @@ from safehub.digest import (
     parents,
 )
 from safehub.errors import CacheError, IntegrityError
+from safehub.records import is_digest
+from safehub.spec import RepoSpec, is_full_sha
 
-__all__ = ["Cache", "CachedTree", "Verdict"]
+__all__ = ["Cache", "CachedTree", "CommitProof", "RefRecord", "RepoRecord", "Verdict"]
 
 _LAYOUT = "v1"
 _FORMAT = 1
@@ -82,23 +86,48 @@ class Verdict:
 
     @classmethod
     def from_json(cls, data: Any) -> Verdict:
+        """A verdict read back from disk, every field checked (a ValueError if not)."""
         if not isinstance(data, dict) or data.get("format") != _FORMAT:
             raise ValueError("unknown verdict format")
-        files = tuple(
-            FileEntry(str(p), str(m), int(n), str(h), str(b)) for p, m, n, h, b in data["files"]
-        )
+        if not (is_full_sha(data.get("commit")) and is_full_sha(data.get("tree"))
+                and is_digest(data.get("digest")) and data.get("level") in LEVELS):
+            raise ValueError("malformed commit, tree, digest or level")
+        rows = data.get("files")
+        if not isinstance(rows, list):
+            raise ValueError("no file list")
+        files = tuple(_file_entry(row) for row in rows)
+        lists = {k: data.get(k, []) for k in ("unverified", "omitted", "empty_dirs")}
+        for name, items in lists.items():
+            if not isinstance(items, list) or not all(_safe_path(p) for p in items):
+                raise ValueError(f"malformed {name}")
         return cls(
-            commit=str(data["commit"]),
-            tree=str(data["tree"]),
-            digest=str(data["digest"]),
-            level=str(data["level"]),
-            files=files,
-            unverified=tuple(data.get("unverified", ())),
-            omitted=tuple(data.get("omitted", ())),
-            empty_dirs=tuple(data.get("empty_dirs", ())),
-            source=str(data.get("source", "")),
-            created=str(data.get("created", "")),
+            commit=data["commit"], tree=data["tree"], digest=data["digest"],
+            level=data["level"], files=files, unverified=tuple(lists["unverified"]),
+            omitted=tuple(lists["omitted"]), empty_dirs=tuple(lists["empty_dirs"]),
+            source=str(data.get("source", "")), created=str(data.get("created", "")),
         )
+
+
+LEVELS = ("tree", "per-file")
+_MODES = frozenset({MODE_FILE, MODE_EXEC, MODE_LINK})
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _safe_path(path: object) -> bool:
+    """A relative POSIX path inside a tree: no absolute path, no '.' or '..' parts."""
+    return (isinstance(path, str) and bool(path) and not path.startswith("/")
+            and all(part not in ("", ".", "..") for part in path.split("/")))
+
+
+def _file_entry(row: Any) -> FileEntry:
+    if not (isinstance(row, list) and len(row) == 5):
+        raise ValueError("malformed file row")
+    path, mode, size, sha256, blob = row
+    if not (_safe_path(path) and mode in _MODES and type(size) is int and size >= 0
+            and isinstance(sha256, str) and _HEX64.fullmatch(sha256)
+            and is_full_sha(blob)):
+        raise ValueError(f"malformed file row for {str(path)[:80]!r}")
+    return FileEntry(path, mode, size, sha256, blob)
 
 
 def scan_digest(root: Path) -> str:
@@ -265,11 +294,16 @@ class Cache:
     # -- paths ------------------------------------------------------------------------
 
     def commit_dir(self, commit: str) -> Path:
+        """The folder of ``commit``; only ever built from a validated 40-hex sha."""
+        if not is_full_sha(commit):
+            raise CacheError(f"refusing to use {commit!r} as a cache path: not a 40-hex sha",
+                             hint="a cache or lockfile record is malformed; run `safehub "
+                             "cache clear`")
         return self.base / "commits" / commit
 
     def repo_file(self, key: str) -> Path:
-        owner, name = key.split("/")
-        return self.base / "repos" / owner / f"{name}.json"
+        spec = RepoSpec.parse(key)  # validated before it becomes a path
+        return self.base / "repos" / spec.owner.lower() / f"{spec.name.lower()}.json"
 
     # -- locking and staging ----------------------------------------------------------
 
@@ -307,6 +341,10 @@ class Cache:
                 "is running, delete the lock file",
             ) from e
 
+    def staging_root(self) -> Path:
+        """The cache's (writable) staging folder."""
+        return self._writable_dir(self.base / "tmp")
+
     def staging(self, commit: str) -> Path:
         """A fresh staging folder for ``commit`` (call under that commit's lock).
 
@@ -314,6 +352,7 @@ class Cache:
         lock proves nobody else is using them.
         """
         tmp = self._writable_dir(self.base / "tmp")
+        self.commit_dir(commit)  # validates the sha before it becomes a glob
         for old in tmp.glob(f"{commit}-*"):
             rmtree(old)
         return Path(tempfile.mkdtemp(dir=tmp, prefix=f"{commit}-"))
@@ -330,13 +369,12 @@ class Cache:
             return None
         except (OSError, ValueError) as e:
             raise _tamper(ffile, f"cannot be read ({e})") from e
-        try:
-            if data["format"] != _FORMAT:
-                raise ValueError("unknown format")
-            entry = CachedTree(d / "tree", str(data["commit"]), str(data["digest"]),
-                               str(data["tree"]), str(data["level"]))
-        except (KeyError, TypeError, ValueError) as e:
-            raise _tamper(ffile, f"is malformed ({e})") from e
+        if not (isinstance(data, dict) and data.get("format") == _FORMAT
+                and is_full_sha(data.get("commit")) and is_digest(data.get("digest"))
+                and is_full_sha(data.get("tree")) and data.get("level") in LEVELS):
+            raise _tamper(ffile, "is malformed")
+        entry = CachedTree(d / "tree", data["commit"], data["digest"], data["tree"],
+                           data["level"])
         if entry.commit != commit:
             raise _tamper(ffile, f"names commit {entry.commit}")
         return entry
@@ -374,6 +412,8 @@ class Cache:
         if not commits.is_dir():
             return
         for d in sorted(commits.iterdir()):
+            if not is_full_sha(d.name):
+                continue  # not ours
             entry = self.lookup(d.name)
             if entry is not None:
                 yield entry
@@ -411,27 +451,104 @@ class Cache:
 
     # -- per-repo records -------------------------------------------------------------
 
-    def read_repo(self, key: str) -> dict[str, Any]:
-        """The repo's record: resolved refs and commits proven to be its own."""
+    def read_repo(self, key: str) -> RepoRecord:
+        """The repo's record: resolved refs and commits proven to be its own.
+
+        Every field is checked; a malformed record is a :class:`CacheError` (it only saves
+        API calls: deleting it is always safe).
+        """
         path = self.repo_file(key)
         try:
             data = read_json(path)
         except (FileNotFoundError, NotADirectoryError):
-            return {"refs": {}, "commits": {}}
-        except (OSError, ValueError) as e:
-            raise CacheError(
-                f"the cache record {str(path)!r} cannot be read ({e})",
-                hint="delete it (it only saves API calls) or run `safehub cache clear`",
-            ) from e
-        if not isinstance(data, dict):
-            raise CacheError(f"the cache record {str(path)!r} is malformed",
-                             hint="delete it or run `safehub cache clear`")
-        data.setdefault("refs", {})
-        data.setdefault("commits", {})
-        return data
+            return RepoRecord()
+        except (OSError, ValueError, RecursionError) as e:
+            raise CacheError(f"the cache record {str(path)!r} cannot be read ({e})",
+                             hint="delete it (it only saves API calls) or run `safehub cache "
+                             "clear`") from e
+        try:
+            return RepoRecord.from_json(data)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise CacheError(f"the cache record {str(path)!r} is malformed ({e})",
+                             hint="delete it or run `safehub cache clear`") from e
 
-    def write_repo(self, key: str, data: dict[str, Any]) -> None:
+    def write_repo(self, key: str, record: RepoRecord) -> None:
         """Atomically replace the repo's record (hold ``lock(f"repo-{key}")``)."""
         path = self.repo_file(key)
         self._writable_dir(path.parent)
-        write_json(path, data)
+        write_json(path, record.to_json())
+
+    def repos_by_commit(self) -> dict[str, list[str]]:
+        """Which repos' records name each cached commit (``safehub cache ls``)."""
+        out: dict[str, list[str]] = {}
+        repos = self.base / "repos"
+        if repos.is_dir():
+            for f in sorted(repos.glob("*/*.json")):
+                key = f"{f.parent.name}/{f.stem}"
+                try:
+                    commits = self.read_repo(key).commits
+                except (CacheError, ValueError):
+                    continue
+                for commit in commits:
+                    out.setdefault(commit, []).append(key)
+        return out
+
+
+@dataclass
+class RefRecord:
+    ref: str
+    commit: str
+
+
+@dataclass
+class CommitProof:
+    tree: str
+    proof: str
+
+
+@dataclass
+class RepoRecord:
+    """What the cache remembers about a repo (``repos/<owner>/<name>.json``)."""
+
+    refs: dict[str, RefRecord] = field(default_factory=dict)
+    commits: dict[str, CommitProof] = field(default_factory=dict)
+    moved_to: str | None = None
+    name: str = ""
+
+    @classmethod
+    def from_json(cls, data: Any) -> RepoRecord:
+        if not isinstance(data, dict):
+            raise ValueError("not an object")
+        refs, commits = data.get("refs", {}), data.get("commits", {})
+        if not isinstance(refs, dict) or not isinstance(commits, dict):
+            raise ValueError("refs and commits must be objects")
+        record = cls()
+        for ref, hit in refs.items():
+            if not (isinstance(hit, dict) and isinstance(hit.get("ref"), str)
+                    and is_full_sha(hit.get("commit"))):
+                raise ValueError(f"malformed ref {str(ref)[:80]!r}")
+            record.refs[str(ref)] = RefRecord(hit["ref"], hit["commit"])
+        for sha, proof in commits.items():
+            if not (is_full_sha(sha) and isinstance(proof, dict)
+                    and is_full_sha(proof.get("tree")) and isinstance(proof.get("proof"), str)):
+                raise ValueError(f"malformed commit {str(sha)[:80]!r}")
+            record.commits[sha] = CommitProof(proof["tree"], proof["proof"])
+        moved, name = data.get("moved_to"), data.get("name", "")
+        if moved is not None:
+            if not isinstance(moved, str):
+                raise ValueError("malformed moved_to")
+            record.moved_to = RepoSpec.parse(moved).key  # a SpecError is a ValueError
+        if name:
+            record.name = RepoSpec.parse(name).repo
+        return record
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "refs": {k: {"ref": v.ref, "commit": v.commit} for k, v in self.refs.items()},
+            "commits": {k: {"tree": v.tree, "proof": v.proof} for k, v in self.commits.items()},
+        }
+        if self.moved_to:
+            data["moved_to"] = self.moved_to
+        if self.name:
+            data["name"] = self.name
+        return data

@@ -1,8 +1,10 @@
-"""Settings from the environment, with bounded and documented defaults.
+"""Settings from the environment and the policy, with bounded and documented defaults.
 
-Everything here can be set three ways, later winning where allowed: the defaults below,
-the environment (``SAFEHUB_*``), and keyword arguments of :class:`safehub.Hub`. Policy
-files (see :mod:`safehub.policy`) may override the environment unless they say otherwise.
+Three layers, later winning where allowed: the defaults below; the ``[safehub]`` section of
+the policy files; the environment (``SAFEHUB_*``), except over a setting a ``final = true``
+file holds. ``offline`` and ``noninteractive`` only ever add up. Keyword arguments of
+:class:`safehub.Hub` replace fields last. Which policy key maps to which variable is
+declared once, in :mod:`safehub.policy.keys`.
 
 >>> s = Settings.from_env({"SAFEHUB_CACHE_DIR": "/tmp/c", "CI": "true"})
 >>> str(s.cache_dir), s.noninteractive, s.api_url
@@ -16,13 +18,13 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import urlsplit
 
 from safehub.errors import SpecError
-
-if TYPE_CHECKING:
-    from safehub.policy import Policy
+from safehub.policy import Policy
+from safehub.policy.keys import KEYS
+from safehub.transport import TransportConfig
 
 __all__ = ["DEFAULTS", "Limits", "Settings", "env_flag"]
 
@@ -47,8 +49,10 @@ class Limits:
     max_api_bytes: int = 32 * 1024 * 1024
     """Largest JSON answer read from the API."""
     connect_timeout: float = 10.0
-    read_timeout: float = 60.0
-    """Seconds to wait for a connection and between bytes (``SAFEHUB_TIMEOUT`` sets read)."""
+    read_timeout: float = 30.0
+    """Seconds without a byte that end a request (stall timeout)."""
+    deadline: float = 300.0
+    """Seconds one request may take, connection to last byte (``SAFEHUB_TIMEOUT``)."""
     retries: int = 3
     """Extra attempts after a 5xx answer, a dropped connection or a truncated download."""
     backoff: float = 0.5
@@ -67,29 +71,17 @@ def _user_dir(kind: str) -> Path:
     return Path(getattr(dirs, kind))
 
 
-def _int_env(environ: Mapping[str, str], name: str, default: int) -> int:
+def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -> Any:
     raw = environ.get(name)
     if raw is None or raw == "":
         return default
     try:
-        value = int(raw)
+        value = kind(raw)
     except ValueError:
-        raise SpecError(f"{name}={raw!r} is not a whole number", hint=f"unset {name}") from None
-    if value <= 0:
+        raise SpecError(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number",
+                        hint=f"unset {name}") from None
+    if value < 0 or (kind is int and value == 0):
         raise SpecError(f"{name}={raw!r} must be positive", hint=f"unset {name}")
-    return value
-
-
-def _float_env(environ: Mapping[str, str], name: str, default: float) -> float:
-    raw = environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise SpecError(f"{name}={raw!r} is not a number", hint=f"unset {name}") from None
-    if value < 0:
-        raise SpecError(f"{name}={raw!r} must not be negative", hint=f"unset {name}")
     return value
 
 
@@ -111,6 +103,20 @@ def _stdin_is_tty() -> bool:
         return False
 
 
+def resolve_setting(policy: Policy, name: str, environ: Mapping[str, str]) -> tuple[Any, str]:
+    """(value, where it came from) for a ``[safehub]`` key, the environment included."""
+    key = KEYS["safehub"][name]
+    setting = policy.setting(name)
+    source = "default" if setting.source == "default" else f"{name} in {setting.source}"
+    if key.merge == "any-true":
+        if key.env and env_flag(environ, key.env):
+            return True, f"{key.env}={environ[key.env]}"
+        return bool(setting.value), source
+    if key.env and environ.get(key.env) and not setting.final:
+        return environ[key.env], key.env
+    return setting.value, source
+
+
 @dataclass(frozen=True)
 class Settings:
     """Where safehub keeps things and how it talks to the network."""
@@ -130,68 +136,53 @@ class Settings:
     lockfile: Path | None = None
     tree_fallback: bool = True
     """Whether the per-file check may stand in when .gitattributes rewrites exports."""
+    runtime: str = "observe"
+    """The runtime guard's mode while hubconf runs (``observe``, ``enforce``, ``off``)."""
+    offline_source: str = "SAFEHUB_OFFLINE=1"
+    """Where offline mode was switched on (for messages)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
                  policy: Policy | None = None) -> Settings:
-        """Read ``SAFEHUB_*`` (and ``CI``, ``GITHUB_TOKEN``) from ``environ``.
-
-        Settings in the ``[safehub]`` section of policy files come between the defaults and
-        the environment, except those from a ``final = true`` file: the environment cannot
-        change those. ``offline`` and ``noninteractive`` only ever add up (either side can
-        turn them on).
-        """
+        """Read ``SAFEHUB_*`` (and ``CI``, ``GITHUB_TOKEN``) and the policy's settings."""
         env = os.environ if environ is None else environ
+        policy = policy or Policy()
 
-        def pick(env_name: str, key: str) -> Any:
-            found = policy.setting(key) if policy is not None else None
-            if found is not None and found[2]:
-                return found[0]
-            if env.get(env_name):
-                return env[env_name]
-            return found[0] if found is not None else None
+        def value(name: str) -> Any:
+            return resolve_setting(policy, name, env)[0]
 
-        def policy_flag(key: str) -> bool:
-            found = policy.setting(key) if policy is not None else None
-            return bool(found and found[0])
-
-        cache = pick("SAFEHUB_CACHE_DIR", "cache_dir")
-        noninteractive = (
-            env_flag(env, "SAFEHUB_NONINTERACTIVE") or env_flag(env, "CI")
-            or policy_flag("noninteractive") or not _stdin_is_tty()
-        )
-        hosts_raw = pick("SAFEHUB_ALLOWED_HOSTS", "allowed_hosts") or ()
+        offline, offline_source = resolve_setting(policy, "offline", env)
+        noninteractive = (value("noninteractive") or env_flag(env, "CI")
+                          or not _stdin_is_tty())
+        hosts_raw = value("allowed_hosts") or ()
         if isinstance(hosts_raw, str):
             hosts_raw = hosts_raw.split(",")
-        hosts = frozenset(h.strip().lower() for h in hosts_raw if h.strip())
         limits = Limits(
-            max_archive_bytes=_int_env(
-                env, "SAFEHUB_MAX_ARCHIVE_BYTES", DEFAULTS.max_archive_bytes
-            ),
-            max_tree_bytes=_int_env(env, "SAFEHUB_MAX_TREE_BYTES", DEFAULTS.max_tree_bytes),
-            max_files=_int_env(env, "SAFEHUB_MAX_FILES", DEFAULTS.max_files),
-            read_timeout=_float_env(env, "SAFEHUB_TIMEOUT", DEFAULTS.read_timeout),
-            backoff=_float_env(env, "SAFEHUB_BACKOFF", DEFAULTS.backoff),
+            max_archive_bytes=_number(env, "SAFEHUB_MAX_ARCHIVE_BYTES",
+                                      DEFAULTS.max_archive_bytes, int),
+            max_tree_bytes=_number(env, "SAFEHUB_MAX_TREE_BYTES", DEFAULTS.max_tree_bytes, int),
+            max_files=_number(env, "SAFEHUB_MAX_FILES", DEFAULTS.max_files, int),
+            deadline=_number(env, "SAFEHUB_TIMEOUT", DEFAULTS.deadline, float),
+            backoff=_number(env, "SAFEHUB_BACKOFF", DEFAULTS.backoff, float),
         )
-        audit = policy.setting("audit_log") if policy is not None else None
-        lockfile = pick("SAFEHUB_LOCKFILE", "lockfile")
-        fallback = policy.setting("tree_fallback") if policy is not None else None
+        cache, lockfile, audit = value("cache_dir"), value("lockfile"), value("audit_log")
         return cls(
             cache_dir=Path(cache).expanduser() if cache else _user_dir("user_cache_dir"),
             data_dir=_user_dir("user_data_dir"),
             log_dir=_user_dir("user_log_dir"),
-            api_url=_base_url(pick("SAFEHUB_GITHUB_API_URL", "github_api_url"),
-                              "SAFEHUB_GITHUB_API_URL", "https://api.github.com"),
-            web_url=_base_url(pick("SAFEHUB_GITHUB_URL", "github_url"), "SAFEHUB_GITHUB_URL",
-                              "https://github.com"),
+            api_url=_base_url(value("github_api_url"), "SAFEHUB_GITHUB_API_URL",
+                              "https://api.github.com"),
+            web_url=_base_url(value("github_url"), "SAFEHUB_GITHUB_URL", "https://github.com"),
             token=env.get("GITHUB_TOKEN") or None,
-            offline=env_flag(env, "SAFEHUB_OFFLINE") or policy_flag("offline"),
-            noninteractive=noninteractive,
-            extra_hosts=hosts,
+            offline=bool(offline),
+            noninteractive=bool(noninteractive),
+            extra_hosts=frozenset(h.strip().lower() for h in hosts_raw if h.strip()),
             limits=limits,
-            audit_log=Path(audit[0]).expanduser() if audit else None,
+            audit_log=Path(audit).expanduser() if audit else None,
             lockfile=Path(lockfile).expanduser() if lockfile else None,
-            tree_fallback=bool(fallback[0]) if fallback else True,
+            tree_fallback=bool(value("tree_fallback")),
+            runtime=str(value("runtime")),
+            offline_source=offline_source,
         )
 
     def with_changes(self, **changes: object) -> Settings:
@@ -217,3 +208,12 @@ class Settings:
                 "release-assets.githubusercontent.com",
             }
         return frozenset(hosts | self.extra_hosts)
+
+    def transport_config(self) -> TransportConfig:
+        """The transport's own rules, taken from these settings."""
+        lim = self.limits
+        return TransportConfig(
+            allowed_hosts=self.allowed_hosts, connect_timeout=lim.connect_timeout,
+            stall_timeout=min(lim.read_timeout, lim.deadline), deadline=lim.deadline,
+            retries=lim.retries, backoff=lim.backoff, max_json_bytes=lim.max_api_bytes,
+            offline=self.offline, offline_source=self.offline_source)

@@ -13,7 +13,9 @@ Families, one per kind of failure a caller may want to handle apart:
   :class:`RepoMovedError`).
 * :class:`IntegrityError` -- downloaded or cached content failed verification.
 * :class:`SignatureError` -- a required signature is missing or invalid.
-* :class:`FetchError` -- the network could not deliver (distinct from "delivered but wrong").
+* :class:`FetchError` -- the network could not deliver (distinct from "delivered but wrong"):
+  :class:`NotFoundError`, :class:`RateLimitError`, :class:`OfflineError`,
+  :class:`UnreachableError`.
 * :class:`CacheError` -- the cache directory cannot be used.
 * :class:`HubconfError` -- the repo has no ``hubconf.py`` or not the entrypoint asked for.
 """
@@ -35,6 +37,7 @@ __all__ = [
     "SafehubError",
     "SignatureError",
     "SpecError",
+    "UnreachableError",
     "UntrustedRepoError",
 ]
 
@@ -69,6 +72,9 @@ class PolicyError(SafehubError):
 
 class PolicyDenied(SafehubError):
     """A policy rule refuses this load."""
+
+    reasons: tuple[str, ...] = ()
+    """Each reason the policy gave (the rule and file of each)."""
 
 
 class UntrustedRepoError(SafehubError):
@@ -113,6 +119,13 @@ class RateLimitError(FetchError):
 
 class OfflineError(FetchError):
     """Offline mode is on and what is needed is not in the cache."""
+
+
+class UnreachableError(FetchError):
+    """The network is unreachable: a name does not resolve or a connection is refused.
+
+    Not retried: it fails at once, with the fixes that work without a network.
+    """
 
 
 class CacheError(SafehubError):

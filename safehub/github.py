@@ -1,90 +1,128 @@
-"""Resolving a ref to one commit and proving the commit belongs to the repo.
+"""The GitHub REST endpoints safehub uses (DESIGN.md lists them), and nothing else.
 
-GitHub serves every commit of a fork network under every repo of that network, so
-``owner/repo:<sha>`` may name code the owner never saw. safehub therefore accepts a
-commit only with a proof that it is the repo's own:
+This client owns everything GitHub-specific: the API and web bases, the headers (the API
+version, and ``GITHUB_TOKEN`` sent only to URLs under the API base), rate-limit answers,
+renamed repos (an API redirect), and the shapes of the answers, each checked where it is
+read (a wrong shape is a :class:`FetchError`, never a bare exception). It talks through a
+:class:`~safehub.transport.Transport` and knows nothing of caches or policies.
 
-* a branch or tag *name* is resolved by ``GET /repos/{o}/{r}/commits/{ref}``; names
-  resolve among the repo's own refs only (``refs/pull/...`` is refused by the spec);
-* a commit *sha* must be an ancestor of (or equal to) the default branch, checked with
-  ``GET /repos/{o}/{r}/compare/{sha}...{branch}`` (status ``ahead`` or ``identical``),
-  or else of another branch or tag of the repo (listed, then compared, at most
-  :data:`MAX_COMPARES` times). A commit found only in forks is refused.
-
-Requests per cold resolution: a name costs 1; no ref costs 2 (repo, then commit); a full
-sha costs 2 (repo, compare) when it is on the default branch.
+Every endpoint here answers in a size that does not grow with the commit: refs are read
+with ``git/ref`` (exact names, never the API's short-name expansion), commits with
+``git/commits`` and the ``application/vnd.github.sha`` media type, and ancestry with
+``compare/{branch}...{sha}``, whose diff is empty when the sha is an ancestor.
 """
 
 from __future__ import annotations
 
+import base64
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
-from safehub._internal.http import Http, Reply
-from safehub.errors import FetchError, IntegrityError, NotFoundError, PinError, RepoMovedError
-from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
+from safehub.digest import blob_id
+from safehub.errors import FetchError, IntegrityError, NotFoundError, RateLimitError, RepoMovedError
+from safehub.spec import RepoSpec, is_full_sha
+from safehub.transport import HTTPError, Reply, Transport
 
-__all__ = ["MAX_COMPARES", "GitHub", "Resolved"]
+__all__ = ["MAX_REF_PAGES", "GitHub", "RefTarget", "sha_field"]
 
-MAX_COMPARES = 30
-"""Most extra ``compare`` calls spent proving an old commit that is off the default branch."""
+_JSON = "application/vnd.github+json"
+_SHA_MEDIA = "application/vnd.github.sha"
+MAX_REF_PAGES = 10
+"""Most pages (of 100) read when listing a repo's branches or tags."""
+_MAX_TAG_DEPTH = 5
 
 
 @dataclass(frozen=True)
-class Resolved:
-    """A spec turned into one commit, with the evidence that it is the repo's own."""
+class RefTarget:
+    """What a ref names: the commit, and the ref as GitHub spells it."""
 
-    spec: RepoSpec
     ref: str
     commit: str
-    tree: str
-    proof: str
-    moved_to: RepoSpec | None = None
-    """Where the repo lives now, if it was renamed and the policy names the new name."""
-
-    @property
-    def location(self) -> RepoSpec:
-        """The repo to fetch from."""
-        return self.moved_to or self.spec
 
 
-def _sha(data: Any, what: str) -> tuple[str, str]:
-    try:
-        sha = str(data["sha"])
-        tree = str(data["commit"]["tree"]["sha"])
-    except (KeyError, TypeError) as e:
-        raise FetchError(f"unexpected answer for {what}: no commit sha and tree") from e
-    if not (is_full_sha(sha) and is_full_sha(tree)):
-        raise FetchError(f"unexpected answer for {what}: malformed sha {sha!r} or tree {tree!r}")
-    return sha, tree
+def _field(data: Any, *path: str | int) -> Any:
+    """``data[path[0]][path[1]]...`` or None, whatever the shape."""
+    for part in path:
+        if isinstance(part, int):
+            if not isinstance(data, list) or not -len(data) <= part < len(data):
+                return None
+        elif not isinstance(data, dict):
+            return None
+        data = data[part] if isinstance(part, int) else data.get(part)
+    return data
+
+
+def sha_field(data: Any, what: str, *path: str | int) -> str:
+    value = _field(data, *path)
+    if not isinstance(value, str) or not is_full_sha(value):
+        raise FetchError(f"unexpected answer for {what}: {'.'.join(map(str, path))} is not a "
+                         f"40-hex sha ({str(value)[:60]!r})",
+                         hint="the API (or whatever answers for it) is broken; retry later")
+    return value
 
 
 class GitHub:
-    """The GitHub REST endpoints safehub uses (see DESIGN.md), nothing else."""
+    """A REST client for the endpoints of DESIGN.md."""
 
-    def __init__(self, http: Http) -> None:
-        self.http = http  # also used for signatures named by URL
-        self.api = http.settings.api_url
-        self.web = http.settings.web_url
+    def __init__(self, transport: Transport, *, api_url: str, web_url: str,
+                 token: str | None = None) -> None:
+        self.transport = transport
+        self.api = api_url.rstrip("/")
+        self.web = web_url.rstrip("/")
+        self._token = token
 
-    # -- endpoints --------------------------------------------------------------------
+    def headers(self, url: str) -> dict[str, str]:
+        """Headers for one hop: the token only under the API base, never elsewhere."""
+        if not url.startswith(self.api + "/"):
+            return {}
+        headers = {"X-GitHub-Api-Version": "2022-11-28"}
+        if self._token:
+            headers["Authorization"] = f"Bearer {self._token}"
+        return headers
 
-    def _get(self, spec: RepoSpec, path: str, what: str) -> Reply:
-        url = f"{self.api}/repos/{spec.owner}/{spec.name}{path}"
-        reply = self.http.get_json(url, what)
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _get(self, spec: RepoSpec, path: str, what: str, accept: str = _JSON) -> Reply:
+        url = f"{self.api}/repos/{quote(spec.owner, safe='')}/{quote(spec.name, safe='')}{path}"
+        try:
+            reply = self.transport.get(url, what=what, accept=accept, headers=self.headers)
+        except HTTPError as e:
+            raise self._classify(e, what) from e
         if reply.redirected:
             self._moved(spec)
         return reply
 
+    def _json(self, spec: RepoSpec, path: str, what: str) -> Any:
+        return self._get(spec, path, what).json(what)
+
+    def _classify(self, e: HTTPError, what: str) -> FetchError:
+        limited = e.status in (403, 429) and (
+            e.headers.get("x-ratelimit-remaining", e.headers.get("X-RateLimit-Remaining")) == "0"
+            or "retry-after" in {k.lower() for k in e.headers}
+            or "rate limit" in e.server_message.lower())
+        if limited:
+            reset = {k.lower(): v for k, v in e.headers.items()}.get("x-ratelimit-reset", "")
+            when = ""
+            if reset.isdigit() and len(reset) < 12:
+                when = " until " + time.strftime("%H:%M:%S UTC", time.gmtime(int(reset)))
+            fix = ("the token's hourly quota is spent; wait, or use another token"
+                   if self._token else "set GITHUB_TOKEN (5,000 requests an hour instead of 60)")
+            return RateLimitError(
+                f"GitHub API rate limit exceeded{when} while fetching {what}",
+                hint=f"{fix}; pinned loads (lockfile or 40-hex ref) that are cached need no API")
+        if e.status in (401, 403):
+            return FetchError(f"{e.message}", hint="check GITHUB_TOKEN: it may be wrong, "
+                              "expired or lack access to the repo")
+        if e.status == 422:
+            return NotFoundError(e.message)
+        return e
+
     def _moved(self, spec: RepoSpec) -> None:
         """The API redirected: the repo was renamed or transferred. Refuse, naming both."""
-        info = self.http.get_json(f"{self.api}/repos/{spec.owner}/{spec.name}", "repo info")
-        new = str(info.data.get("full_name", "")) if isinstance(info.data, dict) else ""
-        if not new or "/" not in new:
-            raise FetchError(f"the API redirected requests for {spec.repo} but did not say "
-                             "where the repo went")
+        new = self.full_name(spec)
         raise RepoMovedError(
             f"{spec.repo} has moved: GitHub now answers for {new}. The old name can be "
             "registered again by someone else (repo-jacking), so safehub does not follow",
@@ -93,163 +131,127 @@ class GitHub:
             "follow the move",
         )
 
-    def repo_info(self, spec: RepoSpec) -> dict[str, Any]:
-        try:
-            data = self._get(spec, "", f"repo {spec.repo}").data
-        except NotFoundError as e:
-            raise NotFoundError(
-                f"repo {spec.repo} not found at {self.api}",
-                hint="check the spelling; for a private repo set GITHUB_TOKEN",
-            ) from e
-        if not isinstance(data, dict) or not isinstance(data.get("default_branch"), str):
-            raise FetchError(f"unexpected answer for repo {spec.repo}: no default_branch")
-        return data
+    # -- endpoints --------------------------------------------------------------------
 
-    def commit(self, spec: RepoSpec, ref: str) -> tuple[str, str]:
-        """``ref`` -> (commit sha, tree sha) via ``commits/{ref}``."""
-        what = f"ref {ref!r} of {spec.repo}"
+    def full_name(self, spec: RepoSpec) -> str:
+        """``owner/name`` as GitHub spells it now (following a rename)."""
+        url = f"{self.api}/repos/{quote(spec.owner, safe='')}/{quote(spec.name, safe='')}"
+        data = self.transport.get(url, what="repo info", headers=self.headers).json("repo info")
+        new = _field(data, "full_name")
+        if isinstance(new, str):
+            try:
+                return RepoSpec.parse(new).repo
+            except ValueError:
+                pass
+        raise FetchError(f"the API answered for {spec.repo} without a valid full_name")
+
+    def repo_info(self, spec: RepoSpec) -> tuple[str, str]:
+        """(default branch, full name) of the repo."""
         try:
-            reply = self._get(spec, f"/commits/{quote(ref, safe='/')}", what)
+            data = self._json(spec, "", f"repo {spec.repo}")
         except NotFoundError as e:
-            raise NotFoundError(
-                f"{spec.repo} has no branch, tag or commit {ref!r} (or the repo does not exist)",
-                hint="check the ref and the repo name; for a private repo set GITHUB_TOKEN",
-            ) from e
-        except FetchError as e:
-            if "422" in e.message or "No commit found" in e.message:
-                raise NotFoundError(
-                    f"{spec.repo} has no commit {ref!r}",
-                    hint="check the sha; commits of forks must be loaded from the fork",
-                ) from e
-            raise
-        return _sha(reply.data, what)
+            raise NotFoundError(f"repo {spec.repo} not found at {self.api}",
+                                hint="check the spelling; for a private repo set GITHUB_TOKEN"
+                                ) from e
+        branch, name = _field(data, "default_branch"), _field(data, "full_name")
+        if not isinstance(branch, str) or not branch or not isinstance(name, str):
+            raise FetchError(f"unexpected answer for repo {spec.repo}: no default_branch")
+        return branch, name
+
+    def ref(self, spec: RepoSpec, kind: str, name: str) -> RefTarget | None:
+        """The commit a branch (``heads``) or tag (``tags``) named exactly ``name`` points
+        at (annotated tags peeled), or None if the repo has no such ref."""
+        what = f"{'tag' if kind == 'tags' else 'branch'} {name!r} of {spec.repo}"
+        try:
+            data = self._json(spec, f"/git/ref/{kind}/{quote(name, safe='/')}", what)
+        except NotFoundError:
+            return None
+        if not isinstance(data, dict) or _field(data, "ref") != f"refs/{kind}/{name}":
+            return None  # not this exact ref (old servers matched prefixes)
+        sha = sha_field(data, what, "object", "sha")
+        kind_of = _field(data, "object", "type")
+        for _ in range(_MAX_TAG_DEPTH):
+            if kind_of == "commit":
+                return RefTarget(f"refs/{kind}/{name}", sha)
+            if kind_of != "tag":
+                raise FetchError(f"{what} points at a {kind_of!r}, not a commit")
+            tag = self._json(spec, f"/git/tags/{sha}", f"annotated {what}")
+            sha, kind_of = sha_field(tag, what, "object", "sha"), _field(tag, "object", "type")
+        raise FetchError(f"{what}: more than {_MAX_TAG_DEPTH} nested annotated tags")
+
+    def expand(self, spec: RepoSpec, prefix: str) -> str | None:
+        """The full sha of an abbreviated one (``commits/{prefix}``, sha media type)."""
+        what = f"commit {prefix} of {spec.repo}"
+        try:
+            text = self._get(spec, f"/commits/{prefix}", what, accept=_SHA_MEDIA).body
+        except NotFoundError:
+            return None
+        sha = text.decode("ascii", "replace").strip()
+        if not is_full_sha(sha):
+            raise FetchError(f"unexpected answer for {what}: {sha[:60]!r} is not a sha")
+        return sha
+
+    def commit_tree(self, spec: RepoSpec, sha: str) -> str:
+        """The tree of commit ``sha`` (``git/commits``)."""
+        what = f"commit {sha} of {spec.repo}"
+        data = self._json(spec, f"/git/commits/{sha}", what)
+        if sha_field(data, what, "sha") != sha:
+            raise FetchError(f"the API answered for another commit when asked about {sha}")
+        return sha_field(data, what, "tree", "sha")
 
     def compare(self, spec: RepoSpec, base: str, head: str) -> dict[str, Any]:
-        what = f"comparison {base[:12]}...{head} of {spec.repo}"
-        path = f"/compare/{quote(base, safe='/')}...{quote(head, safe='/')}"
-        data = self._get(spec, path, what).data
-        if not isinstance(data, dict) or "status" not in data:
+        what = f"comparison {base}...{head[:12]} of {spec.repo}"
+        data = self._json(spec, f"/compare/{quote(base, safe='/')}...{quote(head, safe='/')}",
+                          what)
+        if not isinstance(data, dict) or not isinstance(data.get("status"), str):
             raise FetchError(f"unexpected answer for {what}: no status")
         return data
 
     def refs(self, spec: RepoSpec, kind: str) -> Iterator[tuple[str, str]]:
-        """(name, tip sha) of every branch or tag (``kind`` is ``branches`` or ``tags``)."""
-        page = 1
-        while True:
-            data = self._get(
-                spec, f"/{kind}?per_page=100&page={page}", f"{kind} of {spec.repo}"
-            ).data
-            if not isinstance(data, list) or not data:
-                return
-            for item in data:
-                try:
-                    yield str(item["name"]), str(item["commit"]["sha"])
-                except (KeyError, TypeError) as e:
-                    raise FetchError(f"unexpected answer listing {kind} of {spec.repo}") from e
+        """(name, tip sha) of the repo's branches or tags (``kind``), at most
+        :data:`MAX_REF_PAGES` pages of 100."""
+        for page in range(1, MAX_REF_PAGES + 1):
+            what = f"{kind} of {spec.repo}"
+            data = self._json(spec, f"/{kind}?per_page=100&page={page}", what)
+            if not isinstance(data, list):
+                raise FetchError(f"unexpected answer listing {what}")
+            for item in data[:100]:
+                name = _field(item, "name")
+                if not isinstance(name, str):
+                    raise FetchError(f"unexpected answer listing {what}: an item has no name")
+                yield name, sha_field(item, what, "commit", "sha")
             if len(data) < 100:
                 return
-            page += 1
 
     def tree_listing(self, spec: RepoSpec, tree: str) -> list[dict[str, Any]]:
         """The recursive listing of a tree (used only by the ``.gitattributes`` fallback)."""
         what = f"tree {tree[:12]} of {spec.repo}"
-        data = self._get(spec, f"/git/trees/{tree}?recursive=1", what).data
-        if not isinstance(data, dict) or not isinstance(data.get("tree"), list):
+        data = self._json(spec, f"/git/trees/{tree}?recursive=1", what)
+        items = _field(data, "tree")
+        if not isinstance(items, list):
             raise FetchError(f"unexpected answer for {what}")
-        if data.get("truncated"):
-            raise FetchError(
-                f"GitHub truncated the listing of {what}; the per-file check is impossible"
-            )
-        return [item for item in data["tree"] if isinstance(item, dict)]
+        if _field(data, "truncated"):
+            raise FetchError(f"GitHub truncated the listing of {what}; the per-file check "
+                             "is impossible")
+        return [item for item in items if isinstance(item, dict)]
 
     def blob(self, spec: RepoSpec, sha: str) -> bytes:
         """A blob's committed bytes (``git/blobs``), checked against its id."""
-        import base64
-
-        from safehub.digest import blob_id
-
         what = f"blob {sha[:12]} of {spec.repo}"
-        data = self._get(spec, f"/git/blobs/{sha}", what).data
+        content = _field(self._json(spec, f"/git/blobs/{sha}", what), "content")
         try:
-            content = base64.b64decode(data["content"])
-        except (KeyError, TypeError, ValueError) as e:
+            data = base64.b64decode(content if isinstance(content, str) else "")
+        except ValueError as e:
             raise FetchError(f"unexpected answer for {what}") from e
-        if blob_id(content) != sha:
+        if blob_id(data) != sha:
             raise IntegrityError(f"the API sent other bytes for {what}",
                                  hint="the API answer was altered; do not load it")
-        return content
+        return data
 
-    def archive_url(self, spec: RepoSpec, commit: str) -> str:
-        """The zipball URL; the name is case-folded so mirrors need one copy per repo."""
-        return f"{self.web}/{spec.key}/zipball/{commit}"
+    def archive_url(self, repo: str, commit: str) -> str:
+        """The zipball URL, with owner and name spelled as GitHub spells them."""
+        return f"{self.web}/{repo}/zipball/{commit}"
 
-    def api_archive_url(self, spec: RepoSpec, commit: str) -> str:
+    def api_archive_url(self, repo: str, commit: str) -> str:
         """The REST zipball endpoint: it takes ``GITHUB_TOKEN``, so private repos work."""
-        return f"{self.api}/repos/{spec.key}/zipball/{commit}"
-
-    # -- resolution -------------------------------------------------------------------
-
-    def resolve(self, spec: RepoSpec) -> Resolved:
-        """Turn ``spec`` into one commit of the repo itself, or raise."""
-        ref = spec.ref
-        default: str | None = None
-        if ref is None:
-            default = str(self.repo_info(spec)["default_branch"])
-            sha, tree = self.commit(spec, default)
-            return Resolved(spec, default, sha, tree, f"head of default branch {default}")
-        if is_full_sha(ref):
-            return self._prove(spec, ref, None)
-        sha, tree = self.commit(spec, ref)
-        if looks_like_sha(ref) and sha.startswith(ref.lower()):
-            return self._prove(spec, sha, ref)
-        return Resolved(spec, ref, sha, tree, f"{ref} names it in {spec.repo}")
-
-    def _prove(self, spec: RepoSpec, sha: str, asked: str | None) -> Resolved:
-        """Prove that commit ``sha`` is reachable from one of the repo's own refs."""
-        ref = asked or sha
-        default = str(self.repo_info(spec)["default_branch"])
-        candidates: list[str] = [default]
-        tree: str | None = None
-        seen_tips = False
-        tried = 0
-        while candidates:
-            branch = candidates.pop(0)
-            tried += 1
-            try:
-                cmp = self.compare(spec, sha, branch)
-            except NotFoundError as e:
-                raise NotFoundError(
-                    f"{spec.repo} has no commit {sha}",
-                    hint="check the sha; commits of forks must be loaded from the fork",
-                ) from e
-            base_sha, tree = _sha(cmp.get("base_commit"), f"commit {sha} of {spec.repo}")
-            if base_sha != sha:
-                raise FetchError(f"the API compared {base_sha} when asked about {sha}")
-            if cmp["status"] in ("ahead", "identical"):
-                return Resolved(spec, ref, sha, tree, f"ancestor of {branch}")
-            if not seen_tips:
-                seen_tips = True
-                names: list[str] = []
-                for kind in ("branches", "tags"):
-                    for name, tip in self.refs(spec, kind):
-                        if tip == sha:
-                            return Resolved(spec, ref, sha, tree, f"tip of {kind[:-1]} {name}")
-                        if name != default:
-                            names.append(name)
-                        if len(names) >= MAX_COMPARES:
-                            break  # bounded API cost: never page through thousands of refs
-                    if len(names) >= MAX_COMPARES:
-                        break
-                candidates.extend(names)
-            if tried > MAX_COMPARES:
-                raise PinError(
-                    f"could not prove that commit {sha} belongs to {spec.repo}: it is not on "
-                    f"{default} and {MAX_COMPARES} other branches and tags were checked",
-                    hint="load it by the branch or tag that contains it",
-                )
-        raise PinError(
-            f"commit {sha} is not in the history of any branch or tag of {spec.repo}; "
-            "GitHub serves commits of forks under the parent's name, so it may come from a fork",
-            hint="if it is a fork's commit, load it from the fork ('owner/fork:sha') after "
-            "reviewing that fork",
-        )
+        return f"{self.api}/repos/{repo}/zipball/{commit}"

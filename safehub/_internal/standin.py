@@ -354,6 +354,7 @@ class RequestRecord:
     path: str
     authorization: str | None
     user_agent: str | None
+    accept: str | None = None
 
 
 @dataclass(frozen=True)
@@ -534,6 +535,7 @@ class _Handler(BaseHTTPRequestHandler):
             path=self.path,
             authorization=self.headers.get("Authorization"),
             user_agent=self.headers.get("User-Agent"),
+            accept=self.headers.get("Accept"),
         )
         response = standin._answer(record)
         self.send_response(response.status)
@@ -921,7 +923,7 @@ class GitHubStandIn:
             return _Response(200, static, (("Content-Type", kind),))
         try:
             if is_api:
-                response = self._route_api(path[len("/api/v3") :], query)
+                response = self._route_api(path[len("/api/v3") :], query, record.accept)
                 return dataclasses.replace(response, headers=response.headers + rate_headers)
             if path.startswith("/web/"):
                 return self._route_web(path[len("/web/") :], query)
@@ -942,7 +944,7 @@ class GitHubStandIn:
                 return self._repos[self._moved[key]], True
         return None
 
-    def _route_api(self, path: str, query: str) -> _Response:
+    def _route_api(self, path: str, query: str, accept: str | None = None) -> _Response:
         parts = path.split("/")[1:]
         suffix = f"?{query}" if query else ""
         if len(parts) >= 3 and parts[0] == "repos":
@@ -968,7 +970,16 @@ class GitHubStandIn:
             return _json(200, self._repo_json(repo, full=True))
         kind, rest = tail[0], unquote("/".join(tail[1:]))
         if kind == "commits" and rest:
+            if accept and "application/vnd.github.sha" in accept:
+                sha = self._resolve_commit(repo, rest)
+                if sha is None:
+                    return _message(422, f"No commit found for SHA: {rest}")
+                return _Response(200, sha.encode(), (("Content-Type", "text/plain"),))
             return self._commit_endpoint(repo, rest)
+        if kind == "git" and len(tail) >= 4 and tail[1] == "ref" and tail[2] in ("heads", "tags"):
+            return self._git_ref(repo, tail[2], unquote("/".join(tail[3:])))
+        if kind == "git" and len(tail) == 3 and tail[1] in ("commits", "tags"):
+            return self._git_object(repo, tail[1], unquote(tail[2]))
         if kind == "compare" and rest:
             return self._compare_endpoint(repo, rest)
         if kind in ("branches", "tags") and len(tail) == 1:
@@ -981,6 +992,41 @@ class GitHubStandIn:
         if kind == "zipball" and rest:  # the REST archive endpoint (works for private repos)
             return self._zipball(repo, rest)
         return _not_found()
+
+    def _git_ref(self, repo: _Repo, kind: str, name: str) -> _Response:
+        refname = f"refs/{kind}/{name}"
+        if not _ref_is_safe(name):
+            return _not_found()
+        found = _run_git(["for-each-ref", "--format=%(objectname) %(objecttype)", refname],
+                         env={"GIT_DIR": str(repo.git_dir)})
+        lines = [line for line in found.stdout.decode().splitlines() if line]
+        if len(lines) != 1:
+            return _not_found()
+        sha, kind_of = lines[0].split()
+        api = f"{self.api_url}/repos/{self._url_name(repo)}"
+        return _json(200, {"ref": refname, "node_id": "x", "url": f"{api}/git/{refname}",
+                           "object": {"type": kind_of, "sha": sha,
+                                      "url": f"{api}/git/{kind_of}s/{sha}"}})
+
+    def _git_object(self, repo: _Repo, kind: str, sha: str) -> _Response:
+        if not _FULL_SHA.fullmatch(sha):
+            return _not_found()
+        env = self._object_env(repo, network=True)
+        found = _run_git(["cat-file", "-t", sha], env=env, check=False)
+        if found.returncode != 0 or found.stdout.decode().strip() != kind[:-1]:
+            return _not_found()
+        api = f"{self.api_url}/repos/{self._url_name(repo)}"
+        if kind == "commits":
+            commit = self._read_commits(repo, [sha])[sha]
+            return _json(200, {"sha": sha, "url": f"{api}/git/commits/{sha}",
+                               "tree": {"sha": commit.tree,
+                                        "url": f"{api}/git/trees/{commit.tree}"},
+                               "parents": [{"sha": p} for p in commit.parents],
+                               "message": commit.message})
+        raw = _run_git(["cat-file", "tag", sha], env=env).stdout.decode(errors="replace")
+        head = dict(line.split(" ", 1) for line in raw.split("\n\n")[0].splitlines() if " " in line)
+        return _json(200, {"sha": sha, "tag": head.get("tag", ""),
+                           "object": {"sha": head["object"], "type": head["type"]}})
 
     def _zipball(self, repo: _Repo, ref: str) -> _Response:
         """Redirect a zipball request to the codeload host, by resolved commit."""
@@ -1265,6 +1311,8 @@ class GitHubStandIn:
             names = [f"refs/heads/{repo.default_branch}"]
         elif ref.startswith(("refs/heads/", "refs/tags/")):
             names = [ref]
+        elif ref.startswith(("heads/", "tags/")):
+            names = [f"refs/{ref}", f"refs/tags/{ref}", f"refs/heads/{ref}"]
         else:
             names = [f"refs/tags/{ref}", f"refs/heads/{ref}"]
         wanted = "".join(f"{name}^{{{peel}}}\n" for name in names).encode()

@@ -1,0 +1,96 @@
+"""Steps 2 to 4 of a load, shared by every operation: may this spec load, and as what.
+
+One admission serves load, list, help, check, trust, lock, lock --check, verify SPEC and
+prefetch, so a rename, a default branch or a denial gets the same verdict everywhere:
+
+1. decide on the name as asked (a deny rule, or ``unknown_repos = "deny"``, stops here,
+   before any request);
+2. resolve the ref to one commit proven to be the repo's own (lockfile, cache, API;
+   a rename is followed only where the policy names the new repo);
+3. decide again on what was resolved: the new name's rules after a rename, the default
+   branch's name for a spec without a ref.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from safehub._internal.warn import warn
+from safehub.errors import PolicyDenied
+from safehub.lockfile import LockEntry, Lockfile
+from safehub.policy import Decision, Policy
+from safehub.resolve import Resolved, Resolver
+from safehub.spec import RepoSpec
+
+__all__ = ["Admission", "Admitted"]
+
+Resolution = Literal["normal", "fresh", "online"]
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """A spec the policy admits, resolved to one commit, with the decision that holds."""
+
+    spec: RepoSpec
+    resolved: Resolved
+    decision: Decision
+    lock: LockEntry | None
+
+    @property
+    def commit(self) -> str:
+        return self.resolved.commit
+
+
+class Admission:
+    """The policy and the resolver, applied in one order for every operation."""
+
+    def __init__(self, policy: Policy, resolver: Resolver,
+                 lockfile: Callable[[], Lockfile | None], lockfile_path: Callable[[], str]
+                 ) -> None:
+        self.policy = policy
+        self.resolver = resolver
+        self._lockfile = lockfile
+        self._lockfile_path = lockfile_path
+
+    def lock_entry(self, spec: RepoSpec) -> LockEntry | None:
+        lockfile = self._lockfile()
+        return lockfile.get(spec) if lockfile is not None else None
+
+    def decide(self, spec: RepoSpec, *, entrypoint: str | None = None, ref: str | None = None,
+               locked: bool = False, warn_violations: bool = True) -> Decision:
+        """The policy's answer; a denial raises :class:`PolicyDenied`."""
+        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref, locked=locked)
+        if decision.verdict == "deny":
+            denied = PolicyDenied(
+                f"policy refuses {spec}: " + "; ".join(decision.reasons),
+                hint=decision.fix or "see `safehub policy show` for the rules that apply")
+            denied.reasons = decision.reasons
+            raise denied
+        if decision.violations and warn_violations:
+            warn(f"policy violation for {spec} (mode = 'warn', loading anyway): "
+                 + "; ".join(decision.violations))
+        return decision
+
+    def admit(self, spec: RepoSpec, *, entrypoint: str | None = None,
+              resolution: Resolution = "normal", locked: bool | None = None) -> Admitted:
+        """Decide, resolve, decide again (see the module docstring).
+
+        ``resolution``: ``normal`` (lockfile, cache, then API), ``fresh`` (API, recorded:
+        ``force_reload`` and ``safehub lock``), ``online`` (API, nothing recorded:
+        ``safehub lock --check``). ``locked`` overrides whether a lockfile pin satisfies
+        ``pin = "commit"`` (``safehub lock`` is about to pin it).
+        """
+        lock = self.lock_entry(spec)
+        is_locked = lock is not None if locked is None else locked
+        self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
+        if resolution == "online":
+            resolved = self.resolver.online(spec)
+        else:
+            resolved = self.resolver.resolve(
+                spec, lock if locked is None else None, force=resolution == "fresh",
+                lockfile=self._lockfile_path())
+        decision = self.decide(resolved.location, entrypoint=entrypoint, ref=resolved.ref,
+                               locked=is_locked)
+        return Admitted(spec, resolved, decision, lock)

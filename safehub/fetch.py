@@ -1,0 +1,179 @@
+"""Steps 5, 6 and 9 of a load: fetch the archive by commit, verify it, install it.
+
+A cache hit is served only if it is what this user verified (or what the lockfile pins):
+the cheap path compares a stat scan of the tree with the user's own record; anything else
+re-hashes every file. A miss downloads under the commit's lock (exactly one process
+downloads), verifies in a staging folder, and installs with one atomic rename.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from safehub import archive
+from safehub._internal.fsutil import rmtree
+from safehub._internal.warn import warn
+from safehub.cache import Cache, CachedTree, Verdict
+from safehub.config import Settings
+from safehub.errors import IntegrityError, NotFoundError
+from safehub.github import GitHub
+from safehub.lockfile import LockEntry
+from safehub.records import VerifiedRecords
+from safehub.resolve import Resolved
+from safehub.transport import Progress, Transport
+
+__all__ = ["TreeFetcher"]
+
+# (tree path, scan, digest) this process re-hashed and accepted: served again without
+# re-hashing even where the user's records cannot be written.
+_SEEN: set[tuple[str, str, str]] = set()
+
+
+class TreeFetcher:
+    """Verified trees of commits, from the cache or the network."""
+
+    def __init__(self, settings: Settings, cache: Cache, verified: VerifiedRecords,
+                 github: Callable[[], GitHub], transport: Callable[[], Transport],
+                 progress: Callable[[str], Progress | None]) -> None:
+        self.settings = settings
+        self.cache = cache
+        self.verified = verified
+        self._github = github
+        self._transport = transport
+        self._progress = progress
+
+    def tree(self, resolved: Resolved, lock: LockEntry | None, *, force: bool = False,
+             verbose: bool = True, lockfile: str = "") -> CachedTree:
+        """The verified tree of ``resolved.commit`` (downloaded and installed if needed)."""
+        if not force:
+            hit = self.cache_hit(resolved, lock, lockfile=lockfile)
+            if hit is not None:
+                return hit
+        commit = resolved.commit
+        with self.cache.lock(commit):
+            if not force:
+                hit = self.cache_hit(resolved, lock, lockfile=lockfile)  # another process
+                if hit is not None:
+                    return hit
+            stage = self.cache.staging(commit)
+            try:
+                verdict = self._download_and_verify(resolved, lock, stage, verbose, lockfile)
+                tree = self.cache.install(stage, verdict, replace=force)
+            finally:
+                rmtree(stage)  # gone after install; after a failure nothing may stay
+        self.verified.record(commit, tree.digest, tree.tree, str(tree.path), tree.scan())
+        return tree
+
+    def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *,
+                  lockfile: str = "") -> CachedTree | None:
+        hit = self.cache.lookup(resolved.commit)
+        if hit is not None:
+            self.check_cached(hit, resolved, lock, lockfile=lockfile)
+        return hit
+
+    def check_cached(self, hit: CachedTree, resolved: Resolved, lock: LockEntry | None, *,
+                     lockfile: str = "") -> None:
+        """Serve a cached tree only if it is what this user (or the lockfile) verified.
+
+        Fast path: the tree's scan and digest equal this user's record (one ``lstat`` per
+        file). Otherwise every file is re-hashed against the verdict, and the content must
+        be the one this user verified before, or the lockfile's, or (first sight, no
+        lockfile) the commit's tree as resolved.
+        """
+        scan = hit.scan()
+        known = self.verified.get(hit.commit)
+        fast = known is not None and known.digest == hit.digest and \
+            known.scans.get(str(hit.path)) == scan
+        if not fast and (str(hit.path), scan, hit.digest) not in _SEEN:
+            hit.verify()
+            if known is not None and known.digest != hit.digest:
+                raise IntegrityError(
+                    f"the cached tree of {hit.commit} has digest {hit.digest}, but you "
+                    f"verified {known.digest} for that commit before: the cache was rewritten",
+                    hint="nothing ran; inspect the cache, then `safehub cache clear` and load "
+                    "again")
+            if known is None and lock is None and hit.tree != resolved.tree:
+                raise IntegrityError(
+                    f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
+                    f"commit's tree is {resolved.tree}",
+                    hint="nothing ran; `safehub cache clear` and load again")
+            scan = hit.scan()  # verify() may have removed stray __pycache__ folders
+            self.verified.record(hit.commit, hit.digest, hit.tree, str(hit.path), scan)
+            _SEEN.add((str(hit.path), scan, hit.digest))
+        if lock is not None and hit.digest != lock.digest:
+            raise IntegrityError(
+                f"the cached tree of {hit.commit} has digest {hit.digest}, but {lockfile} "
+                f"pins {lock.digest}",
+                hint="nothing ran; run `safehub cache clear` and load again, or check how the "
+                "lockfile was made")
+
+    def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:
+        """Download the archive of ``resolved.commit`` to ``out_path`` (not verified)."""
+        github, transport = self._github(), self._transport()
+        url = github.archive_url(resolved.url_name, resolved.commit)
+        what = f"archive of {resolved.location.repo}@{resolved.commit[:12]}"
+        max_bytes = self.settings.limits.max_archive_bytes
+        progress = self._progress(what) if verbose else None
+        with open(out_path, "wb") as out:
+            try:
+                transport.download(url, out, what=what, max_bytes=max_bytes,
+                                   headers=github.headers, progress=progress)
+            except NotFoundError:
+                if not self.settings.token:
+                    raise
+                # The web host answers 404 for private repos; the REST endpoint takes the
+                # token (sent to the API base only) and redirects to a signed archive URL.
+                transport.download(github.api_archive_url(resolved.url_name, resolved.commit),
+                                   out, what=what, max_bytes=max_bytes,
+                                   headers=github.headers, progress=progress)
+
+    def _download_and_verify(self, resolved: Resolved, lock: LockEntry | None, stage: Path,
+                             verbose: bool, lockfile: str) -> Verdict:
+        spec, commit = resolved.spec, resolved.commit
+        zip_path = stage / "archive.zip"
+        if verbose:
+            sys.stderr.write(f"safehub: downloading {resolved.url_name}@{commit[:12]} to "
+                             f"{self.cache.commit_dir(commit) / 'tree'}\n")
+        self.download(resolved, zip_path, verbose=verbose)
+        ext = archive.extract(zip_path, stage / "tree", commit=commit,
+                              limits=self.settings.limits)
+        os.unlink(zip_path)
+        if lock is not None:
+            # The lockfile's digest was taken when the commit was verified against its
+            # tree; the same digest means the very same files. No API call is needed.
+            if ext.digest != lock.digest:
+                raise IntegrityError(
+                    f"the archive of {lock.spec} at {commit} has digest {ext.digest}, but "
+                    f"{lockfile} pins {lock.digest}",
+                    hint="the server or mirror sent other content; nothing ran. Check the "
+                    "mirror, or how the lockfile was made")
+            return Verdict(commit=commit, tree=lock.tree, digest=ext.digest, level=lock.level,
+                           files=ext.files, empty_dirs=ext.empty_dirs, source=spec.key)
+        github = self._github()
+        listing = None
+        if ext.tree_id != resolved.tree:
+            listing = github.tree_listing(resolved.location, resolved.tree)
+        check = archive.check_tree(
+            ext, resolved.tree, listing, allow_fallback=self.settings.tree_fallback,
+            fetch_blob=lambda sha: github.blob(resolved.location, sha))
+        if check.level != "tree":
+            warn(f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree, as "
+                 f".gitattributes or submodules make it; {len(check.unverified)} file(s) could "
+                 "not be tied to the commit byte for byte (see `safehub cache ls --json`)")
+        return Verdict(
+            commit=commit, tree=resolved.tree, digest=ext.digest, level=check.level,
+            files=ext.files, unverified=check.unverified, omitted=check.omitted,
+            empty_dirs=ext.empty_dirs, source=spec.key)
+
+    def archive_digest(self, zip_path: Path, commit: str) -> str:
+        """The content digest of a downloaded archive, fully checked (for mirrors)."""
+        with tempfile.TemporaryDirectory(dir=self.cache.staging_root(), prefix="mirror-") as d:
+            try:
+                return archive.extract(zip_path, Path(d) / "tree", commit=commit,
+                                       limits=self.settings.limits).digest
+            finally:
+                rmtree(Path(d) / "tree")

@@ -1,0 +1,353 @@
+"""What safehub does besides loading: check, verify, lock, prefetch, the cache.
+
+Each operation admits a spec exactly as a load does (:mod:`safehub.admission`) and returns
+typed, frozen reports; the CLI only formats them (text, or JSON through ``to_json``).
+Nothing here runs a repo's code.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from safehub.admission import Admitted
+from safehub.errors import (
+    IntegrityError,
+    PinError,
+    PolicyDenied,
+    SafehubError,
+    SignatureError,
+    SpecError,
+)
+from safehub.lockfile import LockEntry, Lockfile, spec_key
+from safehub.signatures.signers import SignerSet
+from safehub.spec import RepoSpec
+
+if TYPE_CHECKING:
+    from safehub.hub import Hub
+
+__all__ = ["CacheCheck", "CacheEntryInfo", "CheckReport", "LockChange", "LockStatus",
+           "Prefetched", "VerifyReport", "cache_entries", "cache_verify", "check", "lock",
+           "lock_check", "prefetch", "verify"]
+
+
+class _Report:
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+
+
+@dataclass(frozen=True)
+class CheckReport(_Report):
+    """What a load of ``spec`` would do, and why (``safehub check``)."""
+
+    spec: str
+    repo: str
+    entrypoint: str | None
+    policy_files: list[str]
+    outcome: str  # load, prompt or refuse
+    why: str
+    fix: str | None = None
+    error: str | None = None
+    ref: str | None = None
+    commit: str | None = None
+    proof: str | None = None
+    policy: str | None = None
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    requirements: dict[str, str | bool] = dataclasses.field(default_factory=dict)
+    violations: list[str] = dataclasses.field(default_factory=list)
+    cached: bool = False
+    digest: str | None = None
+
+
+def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
+    """What a load would do, without downloading an archive or running code.
+
+    ``outcome`` is ``load`` (allowed, or this content was trusted), ``prompt`` (a terminal
+    user would be asked), or ``refuse`` (with ``error`` and ``fix``).
+    """
+    spec = RepoSpec.parse(repo)
+    base: dict[str, Any] = {"spec": str(spec), "repo": spec.key, "entrypoint": entrypoint,
+                            "policy_files": list(hub.policy.files)}
+    try:
+        admitted = hub.admission.admit(spec, entrypoint=entrypoint)
+    except SafehubError as e:
+        return CheckReport(**base, outcome="refuse", why=e.message, fix=e.hint,
+                           error=type(e).__name__,
+                           policy="deny" if isinstance(e, PolicyDenied) else None,
+                           reasons=list(e.reasons) if isinstance(e, PolicyDenied) else [])
+    r, decision = admitted.resolved, admitted.decision
+    entry = hub.cache.lookup(r.commit)
+    if entry is not None:
+        hub.fetcher.check_cached(entry, r, admitted.lock, lockfile=str(hub.lockfile_path))
+    consents = [c for c in hub.consents.list(spec.key) if c.commit == r.commit
+                and (entry is None or c.digest == entry.digest)]
+    if decision.verdict == "allow":
+        outcome, why, fix = "load", "the policy allows it", None
+    elif consents:
+        outcome, why, fix = "load", f"you trusted this content {consents[-1].at}", None
+    elif hub.settings.noninteractive:
+        outcome, why = "refuse", "not trusted, and nobody can be asked"
+        fix = f"safehub trust {spec.repo}:{r.commit}"
+    else:
+        outcome, why, fix = "prompt", "not trusted yet: you would be asked", None
+    return CheckReport(
+        **base, outcome=outcome, why=why, fix=fix, ref=r.ref, commit=r.commit, proof=r.proof,
+        policy=decision.verdict, reasons=list(decision.reasons),
+        requirements={"pin": decision.requirements.pin,
+                      "signature": decision.requirements.signature},
+        violations=list(decision.violations), cached=entry is not None,
+        digest=entry.digest if entry is not None else None)
+
+
+@dataclass(frozen=True)
+class VerifyReport(_Report):
+    target: str
+    signer: str
+    files: int
+    uncovered: list[str]
+    commit: str | None = None
+    digest: str | None = None
+    valid: bool = True
+
+
+def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyReport:
+    """Verify the signature of a local folder or a spec (fetched and verified first).
+
+    ``sets`` (signer sets) default to the policy's for a spec. Raises
+    :class:`SignatureError` if the signature is missing, invalid, or leaves files
+    uncovered; nothing is trusted or run.
+    """
+    from safehub.signatures.verify import Verifier
+
+    folder = Path(target)
+    commit = digest = None
+    if folder.is_dir():
+        tree_path = folder
+        found = hub.signatures.find(folder, (), {})
+    else:
+        admitted = hub.admission.admit(RepoSpec.parse(target))
+        tree = _tree(hub, admitted)
+        tree_path, commit, digest = tree.path, admitted.commit, tree.digest
+        sets = sets or admitted.decision.requirements.signer_sets
+        r = admitted.resolved
+        owner, _, name = r.url_name.partition("/")
+        found = hub.signatures.find(tree.path, sets, {
+            "owner": owner, "name": name, "repo": r.url_name, "ref": r.ref,
+            "commit": r.commit})
+    if not sets:
+        raise SpecError("no signers to verify against",
+                        hint="give --key, or --identity and --issuer, or a policy rule with "
+                        "signers or keys for the repo")
+    if found is None:
+        raise SignatureError(f"no signature found for {target}",
+                             hint="sign it with `safehub sign DIR --key KEY` or "
+                             "`model_signing sign`, or set signature_url in the policy")
+    result = Verifier(sets).verify_tree(tree_path, found.data, signature_in_tree=found.in_tree)
+    if result.uncovered:
+        raise SignatureError(
+            f"the signature is valid ({result.signer}) but does not cover: "
+            f"{', '.join(result.uncovered[:5])}; a load would refuse these",
+            hint="sign every file (signer-declared ignored paths count as unsigned)")
+    return VerifyReport(target, result.signer, len(result.files), list(result.uncovered),
+                        commit, digest)
+
+
+def _tree(hub: Hub, admitted: Admitted) -> Any:
+    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False,
+                            lockfile=str(hub.lockfile_path))
+
+
+@dataclass(frozen=True)
+class LockChange(_Report):
+    spec: str
+    commit: str
+    change: str  # added, upgraded, unchanged, kept
+    previous: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data["from"] = data.pop("previous")
+        return data
+
+
+def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False) -> list[LockChange]:
+    """Pin ``specs`` in the lockfile (fetching and verifying each); return what changed.
+
+    Specs already locked are kept unless ``upgrade`` (which, with no specs, re-resolves
+    every entry). Policy denials still apply; nothing is trusted or run.
+    """
+    lockfile = Lockfile.load(hub.lockfile_path, missing_ok=True)
+    targets = list(specs) or (list(lockfile.entries) if upgrade else [])
+    if not targets:
+        raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")
+    changes: list[LockChange] = []
+    for text in targets:
+        spec = RepoSpec.parse(text)
+        old = lockfile.get(spec)
+        if old is not None and not upgrade:
+            changes.append(LockChange(old.spec, old.commit, "kept"))
+            continue
+        admitted = hub.admission.admit(spec, resolution="fresh", locked=True)
+        r = admitted.resolved
+        tree = hub.fetcher.tree(r, None, verbose=False)
+        signer = hub.signature(admitted, tree).signer
+        entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
+                          tree.level, signer, repo=r.url_name)
+        if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
+            entry = dataclasses.replace(entry, weights=old.weights)
+        change = "added" if old is None else (
+            "unchanged" if old.commit == entry.commit else "upgraded")
+        lockfile.put(entry)
+        changes.append(LockChange(entry.spec, entry.commit, change,
+                                  old.commit if old is not None else None))
+    lockfile.save()
+    hub.forget_lockfile()
+    return changes
+
+
+@dataclass(frozen=True)
+class LockStatus(_Report):
+    spec: str
+    locked: str
+    now: str | None
+    ok: bool
+    error: str | None = None
+
+
+def lock_check(hub: Hub) -> list[LockStatus]:
+    """Ask GitHub whether every locked ref still names its locked commit (and is the
+    repo's own, and the policy still admits it); nothing is cached or changed."""
+    lockfile = hub.lockfile
+    if lockfile is None:
+        raise PinError(f"no lockfile at {hub.lockfile_path}",
+                       hint="create one with `safehub lock SPEC`")
+    results = []
+    for key in sorted(lockfile.entries):
+        entry = lockfile.entries[key]
+        try:
+            now = hub.admission.admit(RepoSpec.parse(entry.spec), resolution="online").resolved
+            ok = now.commit == entry.commit and now.tree == entry.tree
+            results.append(LockStatus(key, entry.commit, now.commit, ok))
+        except SafehubError as e:
+            results.append(LockStatus(key, entry.commit, None, False,
+                                      f"{type(e).__name__}: {e.message}"))
+    return results
+
+
+@dataclass(frozen=True)
+class Prefetched(_Report):
+    spec: str
+    commit: str
+    digest: str
+    path: str
+    mirror: str | None = None
+
+
+def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
+             read_only: bool = False) -> list[Prefetched]:
+    """Fill the cache (and optionally a mirror folder) for offline or fleet use.
+
+    Without ``specs`` every lockfile entry is fetched. Each tree is verified as in a load
+    (against the lockfile where locked); nothing is trusted or run. A mirror is laid out
+    like the archive endpoint (``<mirror>/<Owner>/<Name>/zipball/<sha>``, names as GitHub
+    spells them) so any static server can serve it as ``SAFEHUB_GITHUB_URL``.
+    ``read_only`` seals the cache afterwards for sharing.
+    """
+    lockfile = hub.lockfile
+    if specs:
+        items = [RepoSpec.parse(t) for t in specs]
+    elif lockfile is not None and lockfile.entries:
+        items = [RepoSpec.parse(k) for k in sorted(lockfile.entries)]
+    else:
+        raise SpecError(f"nothing to prefetch: no specs given and no lockfile at "
+                        f"{hub.lockfile_path}",
+                        hint="safehub prefetch owner/name:ref ..., or `safehub lock` first")
+    done = []
+    for spec in items:
+        admitted = hub.admission.admit(spec)
+        tree = _tree(hub, admitted)
+        where = str(_mirror(hub, admitted, tree.digest, mirror)) if mirror else None
+        done.append(Prefetched(spec_key(spec), admitted.commit, tree.digest, str(tree.path),
+                               where))
+    if read_only:
+        hub.cache.seal()
+    return done
+
+
+def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
+    """Download the archive into the mirror, verified to hold exactly ``digest``."""
+    r = admitted.resolved
+    target = mirror / r.url_name / "zipball" / r.commit
+    if target.is_file() and hub.fetcher.archive_digest(target, r.commit) == digest:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.partial")
+    hub.fetcher.download(r, tmp, verbose=False)
+    if hub.fetcher.archive_digest(tmp, r.commit) != digest:
+        os.unlink(tmp)
+        raise IntegrityError(
+            f"the archive downloaded for the mirror of {r.url_name} does not hold the "
+            f"verified content {digest}",
+            hint="the server changed what it serves; do not publish this mirror")
+    os.replace(tmp, target)
+    return target
+
+
+@dataclass(frozen=True)
+class CacheEntryInfo(_Report):
+    commit: str
+    repos: list[str]
+    digest: str
+    tree: str
+    level: str
+    files: int
+    bytes: int
+    unverified: list[str]
+    path: str
+
+
+def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
+    """Every cached commit, with the repos that name it (``safehub cache ls``)."""
+    repos = hub.cache.repos_by_commit()
+    out = []
+    for entry in hub.cache.entries():
+        v = entry.verdict()
+        out.append(CacheEntryInfo(v.commit, repos.get(v.commit, []), v.digest, v.tree,
+                                  v.level, len(v.files), sum(f.size for f in v.files),
+                                  list(v.unverified), str(entry.path)))
+    return out
+
+
+@dataclass(frozen=True)
+class CacheCheck(_Report):
+    commit: str
+    ok: bool
+    error: str | None = None
+
+
+def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
+    """Re-hash cached trees fully (all, or those whose commit starts with a prefix)."""
+    results = []
+    for entry in hub.cache.entries():
+        if prefixes and not any(entry.commit.startswith(p) for p in prefixes):
+            continue
+        try:
+            entry.verify()
+            results.append(CacheCheck(entry.commit, True))
+        except SafehubError as e:
+            results.append(CacheCheck(entry.commit, False, e.message))
+    return results
+
+
+def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> None:
+    """Remove cached trees (all, or those whose commit starts with a prefix)."""
+    if not prefixes:
+        hub.cache.clear()
+        return
+    for entry in list(hub.cache.entries()):
+        if any(entry.commit.startswith(p) for p in prefixes):
+            hub.cache.remove(entry.commit)

@@ -1,0 +1,125 @@
+"""Finding, reading and caching the policy files.
+
+Files are read in this order (each one that exists):
+
+1. ``policy.toml`` in the site config dir for "safehub" (``/etc/xdg/safehub`` on Linux;
+   every folder of ``XDG_CONFIG_DIRS``), written by admins;
+2. ``policy.toml`` in the user config dir (``~/.config/safehub``);
+3. ``./safehub.toml`` in the working directory (a project's file: only the keys the
+   declaration allows a project, paths inside the project folder);
+4. each file in ``SAFEHUB_POLICY`` (``os.pathsep``-separated; a missing one is an error).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from safehub.errors import PolicyError
+from safehub.policy.model import Policy
+from safehub.policy.schema import FileSpec, parse_text
+
+__all__ = ["PROJECT_FILE", "Candidate", "discover", "load_policy", "searched", "validate_file"]
+
+PROJECT_FILE = "safehub.toml"
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A place a policy file is looked for, and whether one is there."""
+
+    path: Path
+    origin: str  # site, user, project or extra
+    exists: bool
+
+
+def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:
+    """Every path looked at, in merge order (``safehub policy show``)."""
+    import platformdirs
+
+    env = os.environ if environ is None else environ
+    dirs = platformdirs.PlatformDirs("safehub", appauthor=False, multipath=True)
+    places = [(Path(p) / "policy.toml", "site")
+              for p in dirs.site_config_dir.split(os.pathsep) if p]
+    places.append((Path(platformdirs.user_config_dir("safehub", appauthor=False)) /
+                   "policy.toml", "user"))
+    places.append((Path.cwd() / PROJECT_FILE, "project"))
+    places += [(Path(extra).expanduser(), "extra")
+               for extra in env.get("SAFEHUB_POLICY", "").split(os.pathsep) if extra]
+    return [Candidate(p, origin, p.is_file()) for p, origin in places]
+
+
+def discover(environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
+    """The policy files that apply, in merge order, with their origin."""
+    found = []
+    for c in searched(environ):
+        if c.exists:
+            found.append((c.path, c.origin))
+        elif c.origin == "extra":
+            raise PolicyError(
+                f"SAFEHUB_POLICY names {str(c.path)!r}, which is not a readable file",
+                hint="fix SAFEHUB_POLICY; a missing policy refuses every load (fail closed)",
+            )
+    return found
+
+
+_FileKey = tuple[str, str, int, int, int, int]
+_PARSED: dict[_FileKey, FileSpec] = {}
+_MERGED: dict[tuple[_FileKey, ...], Policy] = {}
+
+
+def _file_key(path: Path, origin: str) -> _FileKey:
+    try:
+        st = path.stat()
+    except OSError as e:
+        raise PolicyError(
+            f"policy file {path} cannot be read ({e})",
+            hint="fix its permissions; until then no repo loads (fail closed)",
+        ) from e
+    return (str(path), origin, st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
+
+
+def _read(path: Path, key: _FileKey) -> FileSpec:
+    hit = _PARSED.get(key)
+    if hit is not None:
+        return hit
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise PolicyError(
+            f"policy file {path} cannot be read ({e})",
+            hint="fix its permissions or encoding (UTF-8); until then no repo loads (fail "
+            "closed)",
+        ) from e
+    spec = parse_text(text, str(path), origin=key[1])
+    if len(_PARSED) > 64:
+        _PARSED.clear()
+    _PARSED[key] = spec
+    return spec
+
+
+def load_policy(environ: Mapping[str, str] | None = None,
+                paths: Sequence[Path] | None = None) -> Policy:
+    """Read and merge the policy files (``paths``, or :func:`discover`).
+
+    Parsed files and the merged result are kept per process, keyed by each file's path,
+    size, mtime, ctime and inode: an edited file is read again at the next load.
+    """
+    files = discover(environ) if paths is None else [(p, "extra") for p in paths]
+    if not files:
+        return Policy()
+    keys = tuple(_file_key(p, origin) for p, origin in files)
+    merged = _MERGED.get(keys)
+    if merged is None:
+        merged = Policy.from_files([_read(p, k) for (p, _), k in zip(files, keys, strict=True)])
+        if len(_MERGED) > 16:
+            _MERGED.clear()
+        _MERGED[keys] = merged
+    return merged
+
+
+def validate_file(path: Path, *, origin: str = "extra") -> Policy:
+    """Parse one file on its own (``safehub policy validate``); raise PolicyError if bad."""
+    return Policy.from_files([_read(path, _file_key(path, origin))])

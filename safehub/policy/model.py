@@ -1,0 +1,349 @@
+"""The merged policy: how files combine, and the answer for one spec.
+
+Merging follows each key's declared ``merge`` (see :mod:`safehub.policy.keys` and
+docs/policy.md, "How files merge"):
+
+* a matching ``[[deny]]`` rule in any file refuses; deny always wins;
+* a repo is admitted by an ``[[allow]]`` rule in a file up to and including the first
+  ``final = true`` file; later allow rules only add requirements;
+* every matching ``[[allow]]`` rule's requirements must hold;
+* ``[safehub]`` settings: ``strictest`` keys take the strictest value any file sets
+  (a final file's value, or default, is a floor), ``any-true``/``any-false`` keys only
+  ever tighten, ``latest`` keys are overridden by later files and the environment unless
+  a final file set them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NamedTuple
+
+from safehub._internal.globs import Glob
+from safehub.policy.keys import KEYS, Choice, Table
+from safehub.policy.schema import FileSpec, parse_text
+from safehub.signatures.signers import KeySigner, Signer, SignerSet
+from safehub.spec import RepoSpec, is_full_sha, ref_names
+
+__all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
+
+Verdict = Literal["allow", "prompt", "deny"]
+
+
+class Setting(NamedTuple):
+    """A ``[safehub]`` setting's merged value, where it came from, and whether a final
+    file holds it."""
+
+    value: Any
+    source: str
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One allow or deny rule, with the file it came from and compiled patterns."""
+
+    kind: Literal["allow", "deny"]
+    source: str
+    index: int
+    table: Table
+    admits: bool
+    repo: Glob
+    refs: tuple[Glob, ...] | None
+    entrypoints: tuple[Glob, ...] | None
+
+    @property
+    def where(self) -> str:
+        return f"[[{self.kind}]] #{self.index + 1} ({self.table.repo}) in {self.source}"
+
+    @property
+    def label(self) -> str:
+        return f"[[{self.kind}]] #{self.index + 1} ({self.table.repo})"
+
+    def matches(self, key: str) -> bool:
+        return self.repo.match(key)
+
+
+@dataclass(frozen=True)
+class RuntimeRequirements:
+    """What the runtime guard holds hubconf code to (every matching rule's keys)."""
+
+    network: tuple[tuple[str, ...], ...] = ()
+    subprocess: tuple[bool | tuple[str, ...], ...] = ()
+    writes: tuple[tuple[str, ...], ...] = ()
+    shadowing: str = "refuse"
+    rules: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What every matching allow rule asks of the content, merged (all must hold)."""
+
+    pin: bool = False
+    signature: str = "none"
+    signer_sets: tuple[SignerSet, ...] = ()
+    weights: tuple[tuple[Glob, ...], ...] = ()
+    weights_only: bool = True
+    runtime: RuntimeRequirements = RuntimeRequirements()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The policy's answer for one spec (before or after the ref is resolved)."""
+
+    verdict: Verdict
+    reasons: tuple[str, ...]
+    requirements: Requirements = Requirements()
+    mode: str = "enforce"
+    violations: tuple[str, ...] = ()
+    fix: str = ""
+    rules: tuple[str, ...] = ()
+    """The rules that matched (``where`` of each), for hints."""
+
+
+def _strictest(scope: str, name: str, values: Iterable[str]) -> str:
+    choice = KEYS[scope][name].type
+    assert isinstance(choice, Choice)
+    return max(values, key=choice.strictness, default=KEYS[scope][name].default)
+
+
+def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
+    settings: dict[str, Setting] = {}
+    final_seen = False
+    for spec in files:
+        section = spec.safehub
+        for key in KEYS["safehub"].values():
+            if key.merge == "per-file":
+                continue
+            held = settings.get(key.name)
+            if key.name not in section.given:
+                if (spec.safehub.final and key.merge == "strictest" and held is None
+                        and not final_seen):
+                    settings[key.name] = Setting(key.default, spec.source, True)  # a floor
+                continue
+            value = section[key.name]
+            if held is None:
+                settings[key.name] = Setting(value, spec.source, section.final)
+            elif key.merge == "strictest":
+                if _strictest("safehub", key.name, (held.value, value)) != held.value:
+                    settings[key.name] = Setting(value, spec.source, held.final or section.final)
+            elif key.merge == "any-true":
+                if value and not held.value:
+                    settings[key.name] = Setting(True, spec.source, section.final)
+            elif key.merge == "any-false":
+                if not value and held.value:
+                    settings[key.name] = Setting(False, spec.source, section.final)
+            elif not held.final:  # latest: a later file overrides unless a final file set it
+                settings[key.name] = Setting(value, spec.source, section.final)
+        final_seen = final_seen or section.final
+    return settings
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The merged policy of every file found, in order.
+
+    >>> p = Policy.from_text('[safehub]\\nunknown_repos = "deny"\\n'
+    ...                      '[[allow]]\\nrepo = "pytorch/*"\\nrefs = ["v*"]\\n', "example.toml")
+    >>> p.decide(RepoSpec.parse("PyTorch/vision:v0.10.0")).verdict
+    'allow'
+    >>> p.decide(RepoSpec.parse("someone/else:v1")).verdict
+    'deny'
+    """
+
+    layers: tuple[FileSpec, ...] = ()
+    rules: tuple[Rule, ...] = ()
+    settings: Mapping[str, Setting] = field(default_factory=dict)
+
+    @property
+    def files(self) -> tuple[str, ...]:
+        """The files merged, in order."""
+        return tuple(f.source for f in self.layers)
+
+    @classmethod
+    def from_text(cls, text: str, source: str, *, origin: str = "user") -> Policy:
+        return cls.from_files([parse_text(text, source, origin=origin)])
+
+    @classmethod
+    def from_files(cls, files: Sequence[FileSpec]) -> Policy:
+        rules: list[Rule] = []
+        final_seen = False
+        for spec in files:
+            for i, d in enumerate(spec.deny):
+                rules.append(Rule("deny", spec.source, i, d, False, Glob(d.repo, fold=True),
+                                  _globs(d.refs), None))
+            for i, a in enumerate(spec.allow):
+                rules.append(Rule("allow", spec.source, i, a, not final_seen,
+                                  Glob(a.repo, fold=True), _globs(a.refs),
+                                  _globs(a.entrypoints)))
+            final_seen = final_seen or spec.safehub.final
+        return cls(tuple(files), tuple(rules), _merge_settings(files))
+
+    def setting(self, name: str) -> Setting:
+        """A ``[safehub]`` key's merged value (its default, from ``"default"``, if unset)."""
+        found = self.settings.get(name)
+        return found if found is not None else Setting(KEYS["safehub"][name].default, "default")
+
+    @property
+    def mode(self) -> str:
+        return str(self.setting("mode").value)
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def decide(self, spec: RepoSpec, *, entrypoint: str | None = None,
+               ref: str | None = None, locked: bool = False) -> Decision:
+        """Decide on a spec. ``ref`` overrides ``spec.ref`` (the resolved default branch);
+        ``locked`` says a lockfile pins this spec (which satisfies ``pin = "commit"``).
+        """
+        key = spec.key
+        ref = spec.ref if ref is None else ref
+        mode = self.mode
+        for rule in self.rules:
+            if rule.kind != "deny" or not rule.matches(key):
+                continue
+            if rule.refs is not None and (ref is None or not _any_ref(rule.refs, ref)):
+                continue
+            why = f"denied by {rule.where}" + (f": {rule.table.reason}" if rule.table.reason
+                                               else "")
+            return self._refuse(mode, why, f"this is an admin decision; ask whoever owns "
+                                f"{rule.source}", rules=(rule.where,))
+        allows = [r for r in self.rules if r.kind == "allow" and r.matches(key)]
+        admitted = [r for r in allows if r.admits]
+        reasons: list[str] = []
+        if admitted:
+            verdict: Verdict = "allow"
+            reasons.append(f"allowed by {admitted[0].where}")
+        else:
+            unknown = self.setting("unknown_repos")
+            where = "the default" if unknown.source == "default" else unknown.source
+            if allows:
+                reasons.append(f"{allows[0].where} cannot admit a repo: it comes after a "
+                               "final = true file")
+            if unknown.value == "deny":
+                return self._refuse(
+                    mode, f"no allow rule admits {spec.repo} and unknown_repos = 'deny' "
+                    f"({where})", f"an admin can allow it in {unknown.source}:\n"
+                    f"      [[allow]]\n      repo = \"{spec.key}\"", reasons)
+            verdict = "allow" if unknown.value == "allow" else "prompt"
+            reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = "
+                           f"{unknown.value!r} ({where})")
+        reqs, violations = _requirements(allows, ref, entrypoint, locked)
+        matched = tuple(r.where for r in allows)
+        if violations:
+            if mode == "warn":
+                return Decision("prompt", (*reasons, *violations), reqs, mode,
+                                tuple(violations), rules=matched)
+            return Decision("deny", (*reasons, *violations), reqs, mode, tuple(violations),
+                            fix="ask for a ref, entrypoint or pin the policy allows",
+                            rules=matched)
+        return Decision(verdict, tuple(reasons), reqs, mode, rules=matched)
+
+    def names(self, key: str) -> bool:
+        """True if an [[allow]] rule admits the repo ``key`` by name or glob (not merely
+        ``unknown_repos = "allow"``), and no deny rule covers it."""
+        if any(r.kind == "deny" and r.refs is None and r.matches(key) for r in self.rules):
+            return False
+        return any(r.kind == "allow" and r.admits and r.matches(key) for r in self.rules)
+
+    def _refuse(self, mode: str, why: str, fix: str, reasons: Iterable[str] = (),
+                rules: tuple[str, ...] = ()) -> Decision:
+        if mode == "warn":
+            # Rollout: the violation is logged and the load goes on as if no rule applied;
+            # it still needs the user's consent.
+            return Decision("prompt", (*reasons, why, "mode = 'warn': loading anyway"),
+                            Requirements(), mode, (why,), rules=rules)
+        return Decision("deny", (*reasons, why), Requirements(), mode, (why,), fix=fix,
+                        rules=rules)
+
+    def describe(self) -> dict[str, Any]:
+        """The merged policy as data, each rule with its file (``safehub policy show``)."""
+        mode, unknown = self.setting("mode"), self.setting("unknown_repos")
+        return {
+            "files": list(self.files),
+            "mode": {"value": mode.value, "from": mode.source},
+            "unknown_repos": {"value": unknown.value, "from": unknown.source},
+            "settings": {name: {"value": _plain(s.value), "from": s.source, "final": s.final}
+                         for name in KEYS["safehub"]
+                         if KEYS["safehub"][name].merge != "per-file"
+                         for s in (self.setting(name),)},
+            "rules": [
+                {"kind": r.kind, "from": r.source, "index": r.index + 1,
+                 "admits": r.admits if r.kind == "allow" else None,
+                 **{k: _plain(v) for k, v in r.table.set_values().items()}}
+                for r in self.rules
+            ],
+        }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Table):
+        return {k: _plain(v) for k, v in value.set_values().items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _requirements(allows: Sequence[Rule], ref: str | None, entrypoint: str | None,
+                  locked: bool) -> tuple[Requirements, list[str]]:
+    """Combine every matching allow rule (each key by its declared merge)."""
+    violations: list[str] = []
+    signer_sets: list[SignerSet] = []
+    weights: list[tuple[Glob, ...]] = []
+    network: list[tuple[str, ...]] = []
+    programs: list[bool | tuple[str, ...]] = []
+    writes: list[tuple[str, ...]] = []
+    for rule in allows:
+        t = rule.table
+        if rule.refs is not None and ref is not None and not _any_ref(rule.refs, ref):
+            violations.append(f"ref {ref!r} is not one of {list(t.refs)} allowed by "
+                              f"{rule.where}")
+        if rule.entrypoints is not None and entrypoint is not None and not _any(
+                rule.entrypoints, entrypoint):
+            violations.append(f"entrypoint {entrypoint!r} is not one of "
+                              f"{list(t.entrypoints)} allowed by {rule.where}")
+        if t.pin == "commit" and not locked and not (ref is not None and is_full_sha(ref)):
+            violations.append(f"{rule.where} requires a pinned commit: use a 40-hex sha or "
+                              "lock the spec with `safehub lock`")
+        if t.signature != "none":
+            signer_sets.append(SignerSet(
+                rule.label, tuple(Signer(**s.set_values()) for s in t.signers),
+                tuple(KeySigner(Path(k)) for k in t.keys),
+                Path(t.trust_config) if t.trust_config else None, t.signature_url,
+                tuple(Path(c) for c in t.certificates), policy_file=rule.source))
+        if t.weights is not None:
+            weights.append(tuple(Glob(w) for w in t.weights))
+        if t.network is not None:
+            network.append(t.network)
+        if t.subprocess is not None:
+            programs.append(t.subprocess)
+        if t.writes is not None:
+            writes.append(t.writes)
+    tables = [r.table for r in allows]
+    reqs = Requirements(
+        pin=_strictest("allow", "pin", (t.pin for t in tables)) == "commit",
+        signature=_strictest("allow", "signature", (t.signature for t in tables)),
+        signer_sets=tuple(signer_sets),
+        weights=tuple(weights),
+        # strictest wins: pickles only if every matching rule says weights_only = false
+        weights_only=not tables or any(t.weights_only for t in tables),
+        runtime=RuntimeRequirements(
+            tuple(network), tuple(programs), tuple(writes),
+            _strictest("allow", "shadowing", (t.shadowing for t in tables)),
+            tuple(r.where for r in allows)),
+    )
+    return reqs, violations
+
+
+def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:
+    return None if values is None else tuple(Glob(v) for v in values)
+
+
+def _any(globs: Iterable[Glob], text: str) -> bool:
+    return any(g.match(text) for g in globs)
+
+
+def _any_ref(globs: Iterable[Glob], ref: str) -> bool:
+    """A ref matches if any way of writing it does (``tags/v2`` is ``v2``)."""
+    globs = tuple(globs)
+    return any(_any(globs, name) for name in ref_names(ref))

@@ -1,0 +1,269 @@
+"""Reading one policy file against the declaration in :mod:`safehub.policy.keys`.
+
+:func:`validate` checks a parsed TOML document and names *every* fault at once (file, key,
+value, the allowed form); types are strict (a string is never a boolean). It imports
+nothing heavy, so a load does not pay for pydantic. :func:`pydantic_model` builds the
+equivalent pydantic model from the same declaration (strict mode, ``extra="forbid"``,
+frozen), for JSON Schema and as an independent oracle in the tests.
+
+Files that arrive with a project (``./safehub.toml``, ``origin="project"``) may set only
+the keys the declaration allows them, and every path they name must resolve inside the
+project folder (symlinks followed).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from safehub.errors import PolicyError
+from safehub.policy.keys import KEYS, TABLE_NAMES, Fault, Key, PathList, PathValue, Table, Tables
+
+__all__ = ["FileSpec", "parse_text", "pydantic_model", "validate"]
+
+_FIX = "fix the file (`safehub policy validate FILE` lists every fault); until then no repo " \
+    "loads on this machine (fail closed)"
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    """One policy file as validated: its ``[safehub]`` table and its rules."""
+
+    source: str
+    origin: str
+    safehub: Table
+    allow: tuple[Table, ...] = ()
+    deny: tuple[Table, ...] = ()
+
+
+class _Faults:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(f"{where}: {message}")
+
+
+def _table(scope: str, raw: Any, where: str, faults: _Faults,
+           resolve: Callable[[Key, str, str], Any]) -> Table | None:
+    keys = KEYS[scope]
+    if type(raw) is not dict:
+        faults.add(where, f"must be a table ({TABLE_NAMES[scope]}), not {type(raw).__name__}")
+        return None
+    values: dict[str, Any] = {}
+    ok = True
+    for name, value in raw.items():
+        key = keys.get(name)
+        here = f"{where}.{name}"
+        if key is None:
+            faults.add(here, f"unknown key; allowed keys in {TABLE_NAMES[scope]}: "
+                       + ", ".join(keys))
+            ok = False
+            continue
+        try:
+            checked = key.type.check(value)
+            if isinstance(key.type, Tables):
+                checked = _tables(key.type.scope, checked, here, faults, resolve)
+            values[name] = resolve(key, checked, here)
+        except _Nested:
+            ok = False
+        except Fault as e:
+            shown = "" if isinstance(value, list | dict) else f" (got {value!r})"
+            faults.add(here, f"{e}{shown}")
+            ok = False
+    for key in keys.values():
+        if key.required and key.name not in raw:
+            faults.add(f"{where}.{key.name}", "required key is missing")
+            ok = False
+    # Checks across keys see what was given (raw where a key itself failed), so every
+    # fault of the table is named at once.
+    view = Table(scope, {k.name: values.get(k.name, raw.get(k.name, k.default))
+                         for k in keys.values()}, frozenset(raw))
+    for check in _TABLE_CHECKS.get(scope, ()):
+        try:
+            check(view)
+        except Fault as e:
+            faults.add(where, str(e))
+            ok = False
+    if not ok:
+        return None
+    return Table(scope, {k.name: values.get(k.name, k.default) for k in keys.values()},
+                 frozenset(raw))
+
+
+def _tables(scope: str, items: list[Any], where: str, faults: _Faults,
+            resolve: Callable[[Key, str, str], Any]) -> tuple[Table, ...]:
+    before = len(faults.items)
+    tables = [_table(scope, item, f"{where}[{i}]", faults, resolve)
+              for i, item in enumerate(items)]
+    if len(faults.items) != before:
+        raise _Nested
+    return tuple(t for t in tables if t is not None)
+
+
+class _Nested(Fault):
+    """Faults inside nested tables were already recorded."""
+
+
+def _signature_needs_someone(rule: Table) -> None:
+    anyone = rule.signers or rule.keys or rule.certificates
+    if rule.signature == "none" and anyone:
+        raise Fault("signers, keys or certificates are given but signature = 'none'; set "
+                    "signature = 'required' or 'if-present'")
+    if rule.signature != "none" and not anyone:
+        raise Fault(f"signature = {rule.signature!r} needs at least one entry in signers, "
+                    "keys or certificates, to say whose signature counts")
+
+
+_TABLE_CHECKS: dict[str, tuple[Callable[[Table], None], ...]] = {
+    "allow": (_signature_needs_someone,),
+}
+
+
+def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
+    """Check a parsed policy document; raise :class:`PolicyError` naming every fault.
+
+    Relative paths are resolved against the folder of ``source``; files a key says must
+    exist are checked now (fail closed). ``origin`` is ``site``, ``user``, ``project`` or
+    ``extra`` (``SAFEHUB_POLICY``).
+    """
+    faults = _Faults()
+    base = Path(source).parent
+    project = origin == "project"
+
+    def resolve(key: Key, value: Any, where: str) -> Any:
+        if project and not key.project:
+            raise Fault(f"cannot be set in a project's ./{Path(source).name}: it would decide "
+                        f"where code comes from (set it in the user or site policy"
+                        + (f", or with {key.env})" if key.env else ")"))
+        if isinstance(key.type, PathValue):
+            return _path(key.type, value, base, project)
+        if isinstance(key.type, PathList):
+            return tuple(_path(key.type.item, v, base, project) for v in value)
+        return value
+
+    section: Table | None = Table("safehub", {k.name: k.default for k in KEYS["safehub"].values()})
+    rules: dict[str, list[Table]] = {"allow": [], "deny": []}
+    if type(data) is not dict:
+        faults.add("(top level)", "must be a TOML document")
+    else:
+        for name in data:
+            if name not in ("safehub", "allow", "deny"):
+                faults.add(name, "unknown table; allowed: [safehub], [[allow]], [[deny]]")
+        if "safehub" in data:
+            section = _table("safehub", data["safehub"], "safehub", faults, resolve)
+        for scope in ("allow", "deny"):
+            raw = data.get(scope, [])
+            if type(raw) is not list:
+                faults.add(scope, f"must be a list of tables ({TABLE_NAMES[scope]}), "
+                           f"not {type(raw).__name__}")
+                continue
+            for i, item in enumerate(raw):
+                table = _table(scope, item, f"{scope}[{i}]", faults, resolve)
+                if table is not None:
+                    rules[scope].append(table)
+    if faults.items or section is None:
+        raise PolicyError(f"policy file {source} is invalid:\n    "
+                          + "\n    ".join(faults.items), hint=_FIX)
+    return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]))
+
+
+def _path(kind: PathValue, value: str, base: Path, project: bool) -> str:
+    path = Path(os.path.expanduser(value))
+    if not path.is_absolute():
+        path = base / path
+    if project:
+        real, root = os.path.realpath(path), os.path.realpath(base)
+        if os.path.commonpath([real, root]) != root:
+            raise Fault(f"{value!r} leads outside the project folder {root}; a project's "
+                        "policy may only name files inside it")
+    if kind.exists:
+        if not path.is_file():
+            raise Fault(f"file {str(path)!r} does not exist (relative paths are relative to "
+                        "the policy file)")
+        if kind.pem:
+            _check_pem(path, kind.pem)
+    return str(path)
+
+
+def _check_pem(path: Path, what: str) -> None:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        data = path.read_bytes()
+        if what == "certificate":
+            x509.load_pem_x509_certificates(data)
+        else:
+            serialization.load_pem_public_key(data)
+    except (OSError, ValueError, TypeError) as e:
+        raise Fault(f"{str(path)!r} is not a PEM {what} ({str(e).splitlines()[0]})") from None
+
+
+def parse_text(text: str, source: str, *, origin: str = "user") -> FileSpec:
+    """Parse TOML ``text`` and :func:`validate` it."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - Python 3.10
+        import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise PolicyError(f"policy file {source}: not valid TOML ({e})", hint=_FIX) from e
+    return validate(data, source, origin=origin)
+
+
+# -- the pydantic model, derived ----------------------------------------------------------------
+
+_MODELS: dict[str, Any] = {}
+
+
+def pydantic_model() -> Any:
+    """The pydantic model of a policy file, built from the declaration (strict, frozen,
+    ``extra="forbid"``): same keys, defaults and checks as :func:`validate` (which does
+    not resolve paths here)."""
+    if "file" in _MODELS:
+        return _MODELS["file"]
+    from typing import Annotated
+
+    from pydantic import AfterValidator, ConfigDict, create_model, model_validator
+
+    config = ConfigDict(strict=True, frozen=True, extra="forbid")
+
+    def field(key: Key, nested: Mapping[str, Any]) -> tuple[Any, Any]:
+        def check(value: Any, key: Key = key) -> Any:
+            return key.type.check(_plain(value))
+
+        if isinstance(key.type, Tables):
+            inner = nested[key.type.scope]
+            annotation: Any = list.__class_getitem__(inner)
+        else:
+            annotation = Annotated[Any, AfterValidator(check)]
+        return annotation, (... if key.required else key.default)
+
+    models: dict[str, Any] = {}
+    for scope in ("signer", "safehub", "deny", "allow"):
+        validators: dict[str, Any] = {}
+        for check in _TABLE_CHECKS.get(scope, ()):
+            def after(self: Any, check: Callable[[Table], None] = check,
+                      scope: str = scope) -> Any:
+                check(Table(scope, {k: getattr(self, k) for k in type(self).model_fields}))
+                return self
+            validators["table_check"] = model_validator(mode="after")(after)
+        fields = {k.name: field(k, models) for k in KEYS[scope].values()}
+        models[scope] = create_model(  # type: ignore[call-overload]
+            f"Policy_{scope}", __config__=config, __validators__=validators, **fields)
+    section, allow, deny = models["safehub"], models["allow"], models["deny"]
+    _MODELS["file"] = create_model(
+        "PolicyFile", __config__=config, safehub=(section, section()),
+        allow=(list.__class_getitem__(allow), []), deny=(list.__class_getitem__(deny), []))
+    return _MODELS["file"]
+
+
+def _plain(value: Any) -> Any:
+    """Lists arrive as tuples from pydantic's tuple fields; the checks take TOML's lists."""
+    return list(value) if isinstance(value, tuple) else value

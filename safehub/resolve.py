@@ -1,0 +1,233 @@
+"""Steps 3 and 4 of a load: a ref becomes one commit, proven to be the repo's own.
+
+GitHub serves every commit of a fork network under every repo of that network, so
+``owner/repo:<sha>`` may name code the owner never saw. A ref is therefore one of two
+things, decided by its spelling alone:
+
+* **hex** (4 to 40 hex digits): a commit. An abbreviated one is expanded
+  (``commits/{prefix}``) and must start with what was asked. It is then proven to be an
+  ancestor of (or equal to) the default branch with ``compare/heads/{default}...{sha}``
+  (``behind`` or ``identical``), or else the tip or an ancestor of another branch or tag
+  of the repo (listed, bounded). A commit found only in forks is refused.
+* **a name**: confirmed to be a branch or a tag of the repo itself, asked fully
+  qualified with ``git/ref`` (tags first, then branches; ``refs/tags/``, ``tags/``,
+  ``refs/heads/`` and ``heads/`` choose one). Hidden namespaces (``refs/pull/...``) are
+  never reached, whatever git's short-name rules would expand.
+
+Where the answer comes from, in order: the lockfile (no request at all), the cache's record
+of earlier resolutions, then the API. A renamed repo is followed only where the policy
+names the new repo (``may_follow``).
+
+Requests per cold resolution: a lightweight tag 2 (``git/ref``, ``git/commits``), an
+annotated tag 3, a branch 3, no ref 3 (repo, ``git/ref``, ``git/commits``), a full sha 2
+(repo, compare), an abbreviated sha 3.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from safehub.cache import Cache, CommitProof, RefRecord
+from safehub.errors import NotFoundError, PinError, RepoMovedError
+from safehub.github import GitHub, sha_field
+from safehub.lockfile import LockEntry, spec_key
+from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
+
+__all__ = ["MAX_COMPARES", "Resolved", "Resolver", "resolve_online"]
+
+MAX_COMPARES = 30
+"""Most extra ``compare`` calls spent proving an old commit that is off the default branch."""
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A spec turned into one commit, with the evidence that it is the repo's own."""
+
+    spec: RepoSpec
+    ref: str
+    commit: str
+    tree: str
+    proof: str
+    moved_to: RepoSpec | None = None
+    """Where the repo lives now, if it was renamed and the policy names the new name."""
+    name: str = ""
+    """``owner/name`` as GitHub spells it, where known (URLs keep that spelling)."""
+
+    @property
+    def location(self) -> RepoSpec:
+        """The repo to fetch from."""
+        return self.moved_to or self.spec
+
+    @property
+    def url_name(self) -> str:
+        return self.name or self.location.repo
+
+
+def _name_candidates(ref: str) -> list[tuple[str, str]]:
+    for prefix, kind in (("refs/tags/", "tags"), ("tags/", "tags"), ("refs/heads/", "heads"),
+                         ("heads/", "heads")):
+        if ref.startswith(prefix):
+            return [(kind, ref[len(prefix):])]
+    return [("tags", ref), ("heads", ref)]
+
+
+def resolve_online(github: GitHub, spec: RepoSpec) -> Resolved:
+    """Ask GitHub which commit ``spec`` names, and prove it is the repo's own."""
+    ref = spec.ref
+    if ref is None:
+        default, name = github.repo_info(spec)
+        target = github.ref(spec, "heads", default)
+        if target is None:
+            raise NotFoundError(f"{spec.repo} has no default branch {default!r}")
+        return Resolved(spec, default, target.commit, github.commit_tree(spec, target.commit),
+                        f"head of default branch {default}", name=name)
+    if looks_like_sha(ref):
+        sha = ref.lower()
+        if len(sha) < 40:
+            expanded = github.expand(spec, sha)
+            if expanded is None or not expanded.startswith(sha):
+                raise NotFoundError(f"{spec.repo} has no commit starting with {ref}",
+                                    hint="check the sha; commits of forks must be loaded from "
+                                    "the fork")
+            sha = expanded
+        return _prove(github, spec, sha, ref)
+    for kind, name in _name_candidates(ref):
+        target = github.ref(spec, kind, name)
+        if target is not None:
+            what = "tag" if kind == "tags" else "branch"
+            return Resolved(spec, ref, target.commit, github.commit_tree(spec, target.commit),
+                            f"{what} {name} of {spec.repo}")
+    raise NotFoundError(
+        f"{spec.repo} has no branch or tag named {ref!r} (or the repo does not exist)",
+        hint="check the ref and the repo name; a commit is named by its hex sha; for a "
+        "private repo set GITHUB_TOKEN")
+
+
+def _prove(github: GitHub, spec: RepoSpec, sha: str, asked: str) -> Resolved:
+    """Prove that commit ``sha`` is reachable from one of the repo's own refs."""
+    default, name = github.repo_info(spec)
+    candidates = [("heads", default)]
+    listed = False
+    for tried in range(MAX_COMPARES + 1):
+        if not candidates:
+            break
+        kind, branch = candidates.pop(0)
+        try:
+            cmp = github.compare(spec, f"{kind}/{branch}", sha)
+        except NotFoundError as e:
+            raise NotFoundError(f"{spec.repo} has no commit {sha}",
+                                hint="check the sha; commits of forks must be loaded from the "
+                                "fork") from e
+        if cmp["status"] in ("behind", "identical"):
+            base = cmp.get("merge_base_commit")
+            if sha_field(base, "compare", "sha") != sha:
+                raise PinError(f"the API's comparison for {sha} names another merge base")
+            tree = sha_field(base, "compare", "commit", "tree", "sha")
+            what = "branch" if kind == "heads" else "tag"
+            return Resolved(spec, asked, sha, tree, f"ancestor of {what} {branch}", name=name)
+        if not listed:
+            listed = True
+            for kind_name, ref_kind in (("branches", "heads"), ("tags", "tags")):
+                for ref_name, tip in github.refs(spec, kind_name):
+                    if tip == sha:
+                        return Resolved(spec, asked, sha, github.commit_tree(spec, sha),
+                                        f"tip of {kind_name[:-1]} {ref_name}", name=name)
+                    if (ref_kind, ref_name) != ("heads", default):
+                        candidates.append((ref_kind, ref_name))
+        if tried >= MAX_COMPARES:
+            raise PinError(
+                f"could not prove that commit {sha} belongs to {spec.repo}: it is not on "
+                f"{default} and {MAX_COMPARES} other branches and tags were checked",
+                hint="load it by the branch or tag that contains it")
+    raise PinError(
+        f"commit {sha} is not in the history of any branch or tag of {spec.repo}; GitHub "
+        "serves commits of forks under the parent's name, so it may come from a fork",
+        hint="if it is a fork's commit, load it from the fork ('owner/fork:sha') after "
+        "reviewing that fork")
+
+
+class Resolver:
+    """Resolution with the lockfile and the cache in front of the API."""
+
+    def __init__(self, cache: Cache, github: Callable[[], GitHub],
+                 may_follow: Callable[[str], bool]) -> None:
+        self.cache = cache
+        self._github = github
+        self.may_follow = may_follow
+
+    def resolve(self, spec: RepoSpec, lock: LockEntry | None, *, force: bool = False,
+                lockfile: str = "") -> Resolved:
+        """The lockfile's answer, else the cache's, else the API's (recorded)."""
+        if lock is not None and not force:
+            where = f"locked in {lockfile}" if lockfile else "locked"
+            return Resolved(spec, lock.ref or spec.ref or "", lock.commit, lock.tree,
+                            f"{where}: {lock.proof}" if lock.proof else where,
+                            name=lock.repo)
+        if not force:
+            hit = self.cached(spec)
+            if hit is not None:
+                return hit
+        with self.cache.lock(f"repo-{spec.key}"):
+            hit = None if force else self.cached(spec)  # another process may have resolved it
+            resolved = hit or self.online(spec)
+            if hit is None:
+                self._record(spec, resolved)
+        if lock is not None and resolved.commit != lock.commit:
+            raise PinError(
+                f"{spec} is locked to commit {lock.commit}, but {resolved.ref} now names "
+                f"{resolved.commit}: the ref moved. Nothing new was run",
+                hint=f"if the move is expected, review it and run `safehub lock --upgrade "
+                f"{spec_key(spec)}`; otherwise load without force_reload to keep the locked "
+                "commit")
+        return resolved
+
+    def online(self, spec: RepoSpec) -> Resolved:
+        """Ask GitHub; follow a rename only where the policy names the new repo."""
+        try:
+            return resolve_online(self._github(), spec)
+        except RepoMovedError as moved:
+            new = RepoSpec.parse(moved.new if spec.ref is None else f"{moved.new}:{spec.ref}")
+            if not self.may_follow(new.key):
+                raise
+            found = resolve_online(self._github(), new)
+            return Resolved(spec, found.ref, found.commit, found.tree,
+                            f"{found.proof} (moved from {spec.repo}; the policy names "
+                            f"{new.repo})", moved_to=new, name=found.name or new.repo)
+
+    def cached(self, spec: RepoSpec) -> Resolved | None:
+        """An earlier resolution from the cache's record, or None."""
+        record = self.cache.read_repo(spec.key)
+        ref = spec.ref
+        if ref is not None and is_full_sha(ref):
+            commit, label = ref, ref
+        else:
+            hit = record.refs.get(ref or "")
+            if hit is None:
+                return None
+            commit, label = hit.commit, hit.ref
+        proof = record.commits.get(commit)
+        if proof is None:
+            return None
+        moved_to = None
+        if record.moved_to is not None:
+            if not self.may_follow(record.moved_to):  # the policy may have changed since
+                raise RepoMovedError(
+                    f"{spec.repo} has moved to {record.moved_to}, and no [[allow]] rule names "
+                    f"{record.moved_to} any more", old=spec.key, new=record.moved_to,
+                    hint=f"load it as {record.moved_to!r}, or name it in an [[allow]] rule")
+            moved_to = RepoSpec.parse(record.moved_to if spec.ref is None
+                                      else f"{record.moved_to}:{spec.ref}")
+        return Resolved(spec, label, commit, proof.tree, proof.proof, moved_to=moved_to,
+                        name=record.name)
+
+    def _record(self, spec: RepoSpec, resolved: Resolved) -> None:
+        record = self.cache.read_repo(spec.key)
+        if not (spec.ref and is_full_sha(spec.ref)):
+            record.refs[spec.ref or ""] = RefRecord(resolved.ref, resolved.commit)
+        record.commits[resolved.commit] = CommitProof(resolved.tree, resolved.proof)
+        if resolved.moved_to is not None:
+            record.moved_to = resolved.moved_to.key
+        if resolved.name:
+            record.name = resolved.name
+        self.cache.write_repo(spec.key, record)

@@ -1,0 +1,96 @@
+"""Step 7 of a load: the signature the policy asks for, with verdicts cached per user.
+
+A verdict is cached for (commit, content digest, fingerprint of the signer policy): a warm
+signed load does not verify again, and a changed policy or key verifies again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from safehub._internal.warn import warn
+from safehub.errors import SignatureError
+from safehub.records import SignatureRecords
+from safehub.signatures.locate import Found, find_signature
+from safehub.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
+
+__all__ = ["SignatureCheck", "SignatureStatus"]
+
+
+@dataclass(frozen=True)
+class SignatureStatus:
+    """What the signature step found: a line for the prompt and the audit, and the signer."""
+
+    status: str
+    signer: str = ""
+    failed: str = ""
+    """In ``mode = "warn"``, why the signature failed (the load goes on with consent)."""
+
+    @classmethod
+    def not_asked(cls) -> SignatureStatus:
+        return cls("not checked (no policy asks for one)")
+
+
+class SignatureCheck:
+    """Find and verify a repo's signature for the policy's signer sets."""
+
+    def __init__(self, records: SignatureRecords, *, web_url: str,
+                 fetch: Callable[[str], bytes | None]) -> None:
+        self.records = records
+        self.web_url = web_url
+        self.fetch = fetch
+
+    def find(self, tree: Path, sets: Sequence[SignerSet],
+             values: Mapping[str, str]) -> Found | None:
+        return find_signature(tree, sets, values, web_url=self.web_url, fetch=self.fetch)
+
+    def check(self, *, repo: str, commit: str, digest: str, tree: Path, signature: str,
+              sets: Sequence[SignerSet], values: Mapping[str, str],
+              warn_only: bool = False) -> SignatureStatus:
+        """Verify per the policy's ``signature`` (``none``, ``if-present``, ``required``).
+
+        Raises :class:`SignatureError`; with ``warn_only`` (``mode = "warn"``) a failure is
+        returned in ``failed`` instead.
+        """
+        if signature == "none":
+            return SignatureStatus.not_asked()
+        try:
+            return self._check(repo, commit, digest, tree, signature, sets, values)
+        except SignatureError as e:
+            if not warn_only:
+                raise
+            warn(f"signature check failed (mode = 'warn', loading anyway): {e.message}")
+            return SignatureStatus(f"INVALID ({e.message})", failed=e.message)
+
+    def _check(self, repo: str, commit: str, digest: str, tree: Path, signature: str,
+               sets: Sequence[SignerSet], values: Mapping[str, str]) -> SignatureStatus:
+        from safehub.signatures.verify import Verifier
+
+        policy = fingerprint(sets)
+        known = self.records.find(commit, digest, policy)
+        if known is not None:
+            return SignatureStatus(f"verified ({known})", known)
+        found = self.find(tree, sets, values)
+        if found is None:
+            if signature == "required":
+                where = next((s.location for s in sets if s.location), DEFAULT_SIGNATURE)
+                raise SignatureError(
+                    f"{repo} at {commit} has no signature ({where}), and the policy requires "
+                    f"one ({sets[0].source})",
+                    hint="ask the publisher to sign releases (`safehub docs signing`), or "
+                    "load a signed commit",
+                )
+            return SignatureStatus("unsigned (the policy allows that: signature = "
+                                   "'if-present')")
+        result = Verifier(sets).verify_tree(tree, found.data, signature_in_tree=found.in_tree)
+        if result.uncovered:
+            raise SignatureError(
+                f"{len(result.uncovered)} file(s) of {repo} are not covered by the signature: "
+                f"{', '.join(result.uncovered[:5])}",
+                hint="every file that could be imported must be signed; files the signer "
+                "declared ignored count as unsigned. Ask the publisher to sign them",
+            )
+        self.records.record(commit, digest, policy, result.signer)
+        return SignatureStatus(f"verified ({result.signer})", result.signer)

@@ -1,0 +1,48 @@
+"""Signing a folder the way ``model_signing sign`` does (an EC key; OpenSSF Model Signing)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from safehub.errors import SignatureError
+from safehub.signatures.signers import DEFAULT_SIGNATURE
+
+__all__ = ["sign_directory"]
+
+
+def sign_directory(directory: Path, private_key: Path, *, out: Path | None = None,
+                   password: str | None = None) -> Path:
+    """Sign every file under ``directory`` with an EC private key (OpenSSF Model Signing).
+
+    Writes ``model.sig`` at the root (or ``out``); the signature file itself and git
+    metadata are not signed. Verify with the matching public key in a policy's ``keys``.
+    """
+    if not directory.is_dir():
+        raise SignatureError(f"cannot sign {directory}: it is not a folder",
+                             hint="name the folder of the repo to sign")
+    try:
+        key_bytes = private_key.read_bytes()
+    except OSError as e:
+        raise SignatureError(f"cannot read the private key {private_key} ({e.strerror})",
+                             hint="give a PEM EC private key file with --key") from e
+    if b"PRIVATE KEY" not in key_bytes:
+        raise SignatureError(f"{private_key} is not a PEM private key",
+                             hint="make one with `openssl ecparam -name prime256v1 -genkey "
+                             "-noout -out key.pem`")
+    from model_signing import hashing, signing
+
+    target = out or directory / DEFAULT_SIGNATURE
+    ignored: list[Path] = []
+    if target.resolve().is_relative_to(directory.resolve()):
+        ignored.append(target.resolve().relative_to(directory.resolve()))
+    hashing_config = hashing.Config().set_ignored_paths(  # type: ignore[no-untyped-call]
+        paths=ignored, ignore_git_paths=True)
+    config = signing.Config()  # type: ignore[no-untyped-call]
+    try:
+        config.use_elliptic_key_signer(private_key=private_key, password=password)
+        config.set_hashing_config(hashing_config)
+        config.sign(directory, target)
+    except (ValueError, TypeError, OSError) as e:
+        raise SignatureError(f"cannot sign {directory} with {private_key}: {e}",
+                             hint="use a PEM EC private key (P-256, P-384 or P-521)") from e
+    return target

@@ -1,0 +1,377 @@
+"""The one way safehub talks to the network: HTTPS with rules, and nothing about GitHub.
+
+Every request, whoever makes it (the GitHub client, a signature download, the weights
+guard), goes through :class:`Transport`, which enforces:
+
+* HTTPS only (a private CA comes in through ``REQUESTS_CA_BUNDLE``, as with requests);
+* a policy on every hop: by default the host allow-list, or a caller's own check (the
+  weights guard matches every hop against the policy's ``weights`` patterns); redirects
+  are followed by hand, at most :attr:`TransportConfig.max_redirects`;
+* headers chosen per hop by the caller (so a token goes only where its owner says);
+* a total deadline per request (``SAFEHUB_TIMEOUT``, start to last byte, however slowly
+  a server drips) and a stall timeout between bytes; bounded bodies;
+* retries with exponential backoff on 5xx answers, dropped connections, stalls and
+  truncated bodies -- but never on a name that does not resolve or a refused connection,
+  which fail at once as :class:`UnreachableError`;
+* offline mode refuses before any socket is opened, naming where it was switched on.
+
+Build one with :class:`TransportConfig` and hand it to ``safehub.Hub(transport=...)``, as
+python-tuf's ``Updater(fetcher=...)`` takes its fetcher. ``session`` may be any object
+with requests' ``Session.get`` (tests inject failures through it).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import errno
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import IO, Any
+from urllib.parse import urljoin, urlsplit
+
+from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
+
+__all__ = ["HTTPError", "Reply", "Transport", "TransportConfig"]
+
+_USER_AGENT = "safehub/0.1"
+_RETRY_STATUS = frozenset({500, 502, 503, 504})
+_REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
+_CHUNK = 256 * 1024
+_UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
+                          errno.EADDRNOTAVAIL})
+
+Headers = Callable[[str], Mapping[str, str]]
+Progress = Callable[[int, "int | None"], None]
+HopCheck = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TransportConfig:
+    """The rules of the transport; bounded, documented defaults."""
+
+    allowed_hosts: frozenset[str] = frozenset()
+    """Hosts a request (or a redirect) may go to, unless the caller checks hops itself."""
+    connect_timeout: float = 10.0
+    stall_timeout: float = 30.0
+    """Seconds without a byte that end a request (at most :attr:`deadline`)."""
+    deadline: float = 300.0
+    """Seconds one request may take, connection to last byte (``SAFEHUB_TIMEOUT``)."""
+    retries: int = 3
+    """Extra attempts after a 5xx answer, a dropped connection, a stall or a short body."""
+    backoff: float = 0.5
+    """First pause before a retry in seconds, doubling each time (``SAFEHUB_BACKOFF``)."""
+    max_redirects: int = 5
+    max_json_bytes: int = 32 * 1024 * 1024
+    offline: bool = False
+    offline_source: str = "SAFEHUB_OFFLINE=1"
+    """Where offline mode was switched on, for the error message."""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A whole (bounded) answer and the URL that finally gave it."""
+
+    body: bytes
+    url: str
+    redirected: bool
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+    def json(self, what: str) -> Any:
+        """The body as JSON; any decoding problem is a :class:`FetchError`."""
+        try:
+            return json.loads(self.body)
+        except (ValueError, RecursionError) as e:
+            raise FetchError(f"{what}: the server did not answer valid JSON "
+                             f"({type(e).__name__})",
+                             hint="retry later; if it persists the server is broken") from e
+
+
+class HTTPError(FetchError):
+    """The server answered with an error status (other than 404 and 5xx)."""
+
+    def __init__(self, message: str, *, status: int, headers: Mapping[str, str],
+                 server_message: str, url: str, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.status = status
+        self.headers = dict(headers)
+        self.server_message = server_message
+        self.url = url
+
+
+class _Retryable(Exception):
+    """A transient failure: retried, then reported as a FetchError."""
+
+
+class _Cancelled(Exception):
+    """The caller gave up on this attempt (deadline)."""
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _cause(exc: BaseException) -> BaseException | None:
+    """The socket-level reason behind a requests/urllib3 error, if it is unreachability."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror) or (
+                isinstance(current, OSError) and current.errno in _UNREACHABLE):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+class Transport:
+    """HTTPS requests under one :class:`TransportConfig` (see the module docstring)."""
+
+    def __init__(self, config: TransportConfig, *, session: Any = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.config = config
+        self._session = session
+        self._sleep = sleep
+
+    def close(self) -> None:
+        if self._session is not None and hasattr(self._session, "close"):
+            self._session.close()
+        self._session = None
+
+    def _get_session(self) -> Any:
+        if self._session is None:
+            import requests
+
+            session = requests.Session()
+            session.headers["User-Agent"] = _USER_AGENT
+            # trust_env stays on: proxies and REQUESTS_CA_BUNDLE come from the environment.
+            self._session = session
+        return self._session
+
+    # -- public -----------------------------------------------------------------------
+
+    def get(self, url: str, *, what: str, accept: str = "application/json",
+            headers: Headers | None = None, allow: HopCheck | None = None,
+            max_bytes: int | None = None) -> Reply:
+        """GET a whole answer (at most ``max_bytes``, default the JSON cap)."""
+        cap = self.config.max_json_bytes if max_bytes is None else max_bytes
+
+        def attempt(write_ok: Callable[[], bool]) -> Reply:
+            parts: list[bytes] = []
+            url_, redirected, resp_headers = self._stream(
+                url, what, accept, headers, allow, cap, parts.append, None, write_ok,
+                too_big=lambda: FetchError(f"the answer for {what} is larger than "
+                                           f"{cap:,} bytes"))
+            return Reply(b"".join(parts), url_, redirected, resp_headers)
+
+        result: Reply = self._retrying(what, attempt)
+        return result
+
+    def download(self, url: str, out: IO[bytes], *, what: str, max_bytes: int,
+                 headers: Headers | None = None, allow: HopCheck | None = None,
+                 progress: Progress | None = None,
+                 accept: str = "application/octet-stream, application/zip") -> int:
+        """Stream ``url`` into ``out`` (rewound on each retry); return the byte count.
+
+        A body larger than ``max_bytes`` is an :class:`IntegrityError`; a body cut short is
+        retried, then a :class:`FetchError`.
+        """
+        count = [0]
+
+        def attempt(write_ok: Callable[[], bool]) -> int:
+            out.seek(0)
+            out.truncate()
+            count[0] = 0
+
+            def write(chunk: bytes) -> None:
+                out.write(chunk)
+                count[0] += len(chunk)
+
+            self._stream(url, what, accept, headers, allow, max_bytes, write, progress,
+                         write_ok, too_big=lambda: IntegrityError(
+                             f"{what} is larger than the {max_bytes:,}-byte limit; download "
+                             "stopped", hint="if it really is that large, raise "
+                             "SAFEHUB_MAX_ARCHIVE_BYTES"))
+            out.flush()
+            return count[0]
+
+        result: int = self._retrying(what, attempt)
+        return result
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _check_hop(self, url: str, what: str, allow: HopCheck | None) -> None:
+        try:
+            parts = urlsplit(url)
+            host = (parts.hostname or "").lower()
+        except ValueError as e:
+            raise FetchError(f"refused to fetch {what}: malformed URL {url!r} ({e})") from e
+        if parts.scheme != "https":
+            raise FetchError(
+                f"refused to fetch {what} over {parts.scheme or 'no scheme'}: {url}",
+                hint="safehub only uses https://; for a private CA set REQUESTS_CA_BUNDLE",
+            )
+        if allow is not None:
+            allow(url)
+        elif host not in self.config.allowed_hosts:
+            raise FetchError(
+                f"refused to fetch {what} from {host!r}, which is not an allowed host "
+                f"({', '.join(sorted(self.config.allowed_hosts))})",
+                hint="if this host is yours, add it to SAFEHUB_ALLOWED_HOSTS",
+            )
+
+    def _stream(self, url: str, what: str, accept: str, headers: Headers | None,
+                allow: HopCheck | None, cap: int, sink: Callable[[bytes], None],
+                progress: Progress | None, write_ok: Callable[[], bool], *,
+                too_big: Callable[[], Exception]) -> tuple[str, bool, dict[str, str]]:
+        """One attempt: follow hops, then stream the body into ``sink``."""
+        import requests
+
+        if self.config.offline:
+            raise OfflineError(
+                f"offline mode ({self.config.offline_source}) refused to fetch {what}",
+                hint="serve it from the cache: on a machine with network run `safehub "
+                "prefetch` (or `safehub lock`) and share the cache, or turn offline mode off",
+            )
+        cfg = self.config
+        redirected = False
+        for _hop in range(cfg.max_redirects + 1):
+            self._check_hop(url, what, allow)
+            try:
+                resp = self._get_session().get(
+                    url, headers={"Accept": accept, **(headers(url) if headers else {})},
+                    allow_redirects=False, stream=True,
+                    timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)))
+            except requests.exceptions.SSLError as e:
+                raise FetchError(f"TLS to {_host(url)} failed for {what}: {e}",
+                                 hint="for a private CA set REQUESTS_CA_BUNDLE") from e
+            except (requests.RequestException, OSError, ValueError) as e:
+                reason = _cause(e)
+                if reason is not None:
+                    raise UnreachableError(
+                        f"the network is unreachable: cannot connect to {_host(url)} for "
+                        f"{what} ({reason})",
+                        hint="check the network or proxy. Without one, a cold load needs "
+                        "the code on this machine already: a mirror (SAFEHUB_GITHUB_URL), a "
+                        "cache filled by `safehub prefetch`, or a lockfile with "
+                        "SAFEHUB_OFFLINE=1 and a filled cache",
+                    ) from e
+                raise _Retryable(f"could not reach {_host(url)} for {what}: {e}") from e
+            with resp:
+                status = resp.status_code
+                if status in _REDIRECT_STATUS and "Location" in resp.headers:
+                    try:
+                        url = urljoin(url, resp.headers["Location"])
+                    except ValueError as e:
+                        raise FetchError(f"{_host(url)} redirected {what} to a malformed "
+                                         f"Location {resp.headers['Location']!r}") from e
+                    redirected = True
+                    continue
+                self._raise_for_status(resp, what)
+                declared = resp.headers.get("Content-Length", "")
+                total = int(declared) if declared.isdigit() and len(declared) < 19 else None
+                if total is not None and total > cap:
+                    raise too_big()
+                done = 0
+                try:
+                    for chunk in resp.iter_content(_CHUNK):
+                        if not write_ok():
+                            raise _Cancelled
+                        done += len(chunk)
+                        if done > cap:
+                            raise too_big()
+                        sink(chunk)
+                        if progress is not None:
+                            progress(done, total)
+                except (requests.RequestException, OSError) as e:
+                    raise _Retryable(f"the answer for {what} was cut short after {done} "
+                                     f"bytes: {e}") from e
+                if total is not None and done != total:
+                    raise _Retryable(f"the answer for {what} was cut short: {done} of {total} "
+                                     "bytes")
+                return resp.url or url, redirected, dict(resp.headers)
+        raise FetchError(f"too many redirects fetching {what} (more than {cfg.max_redirects})",
+                         hint="check SAFEHUB_GITHUB_URL / SAFEHUB_GITHUB_API_URL")
+
+    def _raise_for_status(self, resp: Any, what: str) -> None:
+        status = resp.status_code
+        if status < 400:
+            return
+        message = _server_message(resp)
+        shown = f": {message}" if message else ""
+        if status in _RETRY_STATUS:
+            raise _Retryable(f"{_host(resp.url)} answered {status} for {what}{shown}")
+        if status == 404:
+            raise NotFoundError(f"{what} not found (404 from {_host(resp.url)}){shown}")
+        raise HTTPError(f"{_host(resp.url)} answered {status} for {what}{shown}",
+                        status=status, headers=resp.headers, server_message=message,
+                        url=resp.url)
+
+    def _retrying(self, what: str, attempt: Callable[[Callable[[], bool]], Any]) -> Any:
+        cfg = self.config
+        for i in range(cfg.retries + 1):
+            try:
+                return self._within_deadline(what, attempt)
+            except _Retryable as e:
+                if i == cfg.retries:
+                    raise FetchError(f"{e} (gave up after {cfg.retries + 1} attempts)",
+                                     hint="check the network or proxy, or retry later") from e
+                self._sleep(cfg.backoff * (2**i))
+        raise AssertionError("unreachable")
+
+    def _within_deadline(self, what: str, attempt: Callable[[Callable[[], bool]], Any]) -> Any:
+        """Run one attempt in a worker thread and give up on it at the deadline.
+
+        A server can drip bytes (or headers) forever below any per-read timeout; the
+        worker is abandoned, and never writes again once the caller has moved on.
+        """
+        lock = threading.Lock()
+        cancelled = False
+        box: dict[str, Any] = {}
+        done = threading.Event()
+
+        def write_ok() -> bool:
+            with lock:
+                return not cancelled
+
+        def run() -> None:
+            try:
+                box["value"] = attempt(write_ok)
+            except BaseException as e:  # handed to the caller
+                box["error"] = e
+            finally:
+                done.set()
+
+        context = contextvars.copy_context()  # the caller's context (runtime guard state)
+        worker = threading.Thread(target=context.run, args=(run,), daemon=True,
+                                  name="safehub-http")
+        worker.start()
+        if not done.wait(self.config.deadline):
+            with lock:
+                cancelled = True
+            raise FetchError(
+                f"{what} took longer than {self.config.deadline:g} s; gave up",
+                hint="the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
+                "the most one request may take",
+            )
+        if "error" in box:
+            if isinstance(box["error"], _Cancelled):
+                raise FetchError(f"{what} was cancelled")
+            raise box["error"]
+        return box["value"]
+
+
+def _server_message(resp: Any) -> str:
+    """A JSON error body's ``message`` field, if it has one (bounded read)."""
+    try:
+        raw = resp.raw.read(4096, decode_content=True)
+        message = json.loads(raw).get("message")
+    except Exception:  # only a nicety for the error message
+        return ""
+    return message[:300] if isinstance(message, str) else ""
