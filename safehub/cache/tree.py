@@ -1,0 +1,170 @@
+"""A verified tree in the cache: the cheap scan and the full re-hash."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+
+from safehub._internal.fsutil import read_json, rmtree, write_json
+from safehub.cache.records import FORMAT, Verdict
+from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_tree_id, parents
+from safehub.errors import IntegrityError
+
+__all__ = ["CachedTree", "scan_digest", "tamper"]
+
+def scan_digest(root: Path) -> str:
+    """One hash over every entry under ``root``: name, type, mode, size, times, inode.
+
+    ctime cannot be set by a user: any write, chmod or replacement after install changes
+    it, and so does any added, removed or renamed entry. Equal scans mean nothing was
+    touched. Entries are taken in directory order, which is stable for an unchanged
+    folder; if it ever differs, the full check runs and records the new scan.
+    """
+    h = hashlib.sha256()
+    stack = [str(root)]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for entry in it:
+                name = entry.name.encode()
+                if entry.is_dir(follow_symlinks=False):
+                    h.update(b"d %s\0" % name)
+                    stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                h.update(b"f %s\0%d %d %d %d %d\n" % (
+                    name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return h.hexdigest()
+
+
+def tamper(path: Path, why: str) -> IntegrityError:
+    return IntegrityError(
+        f"cached file {str(path)!r} {why}; it changed after safehub verified it",
+        hint="nothing was run. Inspect it, then `safehub cache clear` and load again, or "
+        "load with force_reload=True to fetch and verify a fresh copy",
+    )
+
+
+@dataclass(frozen=True)
+class CachedTree:
+    """A verified tree in the cache, as its small ``entry.json`` describes it.
+
+    Whether a hit may be served without re-hashing is decided by the caller, against a
+    record *it* trusts (see :meth:`safehub.hub.Hub` and docs/digest.md): anything stored in
+    the cache folder can be rewritten by whoever can write the cache.
+    """
+
+    path: Path
+    commit: str
+    digest: str
+    tree: str
+    level: str
+
+    @property
+    def entry_dir(self) -> Path:
+        return self.path.parent
+
+    def verdict(self) -> Verdict:
+        """The full verdict; it must add up to the digest this entry is known by."""
+        vfile = self.entry_dir / "verdict.json"
+        try:
+            verdict = Verdict.from_json(read_json(vfile))
+        except (OSError, KeyError, TypeError, ValueError) as e:
+            raise tamper(vfile, f"cannot be read ({e})") from e
+        if (verdict.commit, verdict.digest, verdict.tree) != (
+                self.commit, self.digest, self.tree) or content_digest(
+            verdict.files
+        ) != verdict.digest:
+            raise tamper(vfile, "does not add up to the digest it was installed with")
+        return verdict
+
+    def scan(self) -> str:
+        """:func:`scan_digest` of the tree (an IntegrityError if it cannot be listed)."""
+        try:
+            return scan_digest(self.path)
+        except OSError as e:
+            raise tamper(self.path, f"cannot be listed ({e.strerror})") from e
+
+    def verify(self) -> None:
+        """Full check: the set of files, every byte re-hashed, digest and tree id.
+
+        ``__pycache__`` folders holding only ``.pyc`` files are removed first: Python
+        writes them into read-only folders when run as root (for modules imported after a
+        load returns), and they are never needed. Anything else extra is an error.
+        """
+        v = self.verdict()
+        _remove_bytecode(self.path)
+        found: dict[str, os.stat_result] = {}
+        for dirpath, dirnames, filenames in os.walk(self.path):
+            rel = os.path.relpath(dirpath, self.path)
+            prefix = "" if rel == "." else rel.replace(os.sep, "/") + "/"
+            for name in dirnames:
+                if os.path.islink(os.path.join(dirpath, name)):
+                    filenames.append(name)
+                else:
+                    found[prefix + name + "/"] = os.lstat(os.path.join(dirpath, name))
+            for name in filenames:
+                found[prefix + name] = os.lstat(os.path.join(dirpath, name))
+        expected = {f.path for f in v.files}
+        dirs = {p for p in found if p.endswith("/")}
+        for rel in sorted(found):
+            if rel not in dirs and rel not in expected:
+                raise tamper(self.path / rel, "is not part of the verified tree")
+        allowed = {p + "/" for f in v.files for p in parents(f.path)}
+        allowed |= {p + "/" for d in v.empty_dirs for p in (d, *parents(d))}
+        if dirs - allowed:
+            raise tamper(self.path / min(dirs - allowed), "is a folder that was not in the tree")
+        for f in v.files:
+            st = found.get(f.path)
+            if st is None:
+                raise tamper(self.path / f.path, "is missing")
+            is_link = stat.S_ISLNK(st.st_mode)
+            if is_link != (f.mode == MODE_LINK) or not (is_link or stat.S_ISREG(st.st_mode)):
+                raise tamper(self.path / f.path, "changed type")
+            self._check_bytes(f, st)
+        if v.level == "tree" and git_tree_id(v.files) != v.tree:
+            raise tamper(self.entry_dir / "verdict.json", "does not match its git tree id")
+
+    def _check_bytes(self, f: FileEntry, st: os.stat_result) -> None:
+        p = self.path / f.path
+        if f.mode == MODE_LINK:
+            if hashlib.sha256(os.readlink(p).encode()).hexdigest() != f.sha256:
+                raise tamper(p, "points somewhere else")
+            return
+        h = hashlib.sha256()
+        try:
+            with open(p, "rb") as fh:
+                while chunk := fh.read(1 << 20):
+                    h.update(chunk)
+        except OSError as e:
+            raise tamper(p, f"cannot be read ({e.strerror})") from e
+        if h.hexdigest() != f.sha256:
+            raise tamper(p, "has different content")
+        if (f.mode == MODE_EXEC) != bool(st.st_mode & 0o100):
+            raise tamper(p, "changed its executable bit")
+
+
+def _remove_bytecode(tree: Path) -> None:
+    for dirpath, dirnames, _ in os.walk(tree):
+        if "__pycache__" not in dirnames:
+            continue
+        cache = Path(dirpath) / "__pycache__"
+        if cache.is_symlink():
+            continue
+        names = os.listdir(cache)
+        if all(n.endswith(".pyc") and (cache / n).is_file() and not (cache / n).is_symlink()
+               for n in names):
+            with contextlib.suppress(OSError):
+                rmtree(cache)
+
+
+def write_entry(entry: CachedTree) -> None:
+    write_json(entry.entry_dir / "entry.json", {
+        "format": FORMAT, "commit": entry.commit, "digest": entry.digest,
+        "tree": entry.tree, "level": entry.level,
+    }, mode=0o444)
+
+
