@@ -111,7 +111,9 @@ def _cmd_cache_clear(args: argparse.Namespace) -> int:
 # -- check, trust, untrust ----------------------------------------------------------------
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    report = _hub(args).check(args.spec, entrypoint=args.entrypoint)
+    from safehub import operations
+
+    report = operations.check(_hub(args), args.spec, entrypoint=args.entrypoint)
     lines = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
     if report.commit:
         lines.append(f"  commit   {report.commit}  ({report.proof})")
@@ -157,9 +159,11 @@ def _specs_from(args: argparse.Namespace) -> list[str]:
 
 
 def _cmd_lock(args: argparse.Namespace) -> int:
+    from safehub import operations
+
     hub = _hub(args)
     if args.check:
-        results = hub.lock_check()
+        results = operations.lock_check(hub)
         text = "\n".join(
             f"ok    {r.spec} {r.locked[:12]}" if r.ok else
             f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
@@ -168,7 +172,7 @@ def _cmd_lock(args: argparse.Namespace) -> int:
         )
         _emit(args, [r.to_json() for r in results], text or "(the lockfile is empty)")
         return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
-    changes = hub.lock(_specs_from(args), upgrade=args.upgrade)
+    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade)
     text = "\n".join(
         f"{c.change:9} {c.spec} {c.commit}"
         + (f" (was {c.previous})" if c.previous and c.previous != c.commit else "")
@@ -179,9 +183,11 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 
 
 def _cmd_prefetch(args: argparse.Namespace) -> int:
+    from safehub import operations
+
     hub = _hub(args)
     mirror = Path(args.mirror) if args.mirror else None
-    rows = hub.prefetch(_specs_from(args), mirror=mirror, read_only=args.read_only)
+    rows = operations.prefetch(hub, _specs_from(args), mirror=mirror, read_only=args.read_only)
     text = "\n".join(f"{r.spec} {r.commit[:12]} {r.digest[:23]} -> {r.mirror or r.path}"
                      for r in rows)
     _emit(args, [r.to_json() for r in rows], text)
@@ -202,7 +208,9 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         keys = tuple(KeySigner(Path(k)) for k in args.key)
         sets.append(SignerSet("the command line", signers, keys,
                               Path(args.trust_config) if args.trust_config else None))
-    report = _hub(args).verify(args.target, sets)
+    from safehub import operations
+
+    report = operations.verify(_hub(args), args.target, sets)
     _emit(args, report.to_json(),
           f"valid: {report.target} signed by {report.signer} ({report.files} files)")
     return EXIT_OK
@@ -265,7 +273,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     import os
     import subprocess
 
-    from safehub._internal.autoinstall import SITE_DIR
+    from safehub._autoinstall import SITE_DIR
 
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
     if not command:

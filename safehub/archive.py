@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from safehub.config import Limits
+from safehub.limits import Limits
 from safehub.digest import (
     MODE_EXEC,
     MODE_FILE,

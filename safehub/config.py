@@ -22,6 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from safehub.errors import SpecError
+from safehub.limits import DEFAULTS, Limits
 from safehub.policy import Policy
 from safehub.policy.keys import KEYS
 from safehub.transport import TransportConfig
@@ -36,32 +37,6 @@ def env_flag(environ: Mapping[str, str], name: str) -> bool:
     return environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
-@dataclass(frozen=True)
-class Limits:
-    """Bounds on what a download may be; each one stops a resource-exhaustion attack."""
-
-    max_archive_bytes: int = 512 * 1024 * 1024
-    """Largest zip accepted from the network (``SAFEHUB_MAX_ARCHIVE_BYTES``)."""
-    max_tree_bytes: int = 2 * 1024 * 1024 * 1024
-    """Largest total size of the extracted files (``SAFEHUB_MAX_TREE_BYTES``)."""
-    max_files: int = 100_000
-    """Most entries an archive may hold (``SAFEHUB_MAX_FILES``)."""
-    max_api_bytes: int = 32 * 1024 * 1024
-    """Largest JSON answer read from the API."""
-    connect_timeout: float = 10.0
-    read_timeout: float = 30.0
-    """Seconds without a byte that end a request (stall timeout)."""
-    deadline: float = 300.0
-    """Seconds one request may take, connection to last byte (``SAFEHUB_TIMEOUT``)."""
-    retries: int = 3
-    """Extra attempts after a 5xx answer, a dropped connection or a truncated download."""
-    backoff: float = 0.5
-    """First pause before a retry in seconds; doubles each time (``SAFEHUB_BACKOFF``)."""
-    lock_timeout: float = 600.0
-    """Seconds to wait for another process installing the same commit."""
-
-
-DEFAULTS = Limits()
 
 
 def _user_dir(kind: str) -> Path:

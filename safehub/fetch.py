@@ -14,9 +14,9 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from safehub import archive
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
+from safehub.archive import check_tree, extract
 from safehub.cache import Cache, CachedTree, Verdict
 from safehub.config import Settings
 from safehub.errors import IntegrityError, NotFoundError
@@ -139,7 +139,7 @@ class TreeFetcher:
             sys.stderr.write(f"safehub: downloading {resolved.url_name}@{commit[:12]} to "
                              f"{self.cache.commit_dir(commit) / 'tree'}\n")
         self.download(resolved, zip_path, verbose=verbose)
-        ext = archive.extract(zip_path, stage / "tree", commit=commit,
+        ext = extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)
         os.unlink(zip_path)
         if lock is not None:
@@ -157,7 +157,7 @@ class TreeFetcher:
         listing = None
         if ext.tree_id != resolved.tree:
             listing = github.tree_listing(resolved.location, resolved.tree)
-        check = archive.check_tree(
+        check = check_tree(
             ext, resolved.tree, listing, allow_fallback=self.settings.tree_fallback,
             fetch_blob=lambda sha: github.blob(resolved.location, sha))
         if check.level != "tree":
@@ -173,7 +173,7 @@ class TreeFetcher:
         """The content digest of a downloaded archive, fully checked (for mirrors)."""
         with tempfile.TemporaryDirectory(dir=self.cache.staging_root(), prefix="mirror-") as d:
             try:
-                return archive.extract(zip_path, Path(d) / "tree", commit=commit,
+                return extract(zip_path, Path(d) / "tree", commit=commit,
                                        limits=self.settings.limits).digest
             finally:
                 rmtree(Path(d) / "tree")

@@ -247,12 +247,7 @@ class Hub:
             records=WeightPins(self.settings.data_dir),
             on_new_pin=pin if lock is not None else None)
 
-    # -- operations (safehub.operations), kept as methods for scripts ----------------------
-
-    def check(self, repo: str, *, entrypoint: str | None = None) -> Any:
-        from safehub import operations
-
-        return operations.check(self, repo, entrypoint=entrypoint)
+    # -- consent without loading -----------------------------------------------------------
 
     def trust(self, repo: str, *, force_reload: bool = False) -> Prepared:
         """Fetch and verify ``repo`` and record consent for its content (no code runs)."""
@@ -278,27 +273,6 @@ class Hub:
                     hint=f"name the commit ({spec.repo}:<sha>), or forget every commit of the "
                     f"repo with `safehub untrust {spec.repo}`")
         return self.consents.remove(spec.key, commit)
-
-    def verify(self, target: str, sets: Any = ()) -> Any:
-        from safehub import operations
-
-        return operations.verify(self, target, sets)
-
-    def lock(self, specs: Any = (), *, upgrade: bool = False) -> Any:
-        from safehub import operations
-
-        return operations.lock(self, specs, upgrade=upgrade)
-
-    def lock_check(self) -> Any:
-        from safehub import operations
-
-        return operations.lock_check(self)
-
-    def prefetch(self, specs: Any = (), *, mirror: Path | None = None,
-                 read_only: bool = False) -> Any:
-        from safehub import operations
-
-        return operations.prefetch(self, specs, mirror=mirror, read_only=read_only)
 
 
 _LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}

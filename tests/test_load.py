@@ -476,3 +476,27 @@ def test_private_repo_archive_through_the_api_with_a_token(
     assert api_zip and api_zip[0].authorization == "Bearer ghp_private"
     codeload = [r for r in server.requests_log if "/legacy.zip/" in r.path]
     assert codeload and codeload[0].authorization is None
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, int]]:
+    out = {}
+    for p in root.rglob("*"):
+        if p.name == "audit.jsonl":
+            continue
+        st = p.lstat()
+        out[str(p)] = (st.st_mtime_ns, st.st_ctime_ns, st.st_size)
+    return out
+
+
+@pytest.mark.parametrize("trust", [True, "check"])
+def test_a_warm_load_writes_nothing_but_its_audit_line(
+    hub_repo: HubRepo, isolated: Path, trust: object
+) -> None:
+    load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True)
+    load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=trust)
+    before = _snapshot(isolated)
+    audit = next(isolated.rglob("audit.jsonl"))
+    lines = len(audit.read_text().splitlines())
+    load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=trust)
+    assert _snapshot(isolated) == before
+    assert len(audit.read_text().splitlines()) == lines + 1

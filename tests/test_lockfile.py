@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import safehub
+from safehub import operations
 from safehub._cli import main
 from safehub._internal.standin import GitHubStandIn
 from safehub.cache import scan_digest
@@ -116,7 +117,7 @@ def test_fork_commit_cannot_be_locked_under_the_parent(
     fork: HubRepo = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)
     evil = fork.commit({"hubconf.py": NEW_HUBCONF})
     with pytest.raises(PinError, match="fork"):
-        safehub.Hub().lock([f"{hub_repo.spec}:{evil}"])
+        operations.lock(safehub.Hub(), [f"{hub_repo.spec}:{evil}"])
     assert not (Path.cwd() / "safehub.lock").exists()
 
 

@@ -11,7 +11,7 @@ from types import ModuleType
 
 __all__ = ["SITE_DIR", "arm"]
 
-SITE_DIR = Path(__file__).resolve().parent.parent / "_data" / "autoinstall"
+SITE_DIR = Path(__file__).resolve().parent / "_data" / "autoinstall"
 
 
 class _Loader(importlib.abc.Loader):

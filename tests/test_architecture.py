@@ -1,0 +1,91 @@
+"""The layering rule and size limits of docs/architecture.md, checked on the source."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).parents[1]
+PACKAGE = ROOT / "safehub"
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py") if "_data" not in p.parts}
+
+
+def layers() -> dict[str, int]:
+    table = (ROOT / "docs/architecture.md").read_text().split("## Module map", 1)[1]
+    return {m: int(layer) for m, layer in re.findall(r"^\| `([\w.]+)` \| (\d) \|", table, re.M)}
+
+
+def imports(path: Path) -> set[str]:
+    """safehub modules imported at run time (not those only for type checking)."""
+    tree = ast.parse(path.read_text())
+    skip: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            skip |= {id(n) for n in ast.walk(node)}
+    found = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] != "safehub":
+                continue
+            for alias in node.names:  # `from safehub import operations` imports a module
+                candidate = f"{node.module}.{alias.name}"
+                found.add(candidate if candidate in modules() else node.module)
+        elif isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "safehub"}
+    return found
+
+
+def test_every_module_is_on_the_map() -> None:
+    missing = set(modules()) - set(layers())
+    assert not missing, f"add these to docs/architecture.md's module map: {sorted(missing)}"
+
+
+def test_no_import_runs_back_up_the_layers() -> None:
+    layer = layers()
+    wrong = []
+    for name, path in modules().items():
+        for imported in imports(path):
+            if imported != name and layer[imported] > layer[name]:
+                wrong.append(f"{name} (layer {layer[name]}) imports {imported} "
+                             f"(layer {layer[imported]})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_size_limits() -> None:
+    too_big = []
+    for name, path in modules().items():
+        text = path.read_text()
+        if len(text.splitlines()) > 500:
+            too_big.append(f"module {name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                limit = 300 if isinstance(node, ast.ClassDef) else 120
+                if size > limit:
+                    too_big.append(f"{name}.{node.name}: {size} lines (limit {limit})")
+    assert not too_big, "\n".join(too_big)
+
+
+def test_import_safehub_stays_cheap() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, safehub, safehub.policy, safehub.config; "
+            "print(sorted(m for m in ('torch', 'requests', 'sigstore', 'pydantic', "
+            "'model_signing', 'cryptography') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, cwd=ROOT)
+    assert out.stdout.strip() == "[]"
