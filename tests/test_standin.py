@@ -471,3 +471,9 @@ def test_git_helpers_are_isolated_and_deterministic(tmp_path: Path) -> None:
     assert git(tmp_path / "one", "ls-tree", later) == ""
     with pytest.raises(GitCommandError, match="not a git repository"):
         git(tmp_path, "rev-parse", "HEAD")
+
+
+def test_a_stopped_server_starts_again(gh: GitHubStandIn, world: World) -> None:
+    gh.stop()
+    gh.start()
+    assert commit_sha(gh, "Org/Vision", "main") == world.c2

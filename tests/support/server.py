@@ -2,7 +2,7 @@
 
 Every answer comes from a real git directory on disk (through the ``git`` command), so commit
 shas, tree hashes, diffs and ``git archive`` zips are exactly what GitHub would compute.
-Usage (see tests/test_standin.py for every endpoint)::
+Usage (tests/test_standin*.py show every endpoint and knob)::
 
     with GitHubStandIn(make_tls(tmp / "tls")) as gh:
         gh.add_repo("Org", "Repo", tmp / "repo")
@@ -10,16 +10,16 @@ Usage (see tests/test_standin.py for every endpoint)::
 
 Each part of GitHub is its own host, all on one port of the loopback network:
 
-=================  ====================  ==============================================
-role               address               like
-=================  ====================  ==============================================
-``api``            127.0.0.1 (localhost)  ``https://api.github.com`` (under ``/api/v3``)
-``web``            127.0.0.2             ``https://github.com`` (under ``/web``)
-``codeload``       127.0.0.3             ``https://codeload.github.com`` (``/codeload``)
-``release_assets`` 127.0.0.4             ``https://release-assets.githubusercontent.com``
-``foreign``        127.0.0.5             a host no client should trust (for attacks)
-``mirror``         127.0.0.6             a static file server or object store
-=================  ====================  ==============================================
+==================  =====================  ===============================================
+role                address                like
+==================  =====================  ===============================================
+``api``             127.0.0.1, localhost   ``https://api.github.com`` (under ``/api/v3``)
+``web``             127.0.0.2              ``https://github.com`` (under ``/web``)
+``codeload``        127.0.0.3              ``https://codeload.github.com`` (``/codeload``)
+``release_assets``  127.0.0.4              ``https://release-assets.githubusercontent.com``
+``foreign``         127.0.0.5              a host no client should trust (for attacks)
+``mirror``          127.0.0.6              a static file server or object store
+==================  =====================  ===============================================
 
 The web and REST zipball endpoints redirect (302) to codeload by commit; release downloads
 redirect to a signed, expiring URL on the release-assets host; renamed repos answer 301.
@@ -154,12 +154,14 @@ class GitHubStandIn:
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(self._tls.server_cert, self._tls.server_key)
             roles = {address: role for role, address in ROLES.items()}
-            self._listener = Listener(roles, context, self._answer, self._record_error)
-            self._port = self._listener.port
+            listener = Listener(roles, context, self._answer, self._record_error)
+            self._port = listener.port
             self._router = Router(self._registry, Bases(
                 self.api_url, self.web_url, self.codeload_url, self.release_assets_url),
                 name_miss_status=self._name_miss_status)
             self._router.truncate_archives = self._truncate
+            self._listener = listener
+            listener.serve()
 
     def stop(self) -> None:
         """Stop serving, drop open connections and remove scratch files. Idempotent."""

@@ -164,7 +164,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self.send_header("Connection", "close")
             self.close_connection = True
-            chunks = body
+            chunks = body if self.command != "HEAD" else []
         self.end_headers()
         self._write(chunks, reply.drip)
 
@@ -197,6 +197,8 @@ class _Origin:
 class Listener:
     """TLS listeners on one port of several loopback addresses, one thread per connection.
 
+    The sockets are bound at once (so ``port`` is known); :meth:`serve` starts accepting.
+
     ``roles`` maps a bound address to the role its requests get; ``answer`` is called for
     every request (from connection threads, concurrently) and must not raise. Unexpected
     handler errors go to ``on_error``.
@@ -216,6 +218,9 @@ class Listener:
         self._wake_r, self._wake_w = socket.socketpair()
         self._thread = threading.Thread(target=self._accept_loop, daemon=True,
                                         name=f"github-standin-{self.port}")
+
+    def serve(self) -> None:
+        """Start accepting connections (from a daemon thread)."""
         self._thread.start()
 
     @staticmethod
@@ -289,7 +294,8 @@ class Listener:
         self.stopping.set()
         with contextlib.suppress(OSError):
             self._wake_w.send(b"x")
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
         for sock in (*self._sockets, self._wake_r, self._wake_w):
             sock.close()
         with self._lock:
