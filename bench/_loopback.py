@@ -1,5 +1,6 @@
-"""Shared set-up for the benchmarks: a ~1,000-file hub repo on the loopback GitHub stand-in,
-and a switch that points torch.hub's hard-coded github.com URLs at the same server.
+"""Shared set-up for the benchmarks: a ~1,000-file hub repo on the loopback GitHub stand-in
+(tests/support; the scripts put the repo root on sys.path), and a switch that points
+torch.hub's hard-coded github.com URLs at the same server.
 
 torch.hub is measured with its own code paths; only the host part of its URLs is rewritten
 (and its TLS context told to trust the stand-in's throwaway CA).
@@ -12,9 +13,10 @@ import random
 import ssl
 import urllib.request
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from safehub._internal.standin import GitHubStandIn, make_repo, make_tls
+if TYPE_CHECKING:
+    from tests.support import GitHubStandIn
 
 HUBCONF = '''\
 dependencies = ["torch"]
@@ -32,6 +34,8 @@ def tiny(n=2):
 
 def make_big_repo(path: Path, files: int = 1000, seed: int = 7) -> str:
     """A repo with ``files`` files in folders of 40, sizes 200 B to 8 KiB; returns the sha."""
+    from tests.support import make_repo
+
     rng = random.Random(seed)
     content: dict[str, str | bytes] = {"hubconf.py": HUBCONF}
     for i in range(files - 1):
@@ -53,6 +57,8 @@ def home_env(home: Path) -> dict[str, str]:
 
 
 def start_server(workdir: Path) -> GitHubStandIn:
+    from tests.support import GitHubStandIn, make_tls
+
     tls = make_tls(workdir / "tls")
     server = GitHubStandIn(tls)
     server.start()
@@ -64,7 +70,8 @@ def env_for(server: GitHubStandIn) -> dict[str, str]:
     return {
         "SAFEHUB_GITHUB_API_URL": server.api_url,
         "SAFEHUB_GITHUB_URL": server.web_url,
-        "SAFEHUB_ALLOWED_HOSTS": "127.0.0.1",
+        # what safehub allows by itself for github.com: the codeload and release-asset hosts
+        "SAFEHUB_ALLOWED_HOSTS": ",".join(server.redirect_hosts),
         "REQUESTS_CA_BUNDLE": str(server.ca_cert),
         "BENCH_API_URL": server.api_url,
         "BENCH_WEB_URL": server.web_url,

@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     shared = work / "shared-cache"
     try:
         from safehub._cli import main as cli
-        from safehub._internal.standin import git
+        from tests.support import git
 
         make_big_repo(work / "repo", args.files)
         git(work / "repo", "tag", "v1.0")
@@ -113,13 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         import safehub
 
         cold = {}
-        for label, web in (("GitHub stand-in", server.web_url),
-                           ("static mirror", f"https://localhost:{server.port}/mirror")):
-            if label == "static mirror":
-                for path in (work / "mirror").rglob("*"):
-                    if path.is_file():
-                        rel = path.relative_to(work / "mirror").as_posix()
-                        server.add_static(f"/mirror/{rel}", path.read_bytes())
+        mirror = server.serve_directory(work / "mirror")  # served as is, case-sensitive
+        for label, web in (("GitHub stand-in", server.web_url), ("static mirror", mirror)):
             os.environ["SAFEHUB_GITHUB_URL"] = web
             os.environ["SAFEHUB_CACHE_DIR"] = str(work / f"cold-{len(cold)}")
             server.clear_log()

@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(work)
     try:
         sha = make_big_repo(work / "repo", args.files)
-        from safehub._internal.standin import git
+        from tests.support import git
 
         git(work / "repo", "tag", "v1.0")
         server.add_repo("bench", "hub", work / "repo")

@@ -80,7 +80,7 @@ def main() -> int:
         per_load = timed(lambda: policy_mod.load_policy().decide(specs[3]), 300)
 
         sha = make_big_repo(work / "repo", 1000)
-        from safehub._internal.standin import git
+        from tests.support import git
 
         git(work / "repo", "tag", "v1.0")
         server.add_repo("bench", "hub", work / "repo")

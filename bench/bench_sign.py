@@ -68,8 +68,8 @@ def main() -> int:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
 
-        from safehub._internal.standin import commit_files, git
         from safehub.signatures import sign_directory
+        from tests.support import commit_files, git
 
         key = ec.generate_private_key(ec.SECP256R1())
         (work / "k.pem").write_bytes(key.private_bytes(

@@ -1,9 +1,10 @@
 """``safehub demo``: the whole pipeline on a shipped example, with no network.
 
-It builds a git repo from the example in ``safehub/_data/demo_hub``, serves it from a
-loopback HTTPS stand-in for GitHub (throwaway CA), loads it through safehub, then shows
-three attacks refused: a fork's commit under the parent's name, an altered archive, and a
-``hubconf.py`` edited in the cache. Needs ``git``; everything lives in a temp folder.
+It builds a git repo from the example in ``safehub/_data/demo_hub``, serves it from a small
+loopback HTTPS GitHub of its own (``safehub/_demo_server.py``, throwaway CA), loads it
+through safehub, then shows four refusals: a fork's commit under the parent's name, an
+altered archive, a ``hubconf.py`` edited in the cache, and a CI job that never consented.
+Needs ``git``; everything lives in a temp folder.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def _swap_hubconf(data: bytes) -> bytes:
 
 def run_demo(say: Callable[[str], None] = print) -> bool:
     """Run the demo; return True if every step behaved as it should."""
-    from safehub._internal.standin import GitHubStandIn, commit_files, git, make_repo, make_tls
+    from safehub._demo_server import DemoGitHub, git
     from safehub.hub import Hub
     from safehub.policy import Policy
 
@@ -73,16 +74,23 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
 
     with tempfile.TemporaryDirectory(prefix="safehub-demo-") as tmp:
         root = Path(tmp)
-        files = {p.name: p.read_bytes() for p in _EXAMPLE.iterdir() if p.is_file()}
-        sha = make_repo(root / "repo", files)
-        git(root / "repo", "tag", "v1.0")
-        git(root, "clone", "-q", str(root / "repo"), str(root / "fork"))
-        fork_sha = commit_files(root / "fork", {"hubconf.py": "print('fork code')\n"}, "evil")
-        with GitHubStandIn(make_tls(root / "tls")) as server, _environ({
-            "REQUESTS_CA_BUNDLE": str(server.ca_cert),
-        }):
-            server.add_repo("demo", "tiny-hub", root / "repo")
-            server.add_repo("mallory", "tiny-hub", root / "fork", fork_of=("demo", "tiny-hub"))
+        repo, fork = root / "repo", root / "fork"
+        repo.mkdir()
+        for path in _EXAMPLE.iterdir():
+            if path.is_file():
+                (repo / path.name).write_bytes(path.read_bytes())
+        git(repo, "init", "-q", "-b", "main")
+        git(repo, "add", "-A")
+        git(repo, "commit", "-q", "-m", "initial")
+        sha = git(repo, "rev-parse", "HEAD")
+        git(repo, "tag", "v1.0")
+        git(root, "clone", "-q", str(repo), str(fork))
+        (fork / "hubconf.py").write_text("print('fork code')\n")
+        git(fork, "commit", "-q", "-a", "-m", "evil")
+        fork_sha = git(fork, "rev-parse", "HEAD")
+        with DemoGitHub(root) as server, _environ({"REQUESTS_CA_BUNDLE": str(server.ca_cert)}):
+            server.add_repo("demo", "tiny-hub", repo)
+            server.add_repo("mallory", "tiny-hub", fork, fork_of="demo/tiny-hub")
             hub = Hub(
                 policy=Policy(),  # self-contained: this machine's policy files do not apply
                 cache_dir=root / "cache", data_dir=root / "data", log_dir=root / "log",
@@ -90,37 +98,37 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
                 extra_hosts=frozenset({"127.0.0.1"}), noninteractive=True, offline=False,
                 lockfile=None, audit_log=None, tree_fallback=True,
             )
-            say(f"GitHub stand-in on {server.api_url} serving demo/tiny-hub (tag v1.0 = {sha})")
+            say(f"Loopback GitHub on {server.api_url} serving demo/tiny-hub (tag v1.0 = {sha})")
 
             say("\n1. Cold load of demo/tiny-hub:v1.0 (trust_repo=True)")
-            server.clear_log()
+            server.log.clear()
             with contextlib.redirect_stdout(io.StringIO()), \
                     contextlib.redirect_stderr(io.StringIO()):
                 model = hub.load("demo/tiny-hub:v1.0", "tiny_mlp", width=4, trust_repo=True,
                                  verbose=False)
             say(f"  loaded {type(model).__name__} with "
                 f"{sum(p.numel() for p in model.parameters())} parameters; "
-                f"{server.count()} requests (tag, archive, redirect)")
+                f"{len(server.log)} requests (tag, archive, redirect)")
             entry = hub.cache.lookup(sha)
             assert entry is not None
             say(f"  verified: zip comment names {sha[:12]}, git tree {entry.tree[:12]} "
                 f"matches, digest {entry.digest[:23]}...")
 
             say("\n2. Warm load: from the cache, re-checked, no network")
-            server.clear_log()
+            server.log.clear()
             hub.load("demo/tiny-hub:v1.0", "tiny_mlp", verbose=False)
-            say(f"  loaded again; {server.count()} requests")
+            say(f"  loaded again; {len(server.log)} requests")
 
             say(f"\n3. A fork's commit {fork_sha[:12]} asked for under the parent's name")
             expect_refusal("fork commit", lambda: hub.load(
                 f"demo/tiny-hub:{fork_sha}", "tiny_mlp", trust_repo=True, verbose=False))
 
             say("\n4. The server (or a mirror) sends an altered archive")
-            server.tamper_archive(sha, _swap_hubconf)
+            server.archive_filter = _swap_hubconf
             expect_refusal("altered archive", lambda: hub.load(
                 "demo/tiny-hub:v1.0", "tiny_mlp", trust_repo=True, force_reload=True,
                 verbose=False))
-            server.tamper_archive(sha, None)
+            server.archive_filter = None
 
             say("\n5. Someone edits hubconf.py inside the cache")
             hubconf = entry.path / "hubconf.py"

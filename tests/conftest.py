@@ -1,7 +1,8 @@
 """Shared fixtures: an isolated home, a loopback GitHub stand-in, hub repos with a canary.
 
-No test touches the network beyond 127.0.0.1, or the user's real cache, config or data:
-every directory safehub, torch and git could use points into the test's tmp_path.
+No test touches the network beyond the loopback addresses of the stand-in (127.0.0.1-6), or
+the user's real cache, config or data: every directory safehub, torch and git could use
+points into the test's tmp_path. The stand-in itself lives in tests/support.
 """
 
 from __future__ import annotations
@@ -12,15 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import requests
 
-from safehub._internal.standin import (
-    GitHubStandIn,
-    TLSFiles,
-    commit_files,
-    git,
-    make_repo,
-    make_tls,
-)
+from tests.support import GitHubStandIn, TLSFiles, commit_files, git, make_repo, make_tls
 
 HUBCONF = '''\
 import os
@@ -119,10 +114,13 @@ def runs(canary: Path) -> int:
 
 @pytest.fixture
 def server(tls: TLSFiles, monkeypatch: pytest.MonkeyPatch) -> Iterator[GitHubStandIn]:
+    # 404 for a name that is no branch or tag (GitHub answers 422) until the client
+    # resolves names through git/ref instead of commits/{name}.
     with GitHubStandIn(tls) as srv:
         monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", srv.api_url)
         monkeypatch.setenv("SAFEHUB_GITHUB_URL", srv.web_url)
-        monkeypatch.setenv("SAFEHUB_ALLOWED_HOSTS", "127.0.0.1")
+        # What safehub adds by itself for github.com: the codeload and release-asset hosts.
+        monkeypatch.setenv("SAFEHUB_ALLOWED_HOSTS", ",".join(srv.redirect_hosts))
         monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(srv.ca_cert))
         yield srv
 
@@ -156,3 +154,66 @@ def make_hub_repo(server: GitHubStandIn, tmp_path: Path):  # type: ignore[no-unt
 def hub_repo(make_hub_repo) -> HubRepo:  # type: ignore[no-untyped-def]
     repo: HubRepo = make_hub_repo()
     return repo
+
+
+# -- the stand-in's own tests (tests/test_standin*.py) ----------------------------------------
+
+
+@dataclass(frozen=True)
+class World:
+    """An upstream repo and a fork of it, with the shas the stand-in's tests expect."""
+
+    tls: TLSFiles
+    upstream: Path
+    fork: Path
+    c1: str  # main~1, tag v1 (lightweight), base of feature/x and b1..b3, refs/pull/7/head
+    c2: str  # main, tag v2 (annotated)
+    feature: str  # feature/x
+    evil: str  # only in the fork: fork's main, evil-branch, evil-tag
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    root = tmp_path_factory.mktemp("standin")
+    up = root / "upstream"
+    c1 = make_repo(
+        up,
+        {"hubconf.py": "dependencies = []\n", "README.md": "hello\n",
+         "scripts/run.sh": "#!/bin/sh\necho hi\n"},
+        executable=["scripts/run.sh"],
+        symlinks={"link": "README.md"},
+    )
+    git(up, "tag", "v1")
+    git(up, "checkout", "-q", "-b", "feature/x")
+    feature = commit_files(up, {"feature.txt": "f\n"}, "feature work")
+    git(up, "checkout", "-q", "main")
+    c2 = commit_files(up, {"README.md": "hello again\n"}, "second\n\nwith a body")
+    git(up, "tag", "-a", "v2", "-m", "release v2")
+    for branch in ("b1", "b2", "b3"):
+        git(up, "branch", branch, c1)
+    git(up, "update-ref", "refs/pull/7/head", c1)  # a hidden namespace, as on GitHub
+    fork = root / "fork"
+    git(root, "clone", "-q", str(up), str(fork))
+    evil = commit_files(fork, {"hubconf.py": "import os\n"}, "evil")
+    git(fork, "branch", "evil-branch")
+    git(fork, "tag", "evil-tag")
+    return World(make_tls(root / "tls"), up, fork, c1, c2, feature, evil)
+
+
+_SESSION = requests.Session()  # keep-alive across requests keeps the stand-in's tests fast
+
+
+def fetch(gh: GitHubStandIn, url: str, **kwargs: object) -> requests.Response:
+    """GET ``url`` from the stand-in ``gh``, trusting its CA (redirects followed unless told)."""
+    kwargs.setdefault("timeout", 10)
+    return _SESSION.get(url, verify=str(gh.ca_cert), **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def gh(world: World) -> Iterator[GitHubStandIn]:
+    """The stand-in serving ``Org/Vision`` (id 42) and its fork ``mallory/vision``."""
+    with GitHubStandIn(world.tls) as server:
+        server.add_repo("Org", "Vision", world.upstream, repo_id=42)
+        server.add_repo("mallory", "vision", world.fork, fork_of=("org", "vision"))
+        yield server
+    assert server.server_errors == []

@@ -7,8 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from safehub._internal.standin import GitHubStandIn
 from tests.conftest import HubRepo, runs
+from tests.support import GitHubStandIn
 
 CHILD = """
 import sys

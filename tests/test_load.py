@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import safehub
-from safehub._internal.standin import GitHubStandIn
 from tests.conftest import HubRepo, runs
+from tests.support import GitHubStandIn
 
 
 def load(spec: str, model: str = "tiny", *args: object, **kwargs: object) -> object:

@@ -13,11 +13,11 @@ import pytest
 import safehub
 from safehub import operations
 from safehub._cli import main
-from safehub._internal.standin import GitHubStandIn
 from safehub.cache import scan_digest
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
 from safehub.lockfile import Lockfile
 from tests.conftest import HubRepo, runs
+from tests.support import GitHubStandIn
 
 NEW_HUBCONF = "import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('new\\n')\n" \
               "def tiny():\n    return 'new'\n"

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._internal.standin import GitHubStandIn
 from safehub.errors import PolicyError
 from safehub.policy import Policy, load_policy
 from safehub.spec import RepoSpec
 from tests.conftest import HubRepo, runs
+from tests.support import GitHubStandIn
 
 
 def spec(text: str) -> RepoSpec:

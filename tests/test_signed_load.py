@@ -17,11 +17,11 @@ import torch
 
 import safehub
 from safehub._cli import main
-from safehub._internal.standin import GitHubStandIn, commit_files, git, make_repo
 from safehub.errors import IntegrityError, PolicyDenied, SignatureError
 from safehub.lockfile import Lockfile
 from safehub.signatures import sign_directory
 from tests.conftest import HUBCONF, runs
+from tests.support import GitHubStandIn, commit_files, git, make_repo
 from tests.test_signatures import OMS, TRUST_CONFIG, new_key
 
 WEIGHTS_HUBCONF = HUBCONF + '''
