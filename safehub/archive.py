@@ -33,7 +33,6 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from safehub.limits import Limits
 from safehub.digest import (
     MODE_EXEC,
     MODE_FILE,
@@ -44,6 +43,7 @@ from safehub.digest import (
     parents,
 )
 from safehub.errors import IntegrityError
+from safehub.limits import Limits
 
 __all__ = ["Extracted", "TreeCheck", "check_tree", "extract", "resolve_link"]
 
