@@ -1,0 +1,413 @@
+"""The runtime guard: what a repo's code does while safehub imports its hubconf and runs
+its entrypoint, held to the policy's ``network``, ``subprocess`` and ``writes`` keys.
+
+A tripwire and a record for Python-level behaviour, not a sandbox: see docs/runtime.md.
+
+>>> import tempfile
+>>> tree = Path(tempfile.mkdtemp())
+>>> guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="org/repo", tree=tree)
+>>> try:
+...     with guard.active() as report:
+...         with open(tree / "cache.txt", "w") as f:   # inside the tree: allowed
+...             _ = f.write("ok")
+...         try:
+...             subprocess.run(["git", "--version"])   # no subprocess key: refused
+...         except BaseException:
+...             pass                                   # ...and swallowed by the repo
+... except RuntimeGuardError as e:                     # the load still fails with it
+...     print(e.message)
+runtime guard: org/repo tried to start git (git --version); runtime = "enforce" and no ...
+>>> report.programs
+['git --version']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import site
+import socket
+import subprocess  # noqa: F401  (the doctest above)
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safehub.errors import RuntimeGuardError
+from safehub.runtime import _hook
+from safehub.runtime._events import Action
+from safehub.runtime.hygiene import Shadow, leftovers, shadowing
+from safehub.runtime.rules import RuntimeRules, normalise_host, parse_ip, toml_list
+
+__all__ = ["RuntimeGuard", "RuntimeReport"]
+
+_CAP = 256  # entries kept per list of a report; more are counted in `truncated`
+_SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr", "/opt", "/System", "/Library")
+_RISKY_SYMBOLS = frozenset({
+    "system", "popen", "execl", "execle", "execlp", "execv", "execve", "execvp", "execvpe",
+    "fexecve", "fork", "vfork", "clone", "clone3", "posix_spawn", "posix_spawnp", "socket",
+    "connect", "dlopen", "dlmopen", "syscall", "ptrace", "_PySys_ClearAuditHooks",
+})
+
+
+@dataclass
+class RuntimeReport:
+    """What the repo's code did while the guard was active (lists capped at 256 entries).
+
+    ``hosts``: connections (``host:port``, named when a lookup in the same guard gave the
+    address); ``lookups``: names resolved; ``programs``: command lines started; ``writes``:
+    paths changed outside the repo's tree; ``libraries``: native code loaded with ctypes,
+    compiled modules imported from writable places, risky ctypes functions looked up;
+    ``refused``: every refusal, in order; ``shadowing``: top-level names of the tree that
+    shadow other modules; ``leftovers``: the tree's modules still imported afterwards.
+    """
+
+    repo: str
+    mode: str
+    hosts: list[str] = field(default_factory=list)
+    lookups: list[str] = field(default_factory=list)
+    programs: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    libraries: list[str] = field(default_factory=list)
+    refused: list[RuntimeGuardError] = field(default_factory=list)
+    shadowing: list[Shadow] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    truncated: int = 0
+
+    def raise_if_refused(self) -> None:
+        """Raise the first refusal, even if the repo's code caught it when it happened."""
+        if self.refused:
+            raise self.refused[0]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data, for the audit line and ``--report``."""
+        return {
+            "repo": self.repo, "mode": self.mode,
+            "hosts": list(self.hosts), "lookups": list(self.lookups),
+            "programs": list(self.programs), "writes": list(self.writes),
+            "libraries": list(self.libraries),
+            "refused": [{"action": e.action, "target": e.target, "key": e.key,
+                         "message": e.message} for e in self.refused],
+            "shadowing": [s.to_json() for s in self.shadowing],
+            "leftovers": list(self.leftovers), "truncated": self.truncated,
+        }
+
+    def _add(self, entries: list[str], value: str) -> None:
+        if value in entries:
+            return
+        if len(entries) >= _CAP:
+            self.truncated += 1
+            return
+        entries.append(value)
+
+
+def _real(path: os.PathLike[str] | str) -> str:
+    return os.path.realpath(os.path.expanduser(os.fspath(path)))
+
+
+def _within(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is one of ``roots`` or below one, by whole path components."""
+    for root in roots:
+        if path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep):
+            return True
+    return False
+
+
+def torch_hub_dir() -> str:
+    """torch's hub dir, without importing torch if it is not imported yet."""
+    hub = sys.modules.get("torch.hub")
+    get_dir = getattr(hub, "get_dir", None)
+    if get_dir is not None:
+        return str(get_dir())
+    cache = os.getenv("XDG_CACHE_HOME", os.path.join("~", ".cache"))
+    return os.path.join(os.getenv("TORCH_HOME", os.path.join(cache, "torch")), "hub")
+
+
+def _install_roots() -> list[str]:
+    roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             *site.getsitepackages(), site.getusersitepackages()}
+    return sorted(_real(r) for r in roots if r)
+
+
+class RuntimeGuard:
+    """The runtime rules of one load, applied while :meth:`active` is entered.
+
+    ``tree`` (the repo's verified folder), torch's hub dir, the temp dir, ``os.devnull``
+    and ``write_roots`` are always writable; ``rules.writes`` adds more.
+    """
+
+    def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
+                 write_roots: Sequence[Path] = ()) -> None:
+        self.rules = rules
+        self.repo = repo
+        self.tree = Path(_real(tree))
+        self.report = RuntimeReport(repo=repo, mode=rules.mode)
+        roots: list[str | os.PathLike[str]] = [tree, torch_hub_dir(), tempfile.gettempdir(),
+                                                *rules.write_paths(), *write_roots]
+        self._roots = sorted({_real(p) for p in roots})
+        self._tree = [str(self.tree)]
+        self._devnull = _real(os.devnull)
+        self._interpreter = {sys.executable, _real(sys.executable)} if sys.executable else set()
+        self._libraries = [*_install_roots(), *_SYSTEM_LIBRARY_DIRS]
+        self._lock = threading.Lock()
+        self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
+        self._resolved: set[str] = set()
+        self._looked_up: set[str] = set()
+
+    # -- the guarded block ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[RuntimeReport]:
+        """Guard this thread (and threads it starts) until the block ends; yield the report.
+
+        On entry, under ``enforce``, a tree whose top-level names would replace a standard
+        library module or an installed distribution's (not imported yet, not in
+        ``rules.shadows``) is refused. On exit the first refusal is raised, even if the
+        repo's code caught it; the report keeps everything for the audit line.
+        """
+        if self.rules.mode == "off":
+            yield self.report
+            return
+        _hook.install()
+        self.report.shadowing = shadowing(self.tree)
+        self._refuse_shadowing()
+        before = set(sys.modules)
+        bytecode = sys.dont_write_bytecode
+        sys.dont_write_bytecode = True  # no .pyc written into site-packages or the tree
+        _hook.push(self)
+        try:
+            yield self.report
+        except BaseException as e:
+            if self.report.refused and e not in self.report.refused:
+                raise self.report.refused[0] from None
+            raise
+        finally:
+            _hook.pop(self)
+            sys.dont_write_bytecode = bytecode
+            self.report.leftovers = leftovers(self.tree, before)
+            for name in _hook.tampered():
+                self._refuse_now(Action("guard", "tamper", name), "runtime",
+                                 f"the runtime guard's wrapper of {name} was replaced while "
+                                 f"{self.repo}'s code ran; its record is incomplete",
+                                 "find what replaced it (gevent, a test tool, the repo)")
+        self.report.raise_if_refused()
+
+    def _refuse_shadowing(self) -> None:
+        if self.rules.mode != "enforce":
+            return
+        for s in self.report.shadowing:
+            if s.takes_effect and s.name not in self.rules.shadows:
+                what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
+                self._refuse_now(
+                    Action("module", "import", s.name), "shadows",
+                    f"runtime guard: {self.repo} would replace {what} module {s.name} with "
+                    f"{s.path} for the whole process (runtime = \"enforce\"{self._src()})",
+                    f"if that is intended, add to its [[allow]] rule: shadows = "
+                    f"{toml_list([*self.rules.shadows, s.name])}")
+        self.report.raise_if_refused()
+
+    def _refuse_now(self, action: Action, key: str, message: str, hint: str) -> None:
+        error = RuntimeGuardError(message, hint=hint, action=_ACTION.get(action.kind, "guard"),
+                                  target=action.target, repo=self.repo, key=key)
+        self.record(action, error)
+
+    # -- what the hook asks --------------------------------------------------------------
+
+    def decide(self, action: Action) -> RuntimeGuardError | None:
+        """The refusal for ``action``, or None if the rules allow it."""
+        kind = action.kind
+        if kind == "write":
+            return self._decide_write(action)
+        if kind in ("lookup", "connect"):
+            return self._decide_network(action)
+        if kind == "process":
+            return self._decide_process(action)
+        if kind in ("library", "extension", "symbol"):
+            return self._decide_native(action)
+        return None
+
+    def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
+        """Add ``action`` (and ``refusal``) to this guard's report."""
+        report = self.report
+        with self._lock:
+            if refusal is not None and not any(refusal is r for r in report.refused):
+                report.refused.append(refusal)
+            kind = action.kind
+            if kind == "write":
+                for path in action.paths:
+                    if path != self._devnull and not _within(path, self._tree):
+                        report._add(report.writes, path)
+            elif kind == "connect":
+                report._add(report.hosts, self._host_label(action))
+            elif kind == "lookup":
+                report._add(report.lookups, action.host)
+            elif kind == "process":
+                report._add(report.programs, action.target)
+            elif self._noteworthy_native(action):
+                report._add(report.libraries, action.target)
+
+    def _noteworthy_native(self, action: Action) -> bool:
+        if action.kind == "library":
+            return True
+        if action.kind == "symbol":
+            return action.program in _RISKY_SYMBOLS
+        return action.kind == "extension" and _within(action.paths[0], self._roots)
+
+    def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
+        return RuntimeGuardError(
+            f"runtime guard: could not decide on {event} while {self.repo}'s code ran "
+            f"({error!r}); refused (fail closed)",
+            hint="report this as a safehub bug; runtime = \"off\" in [safehub] turns the "
+                 "guard off", action="guard", target=event, repo=self.repo, key="runtime")
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def _src(self) -> str:
+        return f", {self.rules.source}" if self.rules.source else ""
+
+    def _why(self, key: str) -> str:
+        rules = self.rules
+        if getattr(rules, key) is None:
+            return f'runtime = "enforce" and no {key} key allows it{self._src()}'
+        return f'{rules.key_text(key)} does not allow it (runtime = "{rules.mode}"{self._src()})'
+
+    def _refusal(self, action: Action, verb: str, key: str, hint_value: str,
+                 why: str = "") -> RuntimeGuardError:
+        rules = self.rules
+        if key == "subprocess":
+            current: tuple[str, ...] = rules.subprocess if isinstance(rules.subprocess,
+                                                                      tuple) else ()
+        else:
+            current = getattr(rules, key) or ()
+        line = f"{key} = {toml_list([*current, hint_value])}"
+        return RuntimeGuardError(
+            f"runtime guard: {self.repo} tried to {verb}; {why or self._why(key)}",
+            hint=f"if {self.repo} should do this, an admin adds to its [[allow]] rule: {line}",
+            action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
+
+    def _decide_write(self, action: Action) -> RuntimeGuardError | None:
+        if not self.rules.writes_restricted:
+            return None
+        for path in action.paths:
+            if path != self._devnull and not _within(path, self._roots):
+                verb = "write" if action.op == "open" else f"change ({action.op})"
+                folder = os.path.dirname(path) or path
+                return self._refusal(
+                    action, f"{verb} {path}", "writes", folder,
+                    f"it is outside its tree, torch's hub dir and the temp dir, and "
+                    f"{self._why('writes')}")
+        return None
+
+    def _decide_process(self, action: Action) -> RuntimeGuardError | None:
+        rules = self.rules
+        if not rules.processes_restricted:
+            return None
+        if action.shell and rules.program_allowed(action.shell):
+            return None  # a shell allowed by name may run anything
+        name = os.path.basename(action.program)
+        verb = f"start {name} ({action.target})"
+        if not rules.program_allowed(action.program):
+            return self._refusal(action, verb, "subprocess", name)
+        if not action.real or action.real in self._interpreter \
+                or not _within(action.real, self._roots):
+            return None
+        if any(os.path.isabs(e) and _real(e) == action.real for e in _names(rules.subprocess)):
+            return None
+        return self._refusal(action, verb, "subprocess", action.real,
+                             f"{action.real} is in a place code can write (its tree, the temp "
+                             "dir...), where a program name does not allow it")
+
+    def _decide_native(self, action: Action) -> RuntimeGuardError | None:
+        if self.rules.mode != "enforce":
+            return None
+        if action.kind == "symbol":
+            if action.program not in _RISKY_SYMBOLS:
+                return None
+            reason = "calling it through ctypes would bypass the guard"
+        else:
+            if not action.paths:  # a bare name: the dynamic loader's own search path
+                return None
+            path = action.paths[0]
+            if not _within(path, self._roots) and _within(path, self._libraries):
+                return None
+            reason = ("it is not part of the Python installation or the system's libraries"
+                      if not _within(path, self._roots) else
+                      "it is in a place code can write (its tree, the temp dir...)")
+        return RuntimeGuardError(
+            f"runtime guard: {self.repo} tried to load native code {action.target} "
+            f"({action.op}); {reason} (runtime = \"enforce\"{self._src()})",
+            hint='runtime = "observe" in [safehub] records native code instead of refusing it',
+            action="library", target=action.target, repo=self.repo, key="runtime")
+
+    def _decide_network(self, action: Action) -> RuntimeGuardError | None:
+        rules = self.rules
+        if not rules.network_restricted:
+            return None
+        host, port = normalise_host(action.host), action.port
+        if action.kind == "lookup":
+            if parse_ip(host) is not None or _local_name(host) or rules.host_allowed(host, None):
+                if rules.host_allowed(host, None):
+                    with self._lock:
+                        self._looked_up.add(host)
+                return None
+            return self._refusal(action, f"look up {host}", "network", host)
+        if rules.host_allowed(host, port):
+            return None
+        ip = parse_ip(host)
+        names = self._names_of(str(ip)) if ip is not None else set()
+        if any(rules.host_allowed(n, port) for n in names):
+            return None
+        named = min(names) if names else (f"[{host}]" if ip is not None and ":" in host
+                                          else host)
+        entry = f"{named}:{port}" if port is not None else named
+        return self._refusal(action, f"connect to {self._host_label(action)}", "network", entry)
+
+    def _names_of(self, address: str) -> set[str]:
+        """Allowed names that resolve to ``address`` (resolving them once, on demand)."""
+        with self._lock:
+            names = self._names.get(address)
+            todo = ({*self._looked_up, *self.rules.named_hosts()} - self._resolved
+                    if names is None else set())
+        for name in sorted(todo):
+            try:
+                infos = socket.getaddrinfo(name, None)
+            except (OSError, UnicodeError):
+                infos = []
+            with self._lock:
+                self._resolved.add(name)
+                for info in infos:
+                    ip = parse_ip(str(info[4][0]))
+                    if ip is not None:
+                        self._names.setdefault(str(ip), set()).add(name)
+        with self._lock:
+            return set(self._names.get(address, ()))
+
+    def _host_label(self, action: Action) -> str:
+        ip = parse_ip(action.host)
+        if ip is None:
+            return action.target
+        names = sorted(self._names.get(str(ip), ()))
+        if not names:
+            return action.target
+        return f"{names[0]}:{action.port} ({ip})" if action.port is not None else names[0]
+
+
+_ACTION = {"write": "write", "lookup": "network", "connect": "network", "process": "process",
+           "library": "library", "extension": "library", "symbol": "library",
+           "module": "module", "guard": "guard", "probe": "guard"}
+
+
+def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:
+    return value if isinstance(value, tuple) else ()
+
+
+def _local_name(host: str) -> bool:
+    """Names the resolver answers without asking DNS; decided at connect instead."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    with contextlib.suppress(OSError):
+        return host == socket.gethostname().lower()
+    return False
