@@ -292,13 +292,15 @@ class RuntimeGuard:
         if not self.rules.writes_restricted:
             return None
         for path in action.paths:
-            if path != self._devnull and not _within(path, self._roots):
-                verb = "write" if action.op == "open" else f"change ({action.op})"
-                folder = os.path.dirname(path) or path
-                return self._refusal(
-                    action, f"{verb} {path}", "writes", folder,
-                    f"it is outside its tree, torch's hub dir and the temp dir, and "
-                    f"{self._why('writes')}")
+            if path == self._devnull or _within(path, self._roots):
+                continue
+            if action.op == "os.mkdir" and any(_within(root, [path]) for root in self._roots):
+                continue  # a folder on the way to an allowed one (torch's hub dir, first use)
+            verb = "write" if action.op == "open" else f"change ({action.op})"
+            return self._refusal(
+                action, f"{verb} {path}", "writes", os.path.dirname(path) or path,
+                f"it is outside its tree, torch's hub dir and the temp dir, and "
+                f"{self._why('writes')}")
         return None
 
     def _decide_process(self, action: Action) -> RuntimeGuardError | None:

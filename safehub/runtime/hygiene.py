@@ -134,8 +134,8 @@ def _tops_from_record(record: str) -> set[str]:
     for line in record.splitlines():
         path = line.split(",", 1)[0].strip('"')
         first = path.split("/", 1)[0]
-        if not first or first.startswith("..") or first.endswith((".dist-info", ".data",
-                                                                  ".egg-info", ".pth")):
+        if not first or first.startswith(("..", "__pycache__")) or first.endswith(
+                (".dist-info", ".data", ".egg-info", ".pth")):
             continue
         if "/" in path:
             tops.add(first)
