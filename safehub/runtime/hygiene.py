@@ -26,7 +26,6 @@ import importlib.machinery
 import importlib.metadata
 import os
 import sys
-import sysconfig
 import threading
 from collections.abc import Collection
 from dataclasses import dataclass
@@ -162,13 +161,8 @@ def top_level_owners() -> dict[str, tuple[str, ...]]:
         return _OWNERS
 
 
-def _stdlib_dirs() -> tuple[str, ...]:
-    paths = sysconfig.get_paths()
-    return tuple({os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib")})
-
-
-def _classify(name: str, origin: str, stdlib: tuple[str, ...]) -> str:
-    if name in sys.stdlib_module_names or os.path.realpath(origin).startswith(stdlib):
+def _classify(name: str, origin: str) -> str:
+    if name in sys.stdlib_module_names:
         return "stdlib"
     owners = top_level_owners().get(name)
     if owners:
@@ -185,7 +179,6 @@ def shadowing(tree: Path) -> list[Shadow]:
     roots = _roots(tree)
     others = [p for p in sys.path
               if (os.path.abspath(p or os.curdir) + os.sep) not in roots]
-    stdlib = _stdlib_dirs()
     found: list[Shadow] = []
     for name, path in _module_names(tree).items():
         if name in _SKIPPED or name in _NEVER_IMPORTED or name in sys.builtin_module_names \
@@ -199,7 +192,7 @@ def shadowing(tree: Path) -> list[Shadow]:
             spec = None
         origin = spec.origin if spec is not None and spec.has_location else None
         if origin:
-            found.append(Shadow(name, path, _classify(name, origin, stdlib), imported))
+            found.append(Shadow(name, path, _classify(name, origin), imported))
         elif imported:
             found.append(Shadow(name, path, "already imported", True))
     return found
