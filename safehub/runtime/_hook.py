@@ -24,8 +24,8 @@ from typing import Any, Protocol
 from safehub.errors import RuntimeGuardError
 from safehub.runtime._events import EVENTS, Action
 
-__all__ = ["SUSPENDED", "Entry", "Guarded", "install", "pop", "push", "suspended",
-           "tampered"]
+__all__ = ["SUSPENDED", "Entry", "Guarded", "install", "no_bytecode", "pop", "push",
+           "suspended", "tampered"]
 
 
 class Guarded(Protocol):
@@ -135,6 +135,28 @@ def suspended() -> Iterator[None]:
         yield
     finally:
         pop(SUSPENDED)
+
+
+_bytecode_users = 0
+_bytecode_saved = False
+
+
+@contextlib.contextmanager
+def no_bytecode() -> Iterator[None]:
+    """``sys.dont_write_bytecode`` while any guard is active (a count: loads may overlap)."""
+    global _bytecode_users, _bytecode_saved
+    with _LOCK:
+        if _bytecode_users == 0:
+            _bytecode_saved = sys.dont_write_bytecode
+            sys.dont_write_bytecode = True
+        _bytecode_users += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _bytecode_users -= 1
+            if _bytecode_users == 0:
+                sys.dont_write_bytecode = _bytecode_saved
 
 
 class _Carried:

@@ -24,6 +24,7 @@ runtime guard: org/repo tried to start git (git --version); runtime = "enforce" 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import site
 import socket
@@ -126,10 +127,12 @@ def torch_hub_dir() -> str:
     return os.path.join(os.getenv("TORCH_HOME", os.path.join(cache, "torch")), "hub")
 
 
-def _install_roots() -> list[str]:
+@functools.lru_cache(maxsize=1)
+def _install_roots() -> tuple[str, ...]:
+    """Where this Python and its packages are installed (fixed for the process)."""
     roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
              *site.getsitepackages(), site.getusersitepackages()}
-    return sorted(_real(r) for r in roots if r)
+    return tuple(sorted(_real(r) for r in roots if r))
 
 
 class RuntimeGuard:
@@ -151,7 +154,8 @@ class RuntimeGuard:
         self._tree = [str(self.tree)]
         self._devnull = _real(os.devnull)
         self._interpreter = {sys.executable, _real(sys.executable)} if sys.executable else set()
-        self._libraries = [*_install_roots(), *_SYSTEM_LIBRARY_DIRS]
+        self._installed = _install_roots()
+        self._libraries = [*self._installed, *_SYSTEM_LIBRARY_DIRS]
         self._lock = threading.Lock()
         self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
         self._resolved: set[str] = set()
@@ -175,24 +179,24 @@ class RuntimeGuard:
         self.report.shadowing = shadowing(self.tree)
         self._refuse_shadowing()
         before = set(sys.modules)
-        bytecode = sys.dont_write_bytecode
-        sys.dont_write_bytecode = True  # no .pyc written into site-packages or the tree
-        _hook.push(self)
-        try:
-            yield self.report
-        except BaseException as e:
-            if self.report.refused and e not in self.report.refused:
-                raise self.report.refused[0] from None
-            raise
-        finally:
-            _hook.pop(self)
-            sys.dont_write_bytecode = bytecode
-            self.report.leftovers = leftovers(self.tree, before)
-            for name in _hook.tampered():
-                self._refuse_now(Action("guard", "tamper", name), "runtime",
-                                 f"the runtime guard's wrapper of {name} was replaced while "
-                                 f"{self.repo}'s code ran; its record is incomplete",
-                                 "find what replaced it (gevent, a test tool, the repo)")
+        with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
+            _hook.push(self)
+            try:
+                yield self.report
+            except Exception as e:
+                if self.report.refused and e not in self.report.refused:
+                    # the refusal is the root cause; `e` stays visible as its context
+                    raise self.report.refused[0]  # noqa: B904
+                raise
+            finally:
+                _hook.pop(self)
+                self.report.leftovers = leftovers(self.tree, before)
+                for name in _hook.tampered():
+                    self._refuse_now(
+                        Action("guard", "tamper", name), "runtime",
+                        f"runtime guard: {name} was replaced while {self.repo}'s code ran, "
+                        "so threads or processes it started may be missing from the record",
+                        "find what replaced it (gevent, a test tool, the repo's code)")
         self.report.raise_if_refused()
 
     def _refuse_shadowing(self) -> None:
@@ -254,7 +258,13 @@ class RuntimeGuard:
             return True
         if action.kind == "symbol":
             return action.program in _RISKY_SYMBOLS
-        return action.kind == "extension" and _within(action.paths[0], self._roots)
+        return action.kind == "extension" and self._written(action.paths[0])
+
+    def _written(self, path: str) -> bool:
+        """``path`` is in a place the guarded code may write (a Python installation in the
+        temp dir counts as installed, not as written)."""
+        return _within(path, self._tree) or (_within(path, self._roots)
+                                             and not _within(path, self._installed))
 
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
         return RuntimeGuardError(
@@ -313,8 +323,7 @@ class RuntimeGuard:
         verb = f"start {name} ({action.target})"
         if not rules.program_allowed(action.program):
             return self._refusal(action, verb, "subprocess", name)
-        if not action.real or action.real in self._interpreter \
-                or not _within(action.real, self._roots):
+        if not action.real or action.real in self._interpreter or not self._written(action.real):
             return None
         if any(os.path.isabs(e) and _real(e) == action.real for e in _names(rules.subprocess)):
             return None
@@ -333,11 +342,11 @@ class RuntimeGuard:
             if not action.paths:  # a bare name: the dynamic loader's own search path
                 return None
             path = action.paths[0]
-            if not _within(path, self._roots) and _within(path, self._libraries):
+            written = self._written(path)
+            if not written and _within(path, self._libraries):
                 return None
-            reason = ("it is not part of the Python installation or the system's libraries"
-                      if not _within(path, self._roots) else
-                      "it is in a place code can write (its tree, the temp dir...)")
+            reason = ("it is in a place code can write (its tree, the temp dir...)" if written
+                      else "it is not part of the Python installation or the system's libraries")
         return RuntimeGuardError(
             f"runtime guard: {self.repo} tried to load native code {action.target} "
             f"({action.op}); {reason} (runtime = \"enforce\"{self._src()})",
