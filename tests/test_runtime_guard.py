@@ -580,7 +580,45 @@ def test_tampering_with_the_thread_wrapper_fails_the_load(place: Place) -> None:
     finally:
         _hook.install()  # wrap it again for the other tests
     assert error is not None and error.action == "guard"
-    assert "threading._start_new_thread" in error.message
+    assert "threading._start_new_thread was replaced" in error.message
+
+
+def test_switching_the_hook_off_from_inside_is_caught_at_the_end(place: Place) -> None:
+    def code() -> None:
+        _hook._live = 0  # the hook's fast path now skips everything...
+        (place.outside / "unseen").write_text("x")
+
+    _, error = guarded(place, code, "enforce")
+    assert error is not None and "the audit hook's state was edited" in error.message
+    # ...and the count heals with the next guard
+    seen: list[BaseException | None] = []
+    _, error2 = guarded(place, lambda: seen.append(
+        attempt(lambda: (place.outside / "y").write_text("x"))), "enforce")
+    assert isinstance(seen[0], RuntimeGuardError) and _hook._live == 0
+
+
+def test_a_crash_after_a_swallowed_refusal_fails_with_the_refusal(place: Place) -> None:
+    def code() -> None:
+        weights = None
+        try:
+            raw_connect("127.0.0.1", 9)
+            weights = {"w": 1}
+        except:  # noqa: E722
+            pass
+        weights["w"]  # type: ignore[index]  # TypeError: the refusal is the root cause
+
+    report, error = guarded(place, code, "enforce")
+    assert error is not None and error is report.refused[0]
+    assert isinstance(error.__context__, TypeError)
+
+
+def test_keyboard_interrupt_is_not_turned_into_a_refusal(place: Place) -> None:
+    def code() -> None:
+        attempt(lambda: raw_connect("127.0.0.1", 9))
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        guarded(place, code, "enforce")
 
 
 def test_idle_hook_does_no_work(place: Place, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -55,6 +55,7 @@ class _State(threading.local):
 _STATE = _State()
 _LOCK = threading.RLock()
 _live = 0  # threads whose stack is not empty; the hook's whole idle cost is testing this
+_threads: set[int] = set()
 _installed = False
 _wrapped: dict[tuple[object, str], Callable[..., Any]] = {}
 
@@ -91,18 +92,22 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
         state.busy = False
 
 
-def _add_live(n: int) -> None:
-    global _live
-    with _LOCK:
-        _live += n
+_DISPATCH = _dispatch
+_EVENTS = EVENTS
 
 
 def _set_stack(stack: tuple[Entry, ...]) -> None:
+    global _live
     state = _STATE
     was = bool(state.stack)
     state.stack = stack
     if was != bool(stack):
-        _add_live(1 if stack else -1)
+        with _LOCK:  # a set of threads, not a bare count: an edited count heals on the next
+            if stack:
+                _threads.add(threading.get_ident())
+            else:
+                _threads.discard(threading.get_ident())
+            _live = len(_threads)
 
 
 def push(entry: Entry) -> None:
@@ -206,7 +211,10 @@ def _wrap(module: Any, name: str, make: Callable[[Callable[..., Any]], Callable[
 
 def _after_fork_in_child() -> None:
     global _live
-    _live = 1 if _STATE.stack else 0
+    _threads.clear()
+    if _STATE.stack:
+        _threads.add(threading.get_ident())
+    _live = len(_threads)
 
 
 class _Probe:
@@ -260,8 +268,14 @@ def install() -> None:
         _wrap(_posixsubprocess, "fork_exec", _announcing)
 
 
-def tampered() -> list[str]:
-    """The wrapped functions that something has replaced since :func:`install`."""
-    return [f"{getattr(module, '__name__', module)}.{name}"
-            for (module, name), wrapper in _wrapped.items()
-            if getattr(module, name, None) is not wrapper]
+def tampered(entry: Entry) -> list[str]:
+    """What has been changed in the guard's machinery while ``entry`` was active in this
+    thread: wrapped functions replaced, the hook's state or this thread's stack edited."""
+    found = [f"{getattr(module, '__name__', module)}.{name} was replaced"
+             for (module, name), wrapper in _wrapped.items()
+             if getattr(module, name, None) is not wrapper]
+    if entry not in _STATE.stack:
+        found.append("the guard was removed from its thread's stack")
+    if _live < 1 or _dispatch is not _DISPATCH or EVENTS is not _EVENTS:
+        found.append("the audit hook's state was edited")
+    return found

@@ -189,14 +189,15 @@ class RuntimeGuard:
                     raise self.report.refused[0]  # noqa: B904
                 raise
             finally:
+                problems = _hook.tampered(self)
                 _hook.pop(self)
                 self.report.leftovers = leftovers(self.tree, before)
-                for name in _hook.tampered():
+                if problems:
                     self._refuse_now(
-                        Action("guard", "tamper", name), "runtime",
-                        f"runtime guard: {name} was replaced while {self.repo}'s code ran, "
-                        "so threads or processes it started may be missing from the record",
-                        "find what replaced it (gevent, a test tool, the repo's code)")
+                        Action("guard", "tamper", "; ".join(problems)), "runtime",
+                        f"runtime guard: while {self.repo}'s code ran, {'; '.join(problems)}; "
+                        "what it did may be missing from the record",
+                        "find what changed it (gevent, a test tool, the repo's code)")
         self.report.raise_if_refused()
 
     def _refuse_shadowing(self) -> None:
