@@ -127,6 +127,53 @@ def torch_hub_dir() -> str:
     return os.path.join(os.getenv("TORCH_HOME", os.path.join(cache, "torch")), "hub")
 
 
+class _AddressBook:
+    """Which allowed names an address came from, for decisions at ``connect``.
+
+    A lookup's answer is not in its audit event, so the names are resolved again here, once
+    per guard and only when a connection goes to an address no entry names: the names the
+    code looked up that an entry allows, and the entries' own names.
+    """
+
+    def __init__(self, entries: list[str]) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
+        self._resolved: set[str] = set()
+        self._pending: set[str] = set(entries)
+
+    def looked_up(self, name: str) -> None:
+        with self._lock:
+            if name not in self._resolved:
+                self._pending.add(name)
+
+    def names_of(self, address: str) -> set[str]:
+        with self._lock:
+            todo = []
+            if address not in self._names:
+                todo, self._pending = sorted(self._pending), set()
+        for name in todo:
+            try:
+                infos = socket.getaddrinfo(name, None)
+            except (OSError, UnicodeError):
+                infos = []
+            with self._lock:
+                self._resolved.add(name)
+                for info in infos:
+                    ip = parse_ip(str(info[4][0]))
+                    if ip is not None:
+                        self._names.setdefault(str(ip), set()).add(name)
+        with self._lock:
+            return set(self._names.get(address, ()))
+
+    def label(self, host: str, port: int | None, shown: str) -> str:
+        """``name:port (address)`` if ``host`` is an address a known name resolved to."""
+        ip = parse_ip(host)
+        names = sorted(self._names.get(str(ip), ())) if ip is not None else []
+        if not names:
+            return shown
+        return f"{names[0]}:{port} ({ip})" if port is not None else f"{names[0]} ({ip})"
+
+
 @functools.lru_cache(maxsize=1)
 def _install_roots() -> tuple[str, ...]:
     """Where this Python and its packages are installed (fixed for the process)."""
@@ -157,9 +204,7 @@ class RuntimeGuard:
         self._installed = _install_roots()
         self._libraries = [*self._installed, *_SYSTEM_LIBRARY_DIRS]
         self._lock = threading.Lock()
-        self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
-        self._resolved: set[str] = set()
-        self._looked_up: set[str] = set()
+        self._addresses = _AddressBook(rules.named_hosts())
 
     # -- the guarded block ---------------------------------------------------------------
 
@@ -362,14 +407,13 @@ class RuntimeGuard:
         if action.kind == "lookup":
             if parse_ip(host) is not None or _local_name(host) or rules.host_allowed(host, None):
                 if rules.host_allowed(host, None):
-                    with self._lock:
-                        self._looked_up.add(host)
+                    self._addresses.looked_up(host)
                 return None
             return self._refusal(action, f"look up {host}", "network", host)
         if rules.host_allowed(host, port):
             return None
         ip = parse_ip(host)
-        names = self._names_of(str(ip)) if ip is not None else set()
+        names = self._addresses.names_of(str(ip)) if ip is not None else set()
         if any(rules.host_allowed(n, port) for n in names):
             return None
         named = min(names) if names else (f"[{host}]" if ip is not None and ":" in host
@@ -377,34 +421,8 @@ class RuntimeGuard:
         entry = f"{named}:{port}" if port is not None else named
         return self._refusal(action, f"connect to {self._host_label(action)}", "network", entry)
 
-    def _names_of(self, address: str) -> set[str]:
-        """Allowed names that resolve to ``address`` (resolving them once, on demand)."""
-        with self._lock:
-            names = self._names.get(address)
-            todo = ({*self._looked_up, *self.rules.named_hosts()} - self._resolved
-                    if names is None else set())
-        for name in sorted(todo):
-            try:
-                infos = socket.getaddrinfo(name, None)
-            except (OSError, UnicodeError):
-                infos = []
-            with self._lock:
-                self._resolved.add(name)
-                for info in infos:
-                    ip = parse_ip(str(info[4][0]))
-                    if ip is not None:
-                        self._names.setdefault(str(ip), set()).add(name)
-        with self._lock:
-            return set(self._names.get(address, ()))
-
     def _host_label(self, action: Action) -> str:
-        ip = parse_ip(action.host)
-        if ip is None:
-            return action.target
-        names = sorted(self._names.get(str(ip), ()))
-        if not names:
-            return action.target
-        return f"{names[0]}:{action.port} ({ip})" if action.port is not None else names[0]
+        return self._addresses.label(action.host, action.port, action.target)
 
 
 _ACTION = {"write": "write", "lookup": "network", "connect": "network", "process": "process",
