@@ -152,7 +152,10 @@ def warm_loads(root: Path) -> dict[str, float]:
     from safehub.runtime import RuntimeGuard, RuntimeRules
 
     tree = small_repo(root)
-    plain = lambda: torch.hub.load(str(tree), "tiny", source="local", trust_repo=True)  # noqa: E731
+    hub_load: Callable[..., Any] = torch.hub.load
+
+    def plain() -> None:
+        hub_load(str(tree), "tiny", source="local", trust_repo=True)
 
     def guarded() -> None:
         guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="bench/small", tree=tree)

@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 
 from safehub.errors import PolicyError, RuntimeGuardError, SafehubError
-from safehub.runtime import RuntimeGuard, RuntimeReport, RuntimeRules, suspended
-from safehub.runtime import _hook
+from safehub.runtime import RuntimeGuard, RuntimeReport, RuntimeRules, _hook, suspended
 
 REPO = "acme/models"
 
@@ -99,7 +98,8 @@ def python(code: str = "pass") -> None:
 
 def test_observe_without_network_key_records_connections(place: Place, port: int) -> None:
     results: list[BaseException | None] = []
-    report, error = guarded(place, lambda: results.append(attempt(lambda: connect("localhost", port))))
+    report, error = guarded(place, lambda: results.append(
+        attempt(lambda: connect("localhost", port))))
     assert results == [None] and error is None
     assert "localhost" in report.lookups
     assert f"127.0.0.1:{port}" in report.hosts
@@ -107,16 +107,16 @@ def test_observe_without_network_key_records_connections(place: Place, port: int
 
 def test_network_key_allows_its_hosts_and_names_the_address(place: Place, port: int) -> None:
     results: list[BaseException | None] = []
-    report, error = guarded(place, lambda: results.append(attempt(lambda: connect("localhost", port))),
-                            network=("localhost",))
+    report, error = guarded(place, lambda: results.append(
+        attempt(lambda: connect("localhost", port))), network=("localhost",))
     assert results == [None] and error is None
     assert f"localhost:{port} (127.0.0.1)" in report.hosts
 
 
 def test_network_key_refuses_other_hosts_where_it_happens(place: Place, port: int) -> None:
     seen: list[BaseException | None] = []
-    report, error = guarded(place, lambda: seen.append(attempt(lambda: raw_connect("127.0.0.1", port))),
-                            network=("127.0.0.2",))
+    report, error = guarded(place, lambda: seen.append(
+        attempt(lambda: raw_connect("127.0.0.1", port))), network=("127.0.0.2",))
     assert isinstance(seen[0], RuntimeGuardError)  # raised by connect() itself
     assert error is seen[0]  # and the load fails with it although the code swallowed it
     assert error.action == "network" and error.key == "network" and error.repo == REPO
@@ -186,7 +186,7 @@ def test_udp_sendto_is_a_connection(place: Place, port: int) -> None:
             s.sendto(b"exfiltrated", ("127.0.0.1", port))
 
     seen: list[BaseException | None] = []
-    report, error = guarded(place, lambda: seen.append(attempt(send)), "enforce")
+    _report, error = guarded(place, lambda: seen.append(attempt(send)), "enforce")
     assert isinstance(seen[0], RuntimeGuardError) and error is seen[0]
     report2, error2 = guarded(place, send, "observe")
     assert error2 is None and f"127.0.0.1:{port}" in report2.hosts
@@ -238,7 +238,7 @@ def test_multiprocessing_spawn_is_seen_too(place: Place) -> None:
         process.join()
 
     seen: list[BaseException | None] = []
-    report, error = guarded(place, lambda: seen.append(attempt(go)), subprocess=False)
+    _report, error = guarded(place, lambda: seen.append(attempt(go)), subprocess=False)
     assert isinstance(seen[0], RuntimeGuardError) and error is seen[0]
     assert "fork_exec" not in error.message and "python" in error.message
 
@@ -252,7 +252,7 @@ def test_program_list_allows_named_programs_only(place: Place, tmp_path: Path) -
         seen.append(attempt(lambda: os.system("true")))              # sh -c true: true
         seen.append(attempt(lambda: os.system("true; true")))        # not simple: the shell
 
-    report, error = guarded(place, code, subprocess=("python", "true"))
+    _report, error = guarded(place, code, subprocess=("python", "true"))
     assert seen[:3] == [None, None, None]
     assert isinstance(seen[3], RuntimeGuardError) and error is seen[3]
     assert "tried to start sh (true; true)" in error.message
@@ -324,7 +324,7 @@ def test_enforce_allows_tree_temp_hub_dir_and_devnull_only(place: Place) -> None
         seen.append(attempt(lambda: os.makedirs(place.outside, exist_ok=True)))  # exists: no-op
         seen.append(attempt(lambda: (place.outside / "x").write_text("x")))
 
-    report, error = guarded(place, code, "enforce")
+    _report, error = guarded(place, code, "enforce")
     assert seen[:5] == [None] * 5
     assert isinstance(seen[5], RuntimeGuardError) and error is seen[5]
     assert "outside its tree, torch's hub dir and the temp dir" in error.message
@@ -362,7 +362,7 @@ def test_every_kind_of_change_outside_is_refused(place: Place, change: str) -> N
             os.truncate(victim, 0)
 
     seen: list[BaseException | None] = []
-    report, error = guarded(place, lambda: seen.append(attempt(go)), "enforce")
+    _report, error = guarded(place, lambda: seen.append(attempt(go)), "enforce")
     assert isinstance(seen[0], RuntimeGuardError) and error is seen[0], seen
     assert error.action == "write" and error.key == "writes"
     assert victim.read_text() == "precious" and (folder / "f").read_text() == "precious"
@@ -497,16 +497,15 @@ def test_nested_guards_compose(place: Place, port: int) -> None:
     inner = RuntimeGuard(RuntimeRules(mode="observe", network=("127.0.0.1",)),
                          repo="acme/inner", tree=inner_tree)
     seen: dict[str, BaseException | None] = {}
-    with pytest.raises(RuntimeGuardError) as info:
-        with outer.active():
-            try:
-                with inner.active():
-                    seen["inner connect"] = attempt(lambda: raw_connect("127.0.0.1", port))
-                    seen["inner write"] = attempt(lambda: (place.outside / "i").write_text("x"))
-                    seen["inner sh"] = attempt(lambda: os.system("true"))
-            except BaseException as e:  # the outer repo's code swallows the nested failure
-                seen["nested load"] = e
-            seen["outer connect"] = attempt(lambda: raw_connect("127.0.0.1", port))
+    with pytest.raises(RuntimeGuardError) as info, outer.active():
+        try:
+            with inner.active():
+                seen["inner connect"] = attempt(lambda: raw_connect("127.0.0.1", port))
+                seen["inner write"] = attempt(lambda: (place.outside / "i").write_text("x"))
+                seen["inner sh"] = attempt(lambda: os.system("true"))
+        except BaseException as e:  # the outer repo's code swallows the nested failure
+            seen["nested load"] = e
+        seen["outer connect"] = attempt(lambda: raw_connect("127.0.0.1", port))
     assert seen["inner connect"] is None and seen["inner write"] is None
     assert seen["inner sh"] is None  # the inner rules have no subprocess key: observe allows
     assert isinstance(seen["outer connect"], RuntimeGuardError)
@@ -521,13 +520,12 @@ def test_nested_guards_compose(place: Place, port: int) -> None:
 def test_a_refusal_inside_a_nested_load_fails_the_outer_load(place: Place) -> None:
     inner = RuntimeGuard(RuntimeRules(mode="enforce"), repo="acme/inner", tree=place.tmp)
     outer = RuntimeGuard(RuntimeRules(mode="observe"), repo="acme/outer", tree=place.tree)
-    with pytest.raises(RuntimeGuardError) as info:
-        with outer.active():
-            try:
-                with inner.active():
-                    attempt(lambda: (place.outside / "x").write_text("x"))
-            except RuntimeGuardError:
-                pass  # swallowed by the outer repo's code
+    with pytest.raises(RuntimeGuardError) as info, outer.active():
+        try:
+            with inner.active():
+                attempt(lambda: (place.outside / "x").write_text("x"))
+        except RuntimeGuardError:
+            pass  # swallowed by the outer repo's code
     assert info.value.repo == "acme/inner" and outer.report.refused == [info.value]
 
 
@@ -592,7 +590,7 @@ def test_switching_the_hook_off_from_inside_is_caught_at_the_end(place: Place) -
     assert error is not None and "the audit hook's state was edited" in error.message
     # ...and the count heals with the next guard
     seen: list[BaseException | None] = []
-    _, error2 = guarded(place, lambda: seen.append(
+    _, _error2 = guarded(place, lambda: seen.append(
         attempt(lambda: (place.outside / "y").write_text("x"))), "enforce")
     assert isinstance(seen[0], RuntimeGuardError) and _hook._live == 0
 
@@ -659,4 +657,4 @@ def test_bad_rules_are_policy_errors() -> None:
     for keys in ({"network": ("http://x/",)}, {"writes": ("relative/path",)},
                  {"subprocess": ("rm -rf",)}, {"mode": "audit"}):
         with pytest.raises(PolicyError):
-            RuntimeRules(source="/etc/safehub/policy.toml", **keys)  # type: ignore[arg-type]
+            RuntimeRules(source="/etc/safehub/policy.toml", **keys)
