@@ -332,7 +332,7 @@ def test_enforce_allows_tree_temp_hub_dir_and_devnull_only(place: Place) -> None
 
 
 @pytest.mark.parametrize("change", ["rename-out", "remove", "rmtree", "symlink-follow",
-                                    "chmod", "sqlite", "copyfile", "truncate"])
+                                    "hardlink-in", "chmod", "sqlite", "copyfile", "truncate"])
 def test_every_kind_of_change_outside_is_refused(place: Place, change: str) -> None:
     victim = place.outside / "victim.txt"
     victim.write_text("precious")
@@ -352,6 +352,10 @@ def test_every_kind_of_change_outside_is_refused(place: Place, change: str) -> N
             os.symlink(victim, place.tree / "link")    # the link itself is inside: allowed
             with open(place.tree / "link", "w") as f:  # writing through it is not
                 f.write("overwritten")
+        elif change == "hardlink-in":
+            os.link(victim, place.tree / "alias")     # the new name is inside the tree...
+            with open(place.tree / "alias", "w") as f:  # ...but it is the victim's inode
+                f.write("overwritten")
         elif change == "chmod":
             os.chmod(victim, 0o777)
         elif change == "sqlite":
@@ -369,6 +373,19 @@ def test_every_kind_of_change_outside_is_refused(place: Place, change: str) -> N
     assert (victim.stat().st_mode & 0o777) != 0o777
     assert not (place.outside / "payload").exists() and not (place.outside / "copy.py").exists()
     assert not (place.outside / "db.sqlite").exists()
+
+
+def test_environment_changes_are_recorded(place: Place,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEHUB_TEST_VAR", "1")  # restored after the test
+
+    def code() -> None:
+        os.environ["HTTPS_PROXY"] = "http://127.0.0.1:9"
+        del os.environ["HTTPS_PROXY"]
+        del os.environ["SAFEHUB_TEST_VAR"]
+
+    report, error = guarded(place, code, "enforce")
+    assert error is None and report.environ == ["HTTPS_PROXY", "SAFEHUB_TEST_VAR"]
 
 
 def test_changes_inside_the_tree_are_allowed_and_not_listed(place: Place) -> None:

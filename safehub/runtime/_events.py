@@ -23,9 +23,10 @@ __all__ = ["EVENTS", "Action", "command_line", "shell_program"]
 class Action:
     """One thing the code tried to do.
 
-    ``kind`` is ``lookup``, ``connect``, ``process``, ``write``, ``library`` (a ``ctypes``
-    load), ``extension`` (a compiled module imported), ``symbol`` (a ``ctypes`` function
-    looked up), ``guard`` or ``probe``. ``op`` is the audit event.
+    ``kind`` is ``lookup``, ``connect``, ``process``, ``write``, ``environ`` (a variable
+    set or unset), ``library`` (a ``ctypes`` load), ``extension`` (a compiled module
+    imported), ``symbol`` (a ``ctypes`` function looked up), ``guard`` or ``probe``. ``op``
+    is the audit event.
     """
 
     kind: str
@@ -310,6 +311,18 @@ def _connect(op: str) -> Reader:
     return read
 
 
+# -- environment -------------------------------------------------------------------------
+
+def _environ(op: str) -> Reader:
+    def read(args: tuple[Any, ...]) -> tuple[Action, ...]:
+        key = _arg(args, 0)
+        if key is None:
+            return _NONE
+        return (Action("environ", op, _text(key)),)
+
+    return read
+
+
 # -- native code -------------------------------------------------------------------------
 
 def _dlopen(args: tuple[Any, ...]) -> tuple[Action, ...]:
@@ -346,7 +359,8 @@ EVENTS: dict[str, Reader] = {
     "os.rmdir": _writes("os.rmdir", (0, 1, False)),
     "os.mkdir": _mkdir,
     "os.symlink": _writes("os.symlink", (1, 2, False)),
-    "os.link": _writes("os.link", (1, 3, False)),
+    # a hard link makes its source writable under the new name: both must be writable
+    "os.link": _writes("os.link", (0, 2, True), (1, 3, False)),
     "os.truncate": _writes("os.truncate", (0, None, True)),
     "os.chmod": _writes("os.chmod", (0, 2, True)),
     "os.chown": _writes("os.chown", (0, 3, True)),
@@ -380,6 +394,8 @@ EVENTS: dict[str, Reader] = {
     "socket.connect": _connect("socket.connect"),
     "socket.sendto": _connect("socket.sendto"),
     "socket.sendmsg": _connect("socket.sendmsg"),
+    "os.putenv": _environ("os.putenv"),
+    "os.unsetenv": _environ("os.unsetenv"),
     "ctypes.dlopen": _dlopen,
     "ctypes.dlsym": _dlsym,
     "ctypes.dlsym/handle": _dlsym,

@@ -60,7 +60,9 @@ class RuntimeReport:
 
     ``hosts``: connections (``host:port``, named when a lookup in the same guard gave the
     address); ``lookups``: names resolved; ``programs``: command lines started; ``writes``:
-    paths changed outside the repo's tree; ``libraries``: native code loaded with ctypes,
+    paths changed outside the repo's tree; ``environ``: environment variables set or unset
+    (names only: later processes and libraries of the caller see them, ``HTTPS_PROXY`` or
+    ``PATH`` for instance); ``libraries``: native code loaded with ctypes,
     compiled modules imported from writable places, risky ctypes functions looked up;
     ``refused``: every refusal, in order; ``shadowing``: top-level names of the tree that
     shadow other modules; ``leftovers``: the tree's modules still imported afterwards.
@@ -72,6 +74,7 @@ class RuntimeReport:
     lookups: list[str] = field(default_factory=list)
     programs: list[str] = field(default_factory=list)
     writes: list[str] = field(default_factory=list)
+    environ: list[str] = field(default_factory=list)
     libraries: list[str] = field(default_factory=list)
     refused: list[RuntimeGuardError] = field(default_factory=list)
     shadowing: list[Shadow] = field(default_factory=list)
@@ -89,7 +92,7 @@ class RuntimeReport:
             "repo": self.repo, "mode": self.mode,
             "hosts": list(self.hosts), "lookups": list(self.lookups),
             "programs": list(self.programs), "writes": list(self.writes),
-            "libraries": list(self.libraries),
+            "environ": list(self.environ), "libraries": list(self.libraries),
             "refused": [{"action": e.action, "target": e.target, "key": e.key,
                          "message": e.message} for e in self.refused],
             "shadowing": [s.to_json() for s in self.shadowing],
@@ -296,6 +299,8 @@ class RuntimeGuard:
                 report._add(report.lookups, action.host)
             elif kind == "process":
                 report._add(report.programs, action.target)
+            elif kind == "environ":
+                report._add(report.environ, action.target)
             elif self._noteworthy_native(action):
                 report._add(report.libraries, action.target)
 
