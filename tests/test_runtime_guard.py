@@ -670,6 +670,29 @@ def test_report_is_json_and_errors_are_safehub_errors(place: Place, port: int) -
     assert data["writes"] == [str((place.outside / "w").resolve())]
 
 
+def test_report_lists_are_capped(place: Place) -> None:
+    def code() -> None:
+        for i in range(300):
+            (place.outside / f"f{i}").write_text("x")
+
+    report, error = guarded(place, code)
+    assert error is None and len(report.writes) == 256 and report.truncated == 44
+
+
+def test_bytecode_switch_is_restored_once_all_guards_end(place: Place,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "dont_write_bytecode", False)
+    inside: list[bool] = []
+
+    def code() -> None:
+        inside.append(sys.dont_write_bytecode)
+        guarded(place, lambda: inside.append(sys.dont_write_bytecode))
+        inside.append(sys.dont_write_bytecode)
+
+    guarded(place, code)
+    assert inside == [True, True, True] and sys.dont_write_bytecode is False
+
+
 def test_bad_rules_are_policy_errors() -> None:
     for keys in ({"network": ("http://x/",)}, {"writes": ("relative/path",)},
                  {"subprocess": ("rm -rf",)}, {"mode": "audit"}):

@@ -7,6 +7,7 @@ absolute and with symlinks resolved, as the operation will see them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import shutil
@@ -15,6 +16,11 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+try:
+    import fcntl
+except ImportError:  # Windows
+    fcntl = None  # type: ignore[assignment]
 
 __all__ = ["EVENTS", "Action", "command_line", "shell_program"]
 
@@ -66,7 +72,12 @@ def _dir_of_fd(fd: Any) -> str:
     try:
         return os.readlink(f"/proc/self/fd/{fd}")
     except OSError:
-        return f"/<unknown directory of fd {fd}>"
+        pass
+    get_path = getattr(fcntl, "F_GETPATH", None) if fcntl is not None else None
+    if get_path is not None:  # macOS
+        with contextlib.suppress(OSError):
+            return os.fsdecode(fcntl.fcntl(fd, get_path, bytes(1024)).rstrip(b"\0"))
+    return f"/<unknown directory of fd {fd}>"  # outside every allowed folder
 
 
 def _path(value: Any, dir_fd: Any = None, follow: bool = True) -> str | None:
