@@ -388,6 +388,50 @@ def test_environment_changes_are_recorded(place: Place,
     assert error is None and report.environ == ["HTTPS_PROXY", "SAFEHUB_TEST_VAR"]
 
 
+class Liar:
+    """A path object that names one file to the operation and another to anyone after."""
+
+    def __init__(self, first: Path, then: Path) -> None:
+        self.answers = [str(first), str(then)]
+
+    def __fspath__(self) -> str:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+class Disguised(str):
+    """A str whose methods claim another path than its characters."""
+
+    def __str__(self) -> str:
+        return "/nowhere/inside"
+
+    def __fspath__(self) -> str:
+        return "/nowhere/inside"
+
+
+def test_arguments_are_read_without_running_the_repos_code(place: Place) -> None:
+    """Python-level events (sqlite3, shutil, subprocess) carry the objects the code passed;
+    the C-level ones (open, os.*) carry what CPython converted. A path object's methods are
+    never called by the guard: it could name one file to sqlite and another to the guard."""
+    target = place.outside / "target.db"
+    seen: list[BaseException | None] = []
+
+    def code() -> None:
+        seen.append(attempt(lambda: sqlite3.connect(Liar(target, place.tree / "ok.db"))))
+        seen.append(attempt(lambda: open(Disguised(target), "w").close()))
+
+    guarded(place, code, "enforce")
+    assert all(isinstance(e, RuntimeGuardError) for e in seen), seen
+    # (3.10 passes sqlite3 the converted name: then it is refused by its name)
+    assert ("called sqlite3.connect with <a Liar object>, which the guard does not read"
+            in str(seen[0])) or f"tried to write {target.resolve()}" in str(seen[0])
+    assert f"tried to write {target.resolve()}" in str(seen[1])  # by its characters
+    assert not target.exists()
+    # unrestricted: allowed, and recorded as what it is
+    report, error = guarded(place, lambda: sqlite3.connect(Liar(target, target)).close())
+    assert error is None and report.writes in (["<a Liar object> (sqlite3.connect)"],
+                                               [str(target.resolve())])
+
+
 def test_changes_inside_the_tree_are_allowed_and_not_listed(place: Place) -> None:
     def code() -> None:
         (place.tree / "a").write_text("x")

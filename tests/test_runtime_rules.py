@@ -8,7 +8,7 @@ import pytest
 
 from safehub.errors import PolicyError
 from safehub.runtime import RuntimeRules, hosts_of_urls
-from safehub.runtime._events import shell_program
+from safehub.runtime._read import shell_program
 from safehub.runtime.rules import HostPattern
 
 

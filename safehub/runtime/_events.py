@@ -2,27 +2,33 @@
 
 Every reader takes the event's argument tuple and returns the actions it stands for
 (usually one, none for events that change nothing, two for a rename). Paths come out
-absolute and with symlinks resolved, as the operation will see them.
+absolute and with symlinks resolved, as the operation will see them. Arguments are read
+with :mod:`safehub.runtime._read`: an argument that could run the repo's code is not read,
+and the action is *opaque*.
 """
 
 from __future__ import annotations
 
-import contextlib
+import _socket
 import os
-import shlex
-import shutil
 import socket
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-try:
-    import fcntl
-except ImportError:  # Windows
-    fcntl = None  # type: ignore[assignment]
+from safehub.runtime._read import (
+    Opaque,
+    command_line,
+    find_program,
+    integer,
+    items,
+    path,
+    shell_program,
+    text,
+)
 
-__all__ = ["EVENTS", "Action", "command_line", "shell_program"]
+__all__ = ["EVENTS", "Action"]
 
 
 @dataclass(frozen=True)
@@ -31,8 +37,8 @@ class Action:
 
     ``kind`` is ``lookup``, ``connect``, ``process``, ``write``, ``environ`` (a variable
     set or unset), ``library`` (a ``ctypes`` load), ``extension`` (a compiled module
-    imported), ``symbol`` (a ``ctypes`` function looked up), ``guard`` or ``probe``. ``op``
-    is the audit event.
+    imported), ``symbol`` (a ``ctypes`` function looked up), ``module``, ``guard`` or
+    ``probe``. ``op`` is the audit event. ``opaque``: an argument could not be read safely.
     """
 
     kind: str
@@ -44,205 +50,95 @@ class Action:
     program: str = ""
     real: str = ""
     shell: str = ""
+    opaque: bool = False
 
 
 Reader = Callable[[tuple[Any, ...]], tuple[Action, ...]]
 _NONE: tuple[Action, ...] = ()
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_TRUNC
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
-_SHELL_SPECIAL = frozenset(";&|<>()$`\\\n\r*?[]{}~!#")
-_MAX_TEXT = 240
+_FAMILY = _socket.socket.__dict__["family"]  # the C field, not a property a subclass made
 
 
-def _text(value: Any) -> str:
-    if isinstance(value, bytes):
-        return os.fsdecode(value)
-    return str(os.fspath(value)) if isinstance(value, (str, os.PathLike)) else str(value)
+def _arg(args: tuple[Any, ...], index: int | None) -> Any:
+    return args[index] if index is not None and len(args) > index else None
 
 
-def _arg(args: tuple[Any, ...], index: int) -> Any:
-    return args[index] if len(args) > index else None
-
-
-# -- paths -------------------------------------------------------------------------------
-
-def _dir_of_fd(fd: Any) -> str:
-    if not isinstance(fd, int) or fd < 0:
-        return os.getcwd()
-    try:
-        return os.readlink(f"/proc/self/fd/{fd}")
-    except OSError:
-        pass
-    get_path = getattr(fcntl, "F_GETPATH", None) if fcntl is not None else None
-    if get_path is not None:  # macOS
-        with contextlib.suppress(OSError):
-            return os.fsdecode(fcntl.fcntl(fd, get_path, bytes(1024)).rstrip(b"\0"))
-    return f"/<unknown directory of fd {fd}>"  # outside every allowed folder
-
-
-def _path(value: Any, dir_fd: Any = None, follow: bool = True) -> str | None:
-    """``value`` as the absolute, resolved path the operation acts on (None for an fd)."""
-    if value is None or isinstance(value, int):
-        return None
-    path = _text(value)
-    if not os.path.isabs(path):
-        path = os.path.join(_dir_of_fd(dir_fd), path)
-    if follow:
-        return os.path.realpath(path)
-    head, tail = os.path.split(path.rstrip(os.sep) or os.sep)
-    if tail in ("", ".", ".."):
-        return os.path.realpath(path)
-    return os.path.join(os.path.realpath(head), tail)
-
+# -- writes ------------------------------------------------------------------------------
 
 def _writes(op: str, *specs: tuple[int, int | None, bool]) -> Reader:
     """A reader for an event whose argument ``index`` is a path written (``dir_fd``: the
-    argument holding its directory's descriptor; ``follow``: whether a final symlink is
-    followed)."""
+    argument holding its folder's descriptor; ``follow``: a final symlink is followed)."""
 
     def read(args: tuple[Any, ...]) -> tuple[Action, ...]:
-        paths = []
-        for index, dir_fd, follow in specs:
-            path = _path(_arg(args, index), _arg(args, dir_fd) if dir_fd is not None else None,
-                         follow)
-            if path is not None:
-                paths.append(path)
+        found = [path(_arg(args, index), _arg(args, dir_fd), follow)
+                 for index, dir_fd, follow in specs]
+        paths = tuple(p for p in found if p is not None)
         if not paths:
             return _NONE
-        return (Action("write", op, " -> ".join(paths), paths=tuple(paths)),)
+        return (Action("write", op, " -> ".join(paths), paths=paths),)
 
     return read
 
 
 def _open(args: tuple[Any, ...]) -> tuple[Action, ...]:
-    path, mode, flags = _arg(args, 0), _arg(args, 1), _arg(args, 2)
-    writing = isinstance(flags, int) and flags & _WRITE_FLAGS
-    if not writing and isinstance(mode, str):
+    name, mode, flags = _arg(args, 0), _arg(args, 1), integer(_arg(args, 2))
+    writing = bool(flags is not None and flags & _WRITE_FLAGS)
+    if not writing and type(mode) is str:
         writing = any(c in mode for c in "wax+")
-    if not writing or path is None or isinstance(path, int):
+    if not writing:
         return _NONE
-    resolved = _path(path)
-    return (Action("write", "open", str(resolved), paths=(str(resolved),)),)
+    resolved = path(name)
+    if resolved is None:  # an fd opened earlier
+        return _NONE
+    return (Action("write", "open", resolved, paths=(resolved,)),)
 
 
 def _mkdir(args: tuple[Any, ...]) -> tuple[Action, ...]:
-    path = _path(_arg(args, 0), _arg(args, 2), follow=False)
-    if path is None or os.path.isdir(path):  # makedirs(exist_ok=True) changes nothing
+    resolved = path(_arg(args, 0), _arg(args, 2), follow=False)
+    if resolved is None or os.path.isdir(resolved):  # makedirs(exist_ok=True): no change
         return _NONE
-    return (Action("write", "os.mkdir", path, paths=(path,)),)
+    return (Action("write", "os.mkdir", resolved, paths=(resolved,)),)
 
 
 def _sqlite(args: tuple[Any, ...]) -> tuple[Action, ...]:
     database = _arg(args, 0)
-    if database is None or isinstance(database, int):
+    if database is None:
         return _NONE
-    name = _text(database)
+    name = text(database)
     if name.startswith("file:"):
         name, _, query = name[5:].partition("?")
         if "mode=ro" in query or "mode=memory" in query:
             return _NONE
     if name in ("", ":memory:"):
         return _NONE
-    path = str(_path(name))
-    return (Action("write", "sqlite3.connect", path, paths=(path,)),)
+    resolved = str(path(name))
+    return (Action("write", "sqlite3.connect", resolved, paths=(resolved,)),)
 
 
 # -- processes ---------------------------------------------------------------------------
 
-def _env_path(env: Any) -> str:
-    if env is None:
-        return os.environ.get("PATH", os.defpath)
-    if isinstance(env, (list, tuple)):  # fork_exec: [b"K=V", ...]
-        for item in env:
-            key, _, value = _text(item).partition("=")
-            if key == "PATH":
-                return value
-        return os.defpath
-    try:
-        value = env.get("PATH", env.get(b"PATH"))
-    except (AttributeError, TypeError):
-        return os.defpath
-    return _text(value) if value is not None else os.defpath
-
-
-def _find(program: str, env: Any, cwd: Any) -> tuple[str, str]:
-    """(``program`` as found, its real path or "") the way exec would find it."""
-    if os.sep in program or (os.altsep and os.altsep in program):
-        base = _text(cwd) if cwd is not None else os.getcwd()
-        found = os.path.abspath(os.path.join(base, program))
-        return found, os.path.realpath(found)
-    found_on_path = shutil.which(program, path=_env_path(env))
-    if found_on_path is None:
-        return program, ""
-    found = os.path.abspath(found_on_path)
-    return found, os.path.realpath(found)
-
-
-def _special(command: str) -> bool:
-    """``command`` has a character the shell treats specially (outside single quotes)."""
-    quote = ""
-    for c in command:
-        if quote == "'":
-            quote = "" if c == "'" else quote
-        elif quote == '"':
-            if c == '"':
-                quote = ""
-            elif c in "$`\\":
-                return True
-        elif c in "'\"":
-            quote = c
-        elif c in _SHELL_SPECIAL:
-            return True
-    return bool(quote)
-
-
-def shell_program(command: str) -> str | None:
-    """The program a shell command runs, if it is one simple command; else None.
-
-    >>> shell_program("pip install --no-cache 'ultralytics>=8'")
-    'pip'
-    >>> shell_program("git log | head") is None, shell_program("A=1 git log") is None
-    (True, True)
-    """
-    if _special(command):
-        return None
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        return None
-    if not words or "=" in words[0]:
-        return None
-    return words[0]
-
-
-def command_line(argv: Any) -> str:
-    """``argv`` as one line, quoted, cut at 240 characters."""
-    if isinstance(argv, (str, bytes, os.PathLike)):
-        text = _text(argv)
-    else:
-        try:
-            text = " ".join(shlex.quote(_text(a)) for a in argv)
-        except TypeError:
-            text = repr(argv)
-    return text if len(text) <= _MAX_TEXT else text[:_MAX_TEXT - 3] + "..."
-
-
 def _process(op: str, program: Any, argv: Any, env: Any = None, cwd: Any = None,
              command: Any = None) -> tuple[Action, ...]:
     """A program start; ``command`` is set for a shell command (``os.system``)."""
-    exe = _text(program) if program is not None else ""
-    words = [] if isinstance(argv, (str, bytes)) or argv is None else list(argv)
-    if command is None and len(words) >= 3 and _text(words[1]) == "-c" \
-            and os.path.basename(exe or _text(words[0])) in _SHELLS:
+    if argv is None:
+        words: list[str] = []
+    elif isinstance(argv, (str, bytes)):
+        words = [text(argv)]
+    else:
+        words = [text(w) for w in items(argv)]
+    exe = text(program) if program is not None else (words[0] if words else "")
+    if command is None and len(words) >= 3 and words[1] == "-c" \
+            and os.path.basename(exe or words[0]) in _SHELLS:
         command = words[2]
-    shown = command_line(command if command is not None else (words or exe))
-    if not exe and words:
-        exe = _text(words[0])
-    found, real = _find(exe, env, cwd)
     if command is not None:
-        simple = shell_program(_text(command))
+        command = text(command)
+    shown = command if command is not None else command_line(words or [exe])
+    found, real = find_program(exe, env, cwd)
+    if command is not None:
+        simple = shell_program(command)
         if simple is not None:
-            inner, inner_real = _find(simple, env, cwd)
+            inner, inner_real = find_program(simple, env, cwd)
             return (Action("process", op, shown, program=inner, real=inner_real, shell=found),)
     return (Action("process", op, shown, program=found, real=real),)
 
@@ -278,9 +174,12 @@ def _fork(op: str) -> Reader:
 
 
 def _fork_exec(args: tuple[Any, ...]) -> tuple[Action, ...]:
+    """``_posixsubprocess.fork_exec``: the child tries each candidate path in turn."""
     executables, argv, env, cwd = (_arg(args, i) for i in range(4))
-    first = next(iter(executables), None) if executables else None
-    return _process("fork_exec", first, argv, env, cwd)
+    candidates = [text(e) for e in items(executables)] if executables is not None else []
+    program = next((c for c in candidates if os.path.isfile(c) and os.access(c, os.X_OK)),
+                   candidates[0] if candidates else None)
+    return _process("fork_exec", program, argv, env, cwd)
 
 
 def _startfile(args: tuple[Any, ...]) -> tuple[Action, ...]:
@@ -294,10 +193,8 @@ def _lookup(op: str) -> Reader:
         host = _arg(args, 0)
         if host is None:
             return _NONE
-        name = _text(host)
-        port = _arg(args, 1)
-        return (Action("lookup", op, name, host=name,
-                       port=port if isinstance(port, int) else None),)
+        name = text(host)
+        return (Action("lookup", op, name, host=name, port=integer(_arg(args, 1))),)
 
     return read
 
@@ -307,109 +204,122 @@ def _connect(op: str) -> Reader:
         sock, address = _arg(args, 0), _arg(args, 1)
         if address is None:
             return _NONE
-        family = getattr(sock, "family", None)
+        family = _FAMILY.__get__(sock, type(sock))
         if family == getattr(socket, "AF_UNIX", None) or isinstance(address, (str, bytes)):
-            path = _text(address).replace("\0", "@")
-            return (Action("connect", op, f"unix:{path}", host=f"unix:{path}"),)
-        if family in (socket.AF_INET, socket.AF_INET6) and isinstance(address, tuple):
-            host, port = _text(address[0]), address[1] if len(address) > 1 else None
-            port = port if isinstance(port, int) else None
+            where = "unix:" + text(address).replace("\0", "@")
+            return (Action("connect", op, where, host=where),)
+        if family in (socket.AF_INET, socket.AF_INET6):
+            parts = items(address)
+            host = text(parts[0])
+            port = integer(parts[1]) if len(parts) > 1 else None
             shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
             return (Action("connect", op, shown, host=host, port=port),)
-        name = getattr(family, "name", str(family))
-        return (Action("connect", op, f"{name}:{address!r}", host=f"{name}:{address!r}"),)
+        where = f"family {family}"  # netlink, packet...: needs an entry nobody can write
+        return (Action("connect", op, where, host=where),)
 
     return read
 
 
-# -- environment -------------------------------------------------------------------------
+# -- environment and native code ---------------------------------------------------------
 
 def _environ(op: str) -> Reader:
     def read(args: tuple[Any, ...]) -> tuple[Action, ...]:
         key = _arg(args, 0)
-        if key is None:
-            return _NONE
-        return (Action("environ", op, _text(key)),)
+        return _NONE if key is None else (Action("environ", op, text(key)),)
 
     return read
 
-
-# -- native code -------------------------------------------------------------------------
 
 def _dlopen(args: tuple[Any, ...]) -> tuple[Action, ...]:
     name = _arg(args, 0)
     if name is None:  # the process itself (ctypes.pythonapi, CDLL(None))
         return _NONE
-    text = _text(name)
-    path = os.path.realpath(text) if os.sep in text else ""
-    return (Action("library", "ctypes.dlopen", text, paths=(path,) if path else ()),)
+    shown = text(name)
+    where = os.path.realpath(shown) if os.sep in shown else ""
+    return (Action("library", "ctypes.dlopen", shown, paths=(where,) if where else ()),)
 
 
 def _dlsym(args: tuple[Any, ...]) -> tuple[Action, ...]:
-    library, symbol = _arg(args, 0), _arg(args, 1)
-    if not isinstance(symbol, (str, bytes)):
+    symbol = _arg(args, 1)
+    if integer(symbol) is not None:  # an ordinal (Windows)
         return _NONE
-    where = getattr(library, "_name", None) if not isinstance(library, int) else None
-    name = _text(symbol)
-    shown = f"{name} from {_text(where)}" if where else name
-    return (Action("symbol", "ctypes.dlsym", shown, program=name),)
+    name = text(symbol)
+    return (Action("symbol", "ctypes.dlsym", name, program=name),)
 
 
 def _import(args: tuple[Any, ...]) -> tuple[Action, ...]:
     filename = _arg(args, 1)
-    if filename is None:
+    if filename is None:  # not a compiled module
         return _NONE
-    path = os.path.realpath(_text(filename))
-    return (Action("extension", "import", f"{_text(_arg(args, 0))} ({path})", paths=(path,)),)
+    where = os.path.realpath(text(filename))
+    return (Action("extension", "import", f"{text(_arg(args, 0))} ({where})",
+                   paths=(where,)),)
 
 
-EVENTS: dict[str, Reader] = {
-    "open": _open,
-    "os.rename": _writes("os.rename", (0, 2, False), (1, 3, False)),
-    "os.remove": _writes("os.remove", (0, 1, False)),
-    "os.rmdir": _writes("os.rmdir", (0, 1, False)),
-    "os.mkdir": _mkdir,
-    "os.symlink": _writes("os.symlink", (1, 2, False)),
+def _readable(kind: str, op: str, reader: Reader) -> Reader:
+    def read(args: tuple[Any, ...]) -> tuple[Action, ...]:
+        try:
+            return reader(args)
+        except Opaque as e:
+            return (Action(kind, op, e.shown, opaque=True),)
+
+    return read
+
+
+_WRITES = {
+    "os.rename": ((0, 2, False), (1, 3, False)),
+    "os.remove": ((0, 1, False),),
+    "os.rmdir": ((0, 1, False),),
+    "os.symlink": ((1, 2, False),),
     # a hard link makes its source writable under the new name: both must be writable
-    "os.link": _writes("os.link", (0, 2, True), (1, 3, False)),
-    "os.truncate": _writes("os.truncate", (0, None, True)),
-    "os.chmod": _writes("os.chmod", (0, 2, True)),
-    "os.chown": _writes("os.chown", (0, 3, True)),
-    "os.utime": _writes("os.utime", (0, 3, True)),
-    "os.chflags": _writes("os.chflags", (0, None, True)),
-    "os.lchflags": _writes("os.lchflags", (0, None, False)),
-    "os.setxattr": _writes("os.setxattr", (0, None, True)),
-    "os.removexattr": _writes("os.removexattr", (0, None, True)),
-    "shutil.copyfile": _writes("shutil.copyfile", (1, None, True)),
-    "shutil.copymode": _writes("shutil.copymode", (1, None, True)),
-    "shutil.copystat": _writes("shutil.copystat", (1, None, True)),
-    "shutil.copytree": _writes("shutil.copytree", (1, None, True)),
-    "shutil.move": _writes("shutil.move", (0, None, False), (1, None, True)),
-    "shutil.rmtree": _writes("shutil.rmtree", (0, 1, False)),
-    "shutil.chown": _writes("shutil.chown", (0, None, True)),
-    "shutil.unpack_archive": _writes("shutil.unpack_archive", (1, None, True)),
-    "shutil.make_archive": _writes("shutil.make_archive", (0, None, False)),
-    "sqlite3.connect": _sqlite,
-    "subprocess.Popen": _popen,
-    "os.system": _system,
-    "os.exec": _exec,
-    "os.posix_spawn": _posix_spawn,
-    "os.spawn": _spawn,
-    "os.fork": _fork("os.fork"),
-    "os.forkpty": _fork("os.forkpty"),
-    "os.startfile": _startfile,
-    "safehub.fork_exec": _fork_exec,
-    "socket.getaddrinfo": _lookup("socket.getaddrinfo"),
-    "socket.gethostbyname": _lookup("socket.gethostbyname"),
-    "socket.gethostbyname_ex": _lookup("socket.gethostbyname_ex"),
-    "socket.connect": _connect("socket.connect"),
-    "socket.sendto": _connect("socket.sendto"),
-    "socket.sendmsg": _connect("socket.sendmsg"),
-    "os.putenv": _environ("os.putenv"),
-    "os.unsetenv": _environ("os.unsetenv"),
-    "ctypes.dlopen": _dlopen,
-    "ctypes.dlsym": _dlsym,
-    "ctypes.dlsym/handle": _dlsym,
-    "import": _import,
-    "safehub.runtime.probe": lambda args: (Action("probe", "probe", ""),),
+    "os.link": ((0, 2, True), (1, 3, False)),
+    "os.truncate": ((0, None, True),),
+    "os.chmod": ((0, 2, True),),
+    "os.chown": ((0, 3, True),),
+    "os.utime": ((0, 3, True),),
+    "os.chflags": ((0, None, True),),
+    "os.lchflags": ((0, None, False),),
+    "os.setxattr": ((0, None, True),),
+    "os.removexattr": ((0, None, True),),
+    "shutil.copyfile": ((1, None, True),),
+    "shutil.copymode": ((1, None, True),),
+    "shutil.copystat": ((1, None, True),),
+    "shutil.copytree": ((1, None, True),),
+    "shutil.move": ((0, None, False), (1, None, True)),
+    "shutil.rmtree": ((0, 1, False),),
+    "shutil.chown": ((0, None, True),),
+    "shutil.unpack_archive": ((1, None, True),),
+    "shutil.make_archive": ((0, None, False),),
 }
+
+_READERS: dict[str, tuple[str, Reader]] = {
+    "open": ("write", _open),
+    "os.mkdir": ("write", _mkdir),
+    "sqlite3.connect": ("write", _sqlite),
+    **{op: ("write", _writes(op, *specs)) for op, specs in _WRITES.items()},
+    "subprocess.Popen": ("process", _popen),
+    "os.system": ("process", _system),
+    "os.exec": ("process", _exec),
+    "os.posix_spawn": ("process", _posix_spawn),
+    "os.spawn": ("process", _spawn),
+    "os.fork": ("process", _fork("os.fork")),
+    "os.forkpty": ("process", _fork("os.forkpty")),
+    "os.startfile": ("process", _startfile),
+    "safehub.fork_exec": ("process", _fork_exec),
+    "socket.getaddrinfo": ("lookup", _lookup("socket.getaddrinfo")),
+    "socket.gethostbyname": ("lookup", _lookup("socket.gethostbyname")),
+    "socket.gethostbyname_ex": ("lookup", _lookup("socket.gethostbyname_ex")),
+    "socket.connect": ("connect", _connect("socket.connect")),
+    "socket.sendto": ("connect", _connect("socket.sendto")),
+    "socket.sendmsg": ("connect", _connect("socket.sendmsg")),
+    "os.putenv": ("environ", _environ("os.putenv")),
+    "os.unsetenv": ("environ", _environ("os.unsetenv")),
+    "ctypes.dlopen": ("library", _dlopen),
+    "ctypes.dlsym": ("symbol", _dlsym),
+    "ctypes.dlsym/handle": ("symbol", _dlsym),
+    "import": ("extension", _import),
+    "safehub.runtime.probe": ("probe", lambda args: (Action("probe", "probe", ""),)),
+}
+
+EVENTS: dict[str, Reader] = {op: _readable(kind, op, reader)
+                             for op, (kind, reader) in _READERS.items()}

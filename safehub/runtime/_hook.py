@@ -8,8 +8,9 @@ Each thread has a stack of guard entries: a guard pushed by ``RuntimeGuard.activ
 decides; every guard on the stack records. A thread started while its starter had a stack
 runs with a copy of that stack for its whole life (Python 3.10 and 3.11 raise no audit event
 for a thread start, so the start functions of ``threading`` and ``_thread`` are wrapped).
-Processes that ``multiprocessing`` starts through ``_posixsubprocess.fork_exec``, which
-raises no audit event, are announced with the event ``safehub.fork_exec``.
+Processes started through ``_posixsubprocess.fork_exec``, which raises no audit event
+(``multiprocessing``'s spawn and forkserver; ``subprocess`` itself), are announced with the
+event ``safehub.fork_exec``, whose arguments are the exact bytes the child will run.
 """
 
 from __future__ import annotations
@@ -261,6 +262,9 @@ def install() -> None:
             _wrap(threading, name, _carrying)
         for name in ("start_new_thread", "start_joinable_thread"):
             _wrap(_thread, name, _carrying)
+        import subprocess
+
+        _wrap(subprocess, "_fork_exec", _announcing)  # 3.11+: subprocess's own binding
         try:
             import _posixsubprocess
         except ImportError:  # not POSIX

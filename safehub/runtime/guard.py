@@ -272,6 +272,8 @@ class RuntimeGuard:
     def decide(self, action: Action) -> RuntimeGuardError | None:
         """The refusal for ``action``, or None if the rules allow it."""
         kind = action.kind
+        if action.opaque:
+            return self._decide_opaque(action)
         if kind == "write":
             return self._decide_write(action)
         if kind in ("lookup", "connect"):
@@ -289,7 +291,14 @@ class RuntimeGuard:
             if refusal is not None and not any(refusal is r for r in report.refused):
                 report.refused.append(refusal)
             kind = action.kind
-            if kind == "write":
+            if action.opaque:
+                entries = {"write": report.writes, "lookup": report.lookups,
+                           "connect": report.hosts, "process": report.programs,
+                           "library": report.libraries, "extension": report.libraries,
+                           "symbol": report.libraries, "environ": report.environ}.get(kind)
+                if entries is not None:
+                    report._add(entries, f"{action.target} ({action.op})")
+            elif kind == "write":
                 for path in action.paths:
                     if path != self._devnull and not _within(path, self._tree):
                         report._add(report.writes, path)
@@ -349,6 +358,25 @@ class RuntimeGuard:
             hint=f"if {self.repo} should do this, an admin adds to its [[allow]] rule: {line}",
             action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
 
+    def _decide_opaque(self, action: Action) -> RuntimeGuardError | None:
+        rules = self.rules
+        key, restricted = {
+            "write": ("writes", rules.writes_restricted),
+            "lookup": ("network", rules.network_restricted),
+            "connect": ("network", rules.network_restricted),
+            "process": ("subprocess", rules.processes_restricted),
+        }.get(action.kind, ("runtime", rules.mode == "enforce" and action.kind in (
+            "library", "extension", "symbol")))
+        if not restricted:
+            return None
+        return RuntimeGuardError(
+            f"runtime guard: {self.repo} called {action.op} with {action.target}, which the "
+            "guard does not read (its methods are the repo's code, and could answer "
+            f"differently from what the operation used); refused because the {key} rules "
+            f"restrict it (runtime = \"{rules.mode}\"{self._src()})",
+            hint="the repo's code should pass a str, bytes or pathlib path",
+            action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
+
     def _decide_write(self, action: Action) -> RuntimeGuardError | None:
         if not self.rules.writes_restricted:
             return None
@@ -357,7 +385,7 @@ class RuntimeGuard:
                 continue
             if action.op == "os.mkdir" and any(_within(root, [path]) for root in self._roots):
                 continue  # a folder on the way to an allowed one (torch's hub dir, first use)
-            verb = "write" if action.op == "open" else f"change ({action.op})"
+            verb = "write" if action.op in ("open", "sqlite3.connect") else f"change ({action.op})"
             return self._refusal(
                 action, f"{verb} {path}", "writes", os.path.dirname(path) or path,
                 f"it is outside its tree, torch's hub dir and the temp dir, and "
