@@ -22,8 +22,9 @@ and, around safehub's own work inside a guarded load (a nested load's fetch)::
 """
 
 from safehub.runtime._hook import suspended
-from safehub.runtime.guard import RuntimeGuard, RuntimeReport
+from safehub.runtime.guard import RuntimeGuard
 from safehub.runtime.hygiene import Shadow, leftovers, shadowing
+from safehub.runtime.report import RuntimeReport
 from safehub.runtime.rules import RuntimeRules, hosts_of_urls
 
 __all__ = [
