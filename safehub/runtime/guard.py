@@ -241,21 +241,21 @@ class RuntimeGuard:
                            "library": report.libraries, "extension": report.libraries,
                            "symbol": report.libraries, "environ": report.environ}.get(kind)
                 if entries is not None:
-                    report._add(entries, f"{action.target} ({action.op})")
+                    report.add_entry(entries, f"{action.target} ({action.op})")
             elif kind == "write":
                 for path in action.paths:
                     if path != self._devnull and not _within(path, self._tree):
-                        report._add(report.writes, path)
+                        report.add_entry(report.writes, path)
             elif kind == "connect":
-                report._add(report.hosts, self._host_label(action))
+                report.add_entry(report.hosts, self._host_label(action))
             elif kind == "lookup":
-                report._add(report.lookups, action.host)
+                report.add_entry(report.lookups, action.host)
             elif kind == "process":
-                report._add(report.programs, action.target)
+                report.add_entry(report.programs, action.target)
             elif kind == "environ":
-                report._add(report.environ, action.target)
+                report.add_entry(report.environ, action.target)
             elif self._noteworthy_native(action):
-                report._add(report.libraries, action.target)
+                report.add_entry(report.libraries, action.target)
 
     def _noteworthy_native(self, action: Action) -> bool:
         if action.kind == "library":

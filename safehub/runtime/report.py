@@ -58,7 +58,8 @@ class RuntimeReport:
             "leftovers": list(self.leftovers), "truncated": self.truncated,
         }
 
-    def _add(self, entries: list[str], value: str) -> None:
+    def add_entry(self, entries: list[str], value: str) -> None:
+        """Add ``value`` to one of the lists above once, up to the cap."""
         if value in entries:
             return
         if len(entries) >= _CAP:
