@@ -18,6 +18,7 @@ Families, one per kind of failure a caller may want to handle apart:
   :class:`UnreachableError`.
 * :class:`CacheError` -- the cache directory cannot be used.
 * :class:`HubconfError` -- the repo has no ``hubconf.py`` or not the entrypoint asked for.
+* :class:`RuntimeGuardError` -- while hubconf code ran, the runtime guard refused an action.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ __all__ = [
     "PolicyError",
     "RateLimitError",
     "RepoMovedError",
+    "RuntimeGuardError",
     "SafehubError",
     "SignatureError",
     "SpecError",
@@ -134,3 +136,27 @@ class CacheError(SafehubError):
 
 class HubconfError(SafehubError, RuntimeError):
     """The repo has no ``hubconf.py``, or no callable entrypoint of that name."""
+
+
+class RuntimeGuardError(SafehubError):
+    """While a repo's hubconf code ran, the runtime guard refused an action.
+
+    Raised where the action happens (the ``connect``, ``open``, ``Popen``... call fails with
+    it), and again when the load ends if the repo's code caught it. ``action`` is one of
+    ``network``, ``process``, ``write``, ``library``, ``module`` or ``guard``; ``target`` is
+    what was refused (host, program, path, library, module name); ``key`` is the policy key
+    that decided (``network``, ``subprocess``, ``writes`` or ``runtime``).
+
+    >>> err = RuntimeGuardError("org/repo tried to start curl", hint="add curl to subprocess",
+    ...                         action="process", target="curl", repo="org/repo", key="subprocess")
+    >>> (err.action, err.key, isinstance(err, SafehubError))
+    ('process', 'subprocess', True)
+    """
+
+    def __init__(self, message: str, *, hint: str | None = None, action: str = "guard",
+                 target: str = "", repo: str = "", key: str = "runtime") -> None:
+        super().__init__(message, hint=hint)
+        self.action = action
+        self.target = target
+        self.repo = repo
+        self.key = key

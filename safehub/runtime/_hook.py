@@ -1,0 +1,285 @@
+"""The process-wide part of the runtime guard: one audit hook, per-thread guard stacks.
+
+Installed once per process, on the first guard's activation (audit hooks cannot be
+removed). While no thread has a guard, the hook is one global test per audit event.
+
+Each thread has a stack of guard entries: a guard pushed by ``RuntimeGuard.active()``, or
+:data:`SUSPENDED` pushed by :func:`suspended` for safehub's own work. The innermost entry
+decides; every guard on the stack records. A thread started while its starter had a stack
+runs with a copy of that stack for its whole life (Python 3.10 and 3.11 raise no audit event
+for a thread start, so the start functions of ``threading`` and ``_thread`` are wrapped).
+Processes started through ``_posixsubprocess.fork_exec``, which raises no audit event
+(``multiprocessing``'s spawn and forkserver; ``subprocess`` itself), are announced with the
+event ``safehub.fork_exec``, whose arguments are the exact bytes the child will run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any, Protocol
+
+from safehub.errors import RuntimeGuardError
+from safehub.runtime._events import EVENTS, Action
+
+__all__ = ["SUSPENDED", "Entry", "Guarded", "install", "no_bytecode", "pop", "push",
+           "suspended", "tampered"]
+
+
+class Guarded(Protocol):
+    """What the hook needs from a guard."""
+
+    def decide(self, action: Action) -> RuntimeGuardError | None: ...
+
+    def record(self, action: Action, refusal: RuntimeGuardError | None) -> None: ...
+
+    def internal_error(self, event: str, error: Exception) -> RuntimeGuardError: ...
+
+
+class _Suspended:
+    def __repr__(self) -> str:
+        return "SUSPENDED"
+
+
+SUSPENDED = _Suspended()
+Entry = Guarded | _Suspended
+
+
+class _State(threading.local):
+    stack: tuple[Entry, ...] = ()
+    busy: bool = False
+
+
+_STATE = _State()
+_LOCK = threading.RLock()
+_live = 0  # threads whose stack is not empty; the hook's whole idle cost is testing this
+_threads: set[int] = set()
+_installed = False
+_wrapped: dict[tuple[object, str], Callable[..., Any]] = {}
+
+
+def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if _live and event in EVENTS:
+        _dispatch(event, args)
+
+
+def _dispatch(event: str, args: tuple[Any, ...]) -> None:
+    state = _STATE
+    stack = state.stack
+    if not stack or state.busy or stack[-1] is SUSPENDED:
+        return
+    top: Guarded = stack[-1]  # type: ignore[assignment]
+    state.busy = True  # the guard's own opens, lookups and imports are not audited by it
+    try:
+        for action in EVENTS[event](args):
+            refusal = top.decide(action)
+            for entry in stack:
+                if entry is not SUSPENDED:
+                    entry.record(action, refusal)  # type: ignore[union-attr]
+            if refusal is not None:
+                raise refusal
+    except RuntimeGuardError:
+        raise
+    except Exception as e:  # fail closed: a guard that cannot decide refuses
+        error = top.internal_error(event, e)
+        for entry in stack:
+            if entry is not SUSPENDED:
+                entry.record(Action("guard", event, event), error)  # type: ignore[union-attr]
+        raise error from None
+    finally:
+        state.busy = False
+
+
+_DISPATCH = _dispatch
+_EVENTS = EVENTS
+
+
+def _set_stack(stack: tuple[Entry, ...]) -> None:
+    global _live
+    state = _STATE
+    was = bool(state.stack)
+    state.stack = stack
+    if was != bool(stack):
+        with _LOCK:  # a set of threads, not a bare count: an edited count heals on the next
+            if stack:
+                _threads.add(threading.get_ident())
+            else:
+                _threads.discard(threading.get_ident())
+            _live = len(_threads)
+
+
+def push(entry: Entry) -> None:
+    """Make ``entry`` the innermost entry of this thread's stack."""
+    _set_stack((*_STATE.stack, entry))
+
+
+def pop(entry: Entry) -> None:
+    """Remove ``entry`` (and anything pushed after it and left behind) from this thread."""
+    stack = _STATE.stack
+    if entry in stack:
+        index = len(stack) - 1 - stack[::-1].index(entry)
+        _set_stack(stack[:index])
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """safehub's own work inside a guarded load: neither recorded nor refused.
+
+    Costs one thread-local read when no guard is active in this thread.
+
+    >>> with suspended():
+    ...     pass
+    """
+    if not _STATE.stack:
+        yield
+        return
+    push(SUSPENDED)
+    try:
+        yield
+    finally:
+        pop(SUSPENDED)
+
+
+_bytecode_users = 0
+_bytecode_saved = False
+
+
+@contextlib.contextmanager
+def no_bytecode() -> Iterator[None]:
+    """``sys.dont_write_bytecode`` while any guard is active (a count: loads may overlap)."""
+    global _bytecode_users, _bytecode_saved
+    with _LOCK:
+        if _bytecode_users == 0:
+            _bytecode_saved = sys.dont_write_bytecode
+            sys.dont_write_bytecode = True
+        _bytecode_users += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _bytecode_users -= 1
+            if _bytecode_users == 0:
+                sys.dont_write_bytecode = _bytecode_saved
+
+
+class _Carried:
+    """A thread's function, run with the stack its starter had."""
+
+    def __init__(self, function: Callable[..., Any], stack: tuple[Entry, ...]) -> None:
+        self.function = function
+        self.stack = stack
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _set_stack(self.stack)
+        try:
+            return self.function(*args, **kwargs)
+        finally:
+            _set_stack(())
+
+
+def _carrying(start: Callable[..., Any]) -> Callable[..., Any]:
+    def start_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        stack = _STATE.stack
+        if stack:
+            function = _Carried(function, stack)
+        return start(function, *args, **kwargs)
+
+    start_thread.__wrapped__ = start  # type: ignore[attr-defined]
+    return start_thread
+
+
+def _announcing(fork_exec: Callable[..., Any]) -> Callable[..., Any]:
+    def announce_fork_exec(*args: Any, **kwargs: Any) -> Any:
+        if _live and len(args) > 5:
+            sys.audit("safehub.fork_exec", args[1], args[0], args[5], args[4])
+        return fork_exec(*args, **kwargs)
+
+    announce_fork_exec.__wrapped__ = fork_exec  # type: ignore[attr-defined]
+    return announce_fork_exec
+
+
+def _wrap(module: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    current = getattr(module, name, None)
+    if current is None or _wrapped.get((module, name)) is current:
+        return
+    wrapper = make(current)
+    setattr(module, name, wrapper)
+    _wrapped[(module, name)] = wrapper
+
+
+def _after_fork_in_child() -> None:
+    global _live
+    _threads.clear()
+    if _STATE.stack:
+        _threads.add(threading.get_ident())
+    _live = len(_threads)
+
+
+class _Probe:
+    """Pushed for one event to prove the hook runs (an earlier hook may refuse new hooks)."""
+
+    seen = False
+
+    def decide(self, action: Action) -> RuntimeGuardError | None:
+        self.seen = True
+        return None
+
+    def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
+        return None
+
+    def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
+        return RuntimeGuardError(f"the runtime guard failed its self-test: {error!r}")
+
+
+def install() -> None:
+    """Add the audit hook and the thread and ``fork_exec`` wrappers, once per process.
+
+    Raises :class:`RuntimeGuardError` if another audit hook refused ours (fail closed).
+    """
+    global _installed
+    with _LOCK:
+        if not _installed:
+            sys.addaudithook(_hook)
+            probe = _Probe()
+            push(probe)
+            try:
+                sys.audit("safehub.runtime.probe")
+            finally:
+                pop(probe)
+            if not probe.seen:
+                raise RuntimeGuardError(
+                    "the runtime guard could not add its audit hook: another audit hook "
+                    "refused it", hint='set runtime = "off" in [safehub], or remove the hook')
+            if hasattr(os, "register_at_fork"):
+                os.register_at_fork(after_in_child=_after_fork_in_child)
+            _installed = True
+        import _thread
+
+        for name in ("_start_new_thread", "_start_joinable_thread"):
+            _wrap(threading, name, _carrying)
+        for name in ("start_new_thread", "start_joinable_thread"):
+            _wrap(_thread, name, _carrying)
+        import subprocess
+
+        _wrap(subprocess, "_fork_exec", _announcing)  # 3.11+: subprocess's own binding
+        try:
+            import _posixsubprocess
+        except ImportError:  # not POSIX
+            return
+        _wrap(_posixsubprocess, "fork_exec", _announcing)
+
+
+def tampered(entry: Entry) -> list[str]:
+    """What has been changed in the guard's machinery while ``entry`` was active in this
+    thread: wrapped functions replaced, the hook's state or this thread's stack edited."""
+    found = [f"{getattr(module, '__name__', module)}.{name} was replaced"
+             for (module, name), wrapper in _wrapped.items()
+             if getattr(module, name, None) is not wrapper]
+    if entry not in _STATE.stack:
+        found.append("the guard was removed from its thread's stack")
+    if _live < 1 or _dispatch is not _DISPATCH or EVENTS is not _EVENTS:
+        found.append("the audit hook's state was edited")
+    return found

@@ -1,0 +1,420 @@
+"""The runtime guard: what a repo's code does while safehub imports its hubconf and runs
+its entrypoint, held to the policy's ``network``, ``subprocess`` and ``writes`` keys.
+
+A tripwire and a record for Python-level behaviour, not a sandbox: see docs/runtime.md.
+
+>>> import tempfile
+>>> tree = Path(tempfile.mkdtemp())
+>>> guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="org/repo", tree=tree)
+>>> try:
+...     with guard.active() as report:
+...         with open(tree / "cache.txt", "w") as f:   # inside the tree: allowed
+...             _ = f.write("ok")
+...         try:
+...             subprocess.run(["git", "--version"])   # no subprocess key: refused
+...         except BaseException:
+...             pass                                   # ...and swallowed by the repo
+... except RuntimeGuardError as e:                     # the load still fails with it
+...     print(e.message)
+runtime guard: org/repo tried to start git (git --version); runtime = "enforce" and no ...
+>>> report.programs
+['git --version']
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import site
+import socket
+import subprocess  # noqa: F401  (the doctest above)
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+from safehub.errors import RuntimeGuardError
+from safehub.runtime import _hook
+from safehub.runtime._events import Action
+from safehub.runtime.hygiene import leftovers, shadowing
+from safehub.runtime.report import RuntimeReport
+from safehub.runtime.rules import RuntimeRules, normalise_host, parse_ip, toml_list
+
+__all__ = ["RuntimeGuard", "RuntimeReport"]
+
+_SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr", "/opt", "/System", "/Library")
+_RISKY_SYMBOLS = frozenset({
+    "system", "popen", "execl", "execle", "execlp", "execv", "execve", "execvp", "execvpe",
+    "fexecve", "fork", "vfork", "clone", "clone3", "posix_spawn", "posix_spawnp", "socket",
+    "connect", "dlopen", "dlmopen", "syscall", "ptrace", "_PySys_ClearAuditHooks",
+})
+
+
+def _real(path: os.PathLike[str] | str) -> str:
+    return os.path.realpath(os.path.expanduser(os.fspath(path)))
+
+
+def _within(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is one of ``roots`` or below one, by whole path components."""
+    for root in roots:
+        if path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep):
+            return True
+    return False
+
+
+def torch_hub_dir() -> str:
+    """torch's hub dir, without importing torch if it is not imported yet."""
+    hub = sys.modules.get("torch.hub")
+    get_dir = getattr(hub, "get_dir", None)
+    if get_dir is not None:
+        return str(get_dir())
+    cache = os.getenv("XDG_CACHE_HOME", os.path.join("~", ".cache"))
+    return os.path.join(os.getenv("TORCH_HOME", os.path.join(cache, "torch")), "hub")
+
+
+class _AddressBook:
+    """Which allowed names an address came from, for decisions at ``connect``.
+
+    A lookup's answer is not in its audit event, so the names are resolved again here, once
+    per guard and only when a connection goes to an address no entry names: the names the
+    code looked up that an entry allows, and the entries' own names.
+    """
+
+    def __init__(self, entries: list[str]) -> None:
+        self._lock = threading.Lock()
+        self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
+        self._resolved: set[str] = set()
+        self._pending: set[str] = set(entries)
+
+    def looked_up(self, name: str) -> None:
+        with self._lock:
+            if name not in self._resolved:
+                self._pending.add(name)
+
+    def names_of(self, address: str) -> set[str]:
+        with self._lock:
+            todo = []
+            if address not in self._names:
+                todo, self._pending = sorted(self._pending), set()
+        for name in todo:
+            try:
+                infos = socket.getaddrinfo(name, None)
+            except (OSError, UnicodeError):
+                infos = []
+            with self._lock:
+                self._resolved.add(name)
+                for info in infos:
+                    ip = parse_ip(str(info[4][0]))
+                    if ip is not None:
+                        self._names.setdefault(str(ip), set()).add(name)
+        with self._lock:
+            return set(self._names.get(address, ()))
+
+    def label(self, host: str, port: int | None, shown: str) -> str:
+        """``name:port (address)`` if ``host`` is an address a known name resolved to."""
+        ip = parse_ip(host)
+        names = sorted(self._names.get(str(ip), ())) if ip is not None else []
+        if not names:
+            return shown
+        return f"{names[0]}:{port} ({ip})" if port is not None else f"{names[0]} ({ip})"
+
+
+@functools.lru_cache(maxsize=1)
+def _install_roots() -> tuple[str, ...]:
+    """Where this Python and its packages are installed (fixed for the process)."""
+    roots = {sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             *site.getsitepackages(), site.getusersitepackages()}
+    return tuple(sorted(_real(r) for r in roots if r))
+
+
+class RuntimeGuard:
+    """The runtime rules of one load, applied while :meth:`active` is entered.
+
+    ``tree`` (the repo's verified folder), torch's hub dir, the temp dir, ``os.devnull``
+    and ``write_roots`` are always writable; ``rules.writes`` adds more.
+    """
+
+    def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
+                 write_roots: Sequence[Path] = ()) -> None:
+        self.rules = rules
+        self.repo = repo
+        self.tree = Path(_real(tree))
+        self.report = RuntimeReport(repo=repo, mode=rules.mode)
+        roots: list[str | os.PathLike[str]] = [tree, torch_hub_dir(), tempfile.gettempdir(),
+                                                *rules.write_paths(), *write_roots]
+        self._roots = sorted({_real(p) for p in roots})
+        self._tree = [str(self.tree)]
+        self._devnull = _real(os.devnull)
+        self._interpreter = {sys.executable, _real(sys.executable)} if sys.executable else set()
+        self._installed = _install_roots()
+        self._libraries = [*self._installed, *_SYSTEM_LIBRARY_DIRS]
+        self._lock = threading.Lock()
+        self._addresses = _AddressBook(rules.named_hosts())
+
+    # -- the guarded block ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[RuntimeReport]:
+        """Guard this thread (and threads it starts) until the block ends; yield the report.
+
+        On entry, under ``enforce``, a tree whose top-level names would replace a standard
+        library module or an installed distribution's (not imported yet, not in
+        ``rules.shadows``) is refused. On exit the first refusal is raised, even if the
+        repo's code caught it; the report keeps everything for the audit line.
+        """
+        if self.rules.mode == "off":
+            yield self.report
+            return
+        _hook.install()
+        self.report.shadowing = shadowing(self.tree)
+        self._refuse_shadowing()
+        before = set(sys.modules)
+        with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
+            _hook.push(self)
+            try:
+                yield self.report
+            except Exception as e:
+                if self.report.refused and e not in self.report.refused:
+                    # the refusal is the root cause; `e` stays visible as its context
+                    raise self.report.refused[0]  # noqa: B904
+                raise
+            finally:
+                problems = _hook.tampered(self)
+                _hook.pop(self)
+                self.report.leftovers = leftovers(self.tree, before)
+                if problems:
+                    self._refuse_now(
+                        Action("guard", "tamper", "; ".join(problems)), "runtime",
+                        f"runtime guard: while {self.repo}'s code ran, {'; '.join(problems)}; "
+                        "what it did may be missing from the record",
+                        "find what changed it (gevent, a test tool, the repo's code)")
+        self.report.raise_if_refused()
+
+    def _refuse_shadowing(self) -> None:
+        if self.rules.mode != "enforce":
+            return
+        for s in self.report.shadowing:
+            if s.takes_effect and s.name not in self.rules.shadows:
+                what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
+                self._refuse_now(
+                    Action("module", "import", s.name), "shadows",
+                    f"runtime guard: {self.repo} would replace {what} module {s.name} with "
+                    f"{s.path} for the whole process (runtime = \"enforce\"{self._src()})",
+                    f"if that is intended, add to its [[allow]] rule: shadows = "
+                    f"{toml_list([*self.rules.shadows, s.name])}")
+        self.report.raise_if_refused()
+
+    def _refuse_now(self, action: Action, key: str, message: str, hint: str) -> None:
+        error = RuntimeGuardError(message, hint=hint, action=_ACTION.get(action.kind, "guard"),
+                                  target=action.target, repo=self.repo, key=key)
+        self.record(action, error)
+
+    # -- what the hook asks --------------------------------------------------------------
+
+    def decide(self, action: Action) -> RuntimeGuardError | None:
+        """The refusal for ``action``, or None if the rules allow it."""
+        kind = action.kind
+        if action.opaque:
+            return self._decide_opaque(action)
+        if kind == "write":
+            return self._decide_write(action)
+        if kind in ("lookup", "connect"):
+            return self._decide_network(action)
+        if kind == "process":
+            return self._decide_process(action)
+        if kind in ("library", "extension", "symbol"):
+            return self._decide_native(action)
+        return None
+
+    def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
+        """Add ``action`` (and ``refusal``) to this guard's report."""
+        report = self.report
+        with self._lock:
+            if refusal is not None and not any(refusal is r for r in report.refused):
+                report.refused.append(refusal)
+            kind = action.kind
+            if action.opaque:
+                entries = {"write": report.writes, "lookup": report.lookups,
+                           "connect": report.hosts, "process": report.programs,
+                           "library": report.libraries, "extension": report.libraries,
+                           "symbol": report.libraries, "environ": report.environ}.get(kind)
+                if entries is not None:
+                    report.add_entry(entries, f"{action.target} ({action.op})")
+            elif kind == "write":
+                for path in action.paths:
+                    if path != self._devnull and not _within(path, self._tree):
+                        report.add_entry(report.writes, path)
+            elif kind == "connect":
+                report.add_entry(report.hosts, self._host_label(action))
+            elif kind == "lookup":
+                report.add_entry(report.lookups, action.host)
+            elif kind == "process":
+                report.add_entry(report.programs, action.target)
+            elif kind == "environ":
+                report.add_entry(report.environ, action.target)
+            elif self._noteworthy_native(action):
+                report.add_entry(report.libraries, action.target)
+
+    def _noteworthy_native(self, action: Action) -> bool:
+        if action.kind == "library":
+            return True
+        if action.kind == "symbol":
+            return action.program in _RISKY_SYMBOLS
+        return action.kind == "extension" and self._written(action.paths[0])
+
+    def _written(self, path: str) -> bool:
+        """``path`` is in a place the guarded code may write (a Python installation in the
+        temp dir counts as installed, not as written)."""
+        return _within(path, self._tree) or (_within(path, self._roots)
+                                             and not _within(path, self._installed))
+
+    def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
+        return RuntimeGuardError(
+            f"runtime guard: could not decide on {event} while {self.repo}'s code ran "
+            f"({error!r}); refused (fail closed)",
+            hint="report this as a safehub bug; runtime = \"off\" in [safehub] turns the "
+                 "guard off", action="guard", target=event, repo=self.repo, key="runtime")
+
+    # -- decisions -----------------------------------------------------------------------
+
+    def _src(self) -> str:
+        return f", {self.rules.source}" if self.rules.source else ""
+
+    def _why(self, key: str) -> str:
+        rules = self.rules
+        if getattr(rules, key) is None:
+            return f'runtime = "enforce" and no {key} key allows it{self._src()}'
+        return f'{rules.key_text(key)} does not allow it (runtime = "{rules.mode}"{self._src()})'
+
+    def _refusal(self, action: Action, verb: str, key: str, hint_value: str,
+                 why: str = "") -> RuntimeGuardError:
+        rules = self.rules
+        if key == "subprocess":
+            current: tuple[str, ...] = rules.subprocess if isinstance(rules.subprocess,
+                                                                      tuple) else ()
+        else:
+            current = getattr(rules, key) or ()
+        line = f"{key} = {toml_list([*current, hint_value])}"
+        return RuntimeGuardError(
+            f"runtime guard: {self.repo} tried to {verb}; {why or self._why(key)}",
+            hint=f"if {self.repo} should do this, an admin adds to its [[allow]] rule: {line}",
+            action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
+
+    def _decide_opaque(self, action: Action) -> RuntimeGuardError | None:
+        rules = self.rules
+        key, restricted = {
+            "write": ("writes", rules.writes_restricted),
+            "lookup": ("network", rules.network_restricted),
+            "connect": ("network", rules.network_restricted),
+            "process": ("subprocess", rules.processes_restricted),
+        }.get(action.kind, ("runtime", rules.mode == "enforce" and action.kind in (
+            "library", "extension", "symbol")))
+        if not restricted:
+            return None
+        return RuntimeGuardError(
+            f"runtime guard: {self.repo} called {action.op} with {action.target}, which the "
+            "guard does not read (its methods are the repo's code, and could answer "
+            f"differently from what the operation used); refused because the {key} rules "
+            f"restrict it (runtime = \"{rules.mode}\"{self._src()})",
+            hint="the repo's code should pass a str, bytes or pathlib path",
+            action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
+
+    def _decide_write(self, action: Action) -> RuntimeGuardError | None:
+        if not self.rules.writes_restricted:
+            return None
+        for path in action.paths:
+            if path == self._devnull or _within(path, self._roots):
+                continue
+            if action.op == "os.mkdir" and any(_within(root, [path]) for root in self._roots):
+                continue  # a folder on the way to an allowed one (torch's hub dir, first use)
+            verb = "write" if action.op in ("open", "sqlite3.connect") else f"change ({action.op})"
+            return self._refusal(
+                action, f"{verb} {path}", "writes", os.path.dirname(path) or path,
+                f"it is outside its tree, torch's hub dir and the temp dir, and "
+                f"{self._why('writes')}")
+        return None
+
+    def _decide_process(self, action: Action) -> RuntimeGuardError | None:
+        rules = self.rules
+        if not rules.processes_restricted:
+            return None
+        if action.shell and rules.program_allowed(action.shell):
+            return None  # a shell allowed by name may run anything
+        name = os.path.basename(action.program)
+        verb = f"start {name} ({action.target})"
+        if not rules.program_allowed(action.program):
+            return self._refusal(action, verb, "subprocess", name)
+        if not action.real or action.real in self._interpreter or not self._written(action.real):
+            return None
+        if any(os.path.isabs(e) and _real(e) == action.real for e in _names(rules.subprocess)):
+            return None
+        return self._refusal(action, verb, "subprocess", action.real,
+                             f"{action.real} is in a place code can write (its tree, the temp "
+                             "dir...), where a program name does not allow it")
+
+    def _decide_native(self, action: Action) -> RuntimeGuardError | None:
+        if self.rules.mode != "enforce":
+            return None
+        if action.kind == "symbol":
+            if action.program not in _RISKY_SYMBOLS:
+                return None
+            reason = "calling it through ctypes would bypass the guard"
+        else:
+            if not action.paths:  # a bare name: the dynamic loader's own search path
+                return None
+            path = action.paths[0]
+            written = self._written(path)
+            if not written and _within(path, self._libraries):
+                return None
+            reason = ("it is in a place code can write (its tree, the temp dir...)" if written
+                      else "it is not part of the Python installation or the system's libraries")
+        return RuntimeGuardError(
+            f"runtime guard: {self.repo} tried to load native code {action.target} "
+            f"({action.op}); {reason} (runtime = \"enforce\"{self._src()})",
+            hint='runtime = "observe" in [safehub] records native code instead of refusing it',
+            action="library", target=action.target, repo=self.repo, key="runtime")
+
+    def _decide_network(self, action: Action) -> RuntimeGuardError | None:
+        rules = self.rules
+        if not rules.network_restricted:
+            return None
+        host, port = normalise_host(action.host), action.port
+        if action.kind == "lookup":
+            if parse_ip(host) is not None or _local_name(host) or rules.host_allowed(host, None):
+                if rules.host_allowed(host, None):
+                    self._addresses.looked_up(host)
+                return None
+            return self._refusal(action, f"look up {host}", "network", host)
+        if rules.host_allowed(host, port):
+            return None
+        ip = parse_ip(host)
+        names = self._addresses.names_of(str(ip)) if ip is not None else set()
+        if any(rules.host_allowed(n, port) for n in names):
+            return None
+        named = min(names) if names else (f"[{host}]" if ip is not None and ":" in host
+                                          else host)
+        entry = f"{named}:{port}" if port is not None else named
+        return self._refusal(action, f"connect to {self._host_label(action)}", "network", entry)
+
+    def _host_label(self, action: Action) -> str:
+        return self._addresses.label(action.host, action.port, action.target)
+
+
+_ACTION = {"write": "write", "lookup": "network", "connect": "network", "process": "process",
+           "library": "library", "extension": "library", "symbol": "library",
+           "module": "module", "guard": "guard", "probe": "guard"}
+
+
+def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:
+    return value if isinstance(value, tuple) else ()
+
+
+def _local_name(host: str) -> bool:
+    """Names the resolver answers without asking DNS; decided at connect instead."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    with contextlib.suppress(OSError):
+        return host == socket.gethostname().lower()
+    return False

@@ -1,0 +1,209 @@
+"""Module hygiene: what a repo's top-level modules shadow, and what it leaves imported.
+
+torch puts the repo's folder first on ``sys.path`` while it imports ``hubconf.py`` and runs
+the entrypoint, so a top-level ``json.py`` or ``utils/`` in the repo wins over the standard
+library's ``json`` or the caller's ``utils`` for every import made meanwhile, and stays in
+``sys.modules`` afterwards, where it answers the caller's later ``import`` too.
+
+>>> import tempfile
+>>> tree = Path(tempfile.mkdtemp())
+>>> (tree / "hubconf.py").write_text("")
+0
+>>> (tree / "pdb.py").write_text("")          # shadows the standard library's pdb
+0
+>>> (tree / "mymodels").mkdir()
+>>> (tree / "mymodels" / "__init__.py").write_text("")   # shadows nothing
+0
+>>> [(s.name, s.shadows) for s in shadowing(tree)]
+[('pdb', 'stdlib')]
+"""
+
+from __future__ import annotations
+
+import _imp
+import contextlib
+import importlib.machinery
+import importlib.metadata
+import os
+import sys
+import threading
+from collections.abc import Collection
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = ["Shadow", "leftovers", "shadowing", "top_level_owners"]
+
+# Standard-library names no library imports at run time (demos and IDLE); a repo's module
+# of that name is not reported. ``test`` is not in sys.stdlib_module_names at all.
+_NEVER_IMPORTED = frozenset({"test", "idlelib", "turtledemo", "this", "antigravity",
+                             "__hello__", "__phello__"})
+_SKIPPED = frozenset({"hubconf"})  # torch imports it by file, not by name
+
+
+@dataclass(frozen=True)
+class Shadow:
+    """A top-level module of the tree that has a namesake elsewhere.
+
+    ``shadows`` is ``"stdlib"``, ``"distribution NAME"`` (an installed distribution's
+    top-level module; several are comma-separated), ``"module PATH"`` (a module on
+    ``sys.path`` that no distribution owns, such as the caller's own ``utils``), or
+    ``"already imported"`` (only in ``sys.modules``). ``imported`` says that the namesake is
+    already imported: then ``import name`` keeps answering with it (the repo's own imports
+    get it instead of the repo's module), and the repo's module does not replace it.
+    """
+
+    name: str
+    path: Path
+    shadows: str
+    imported: bool
+
+    @property
+    def kind(self) -> str:
+        """``stdlib``, ``distribution``, ``module`` or ``imported``."""
+        first = self.shadows.split(" ", 1)[0]
+        return "imported" if first == "already" else first
+
+    @property
+    def takes_effect(self) -> bool:
+        """The repo's module would replace a standard-library or installed module for the
+        rest of the process (it is not imported yet)."""
+        return not self.imported and self.kind in ("stdlib", "distribution")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "path": str(self.path), "shadows": self.shadows,
+                "imported": self.imported}
+
+
+def _module_names(tree: Path) -> dict[str, Path]:
+    """Top-level importable names in ``tree``: modules, extension modules, packages."""
+    suffixes = sorted(importlib.machinery.all_suffixes(), key=len, reverse=True)
+    names: dict[str, Path] = {}
+    try:
+        entries = sorted(os.scandir(tree), key=lambda e: e.name)
+    except OSError:
+        return names
+    for entry in entries:
+        if entry.is_dir():
+            init = any(os.path.isfile(os.path.join(entry.path, "__init__" + s)) for s in suffixes)
+            if init and entry.name.isidentifier():
+                names[entry.name] = Path(entry.path)  # a package wins over a module
+            continue
+        for suffix in suffixes:
+            if entry.name.endswith(suffix):
+                stem = entry.name[: -len(suffix)]
+                if stem.isidentifier():
+                    names.setdefault(stem, Path(entry.path))
+                break
+    return names
+
+
+def _file_of(module: Any) -> list[str]:
+    namespace = getattr(module, "__dict__", None)
+    if not isinstance(namespace, dict):
+        return []
+    files = []
+    file = namespace.get("__file__")
+    if isinstance(file, str):
+        files.append(file)
+    elif namespace.get("__path__") is not None:
+        with contextlib.suppress(Exception):  # a broken namespace path is no reason to fail
+            files.extend(p for p in namespace["__path__"] if isinstance(p, str))
+    return files
+
+
+def _inside(files: list[str], roots: tuple[str, ...]) -> bool:
+    for file in files:
+        path = file if os.path.isabs(file) else os.path.abspath(file)
+        if any(path.startswith(root) for root in roots):
+            return True
+    return False
+
+
+def _roots(tree: Path) -> tuple[str, ...]:
+    return tuple({os.path.abspath(tree) + os.sep, os.path.realpath(tree) + os.sep})
+
+
+_OWNERS: dict[str, tuple[str, ...]] | None = None
+_OWNERS_LOCK = threading.Lock()
+
+
+def _tops_from_record(record: str) -> set[str]:
+    tops = set()
+    for line in record.splitlines():
+        path = line.split(",", 1)[0].strip('"')
+        first = path.split("/", 1)[0]
+        if not first or first.startswith(("..", "__pycache__")) or first.endswith(
+                (".dist-info", ".data", ".egg-info", ".pth")):
+            continue
+        if "/" in path:
+            tops.add(first)
+        else:
+            tops.add(first.split(".", 1)[0])
+    return tops
+
+
+def top_level_owners() -> dict[str, tuple[str, ...]]:
+    """Top-level module name -> installed distributions that provide it (cached per
+    process; read from ``top_level.txt``, else from ``RECORD``)."""
+    global _OWNERS
+    with _OWNERS_LOCK:
+        if _OWNERS is None:
+            owners: dict[str, set[str]] = {}
+            for dist in importlib.metadata.distributions():
+                name = dist.metadata["Name"] or "?"
+                text = dist.read_text("top_level.txt")
+                tops = set(text.split()) if text else _tops_from_record(
+                    dist.read_text("RECORD") or "")
+                for top in tops:
+                    owners.setdefault(top, set()).add(name)
+            _OWNERS = {k: tuple(sorted(v)) for k, v in owners.items()}
+        return _OWNERS
+
+
+def _classify(name: str, origin: str) -> str:
+    if name in sys.stdlib_module_names:
+        return "stdlib"
+    owners = top_level_owners().get(name)
+    if owners:
+        return "distribution " + ", ".join(owners)
+    return f"module {origin}"
+
+
+def shadowing(tree: Path) -> list[Shadow]:
+    """Top-level modules of ``tree`` that would hide (or be hidden by) another module.
+
+    Names that cannot be shadowed (built-in and frozen modules, found before ``sys.path``
+    is searched), ``hubconf``, and demo-only standard-library names are left out.
+    """
+    roots = _roots(tree)
+    others = [p for p in sys.path
+              if (os.path.abspath(p or os.curdir) + os.sep) not in roots]
+    found: list[Shadow] = []
+    for name, path in _module_names(tree).items():
+        if name in _SKIPPED or name in _NEVER_IMPORTED or name in sys.builtin_module_names \
+                or _imp.is_frozen(name):
+            continue
+        module = sys.modules.get(name)
+        imported = module is not None and not _inside(_file_of(module), roots)
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, others)
+        except (ImportError, ValueError, OSError):
+            spec = None
+        origin = spec.origin if spec is not None and spec.has_location else None
+        if origin:
+            found.append(Shadow(name, path, _classify(name, origin), imported))
+        elif imported:
+            found.append(Shadow(name, path, "already imported", True))
+    return found
+
+
+def leftovers(tree: Path, before: Collection[str] = ()) -> list[str]:
+    """Modules loaded from ``tree`` (not named in ``before``) still in ``sys.modules``.
+
+    Each answers a later ``import`` of its name anywhere in the process: the caller's own
+    ``utils`` or ``models`` imported after the load gets the repo's.
+    """
+    roots = _roots(tree)
+    return sorted(name for name, module in list(sys.modules.items())
+                  if name not in before and _inside(_file_of(module), roots))

@@ -1,0 +1,236 @@
+"""What a repo's code may do while it runs: the runtime keys of a policy, merged, as values.
+
+:class:`RuntimeRules` is what the policy layer hands the guard for one load. Entries are
+parsed once, here, into small matchers; the guard only asks them yes/no questions.
+
+>>> rules = RuntimeRules(mode="observe", network=("download.pytorch.org", "*.hf.co:443"))
+>>> rules.host_allowed("download.pytorch.org", 443), rules.host_allowed("cdn.hf.co", 443)
+(True, True)
+>>> rules.host_allowed("hf.co", 443), rules.host_allowed("cdn.hf.co", 80)
+(False, False)
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from safehub.errors import PolicyError
+
+__all__ = ["HostPattern", "Mode", "RuntimeRules", "hosts_of_urls", "toml_list"]
+
+Mode = Literal["observe", "enforce", "off"]
+_MODES = ("observe", "enforce", "off")
+_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
+_PROGRAM = re.compile(r"^[A-Za-z0-9_.+-]+$")
+_PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def parse_ip(text: str) -> IPAddress | None:
+    """``text`` as an IP address (IPv4-mapped IPv6 as IPv4), or None if it is a name."""
+    try:
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def normalise_host(host: str) -> str:
+    """Lower case, no trailing dot, no IPv6 brackets; IP addresses in their short form."""
+    host = host.strip().rstrip(".").lower()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    ip = parse_ip(host)
+    return str(ip) if ip is not None else host
+
+
+@dataclass(frozen=True)
+class HostPattern:
+    """One ``network`` entry: ``host``, ``host:port``, ``*.suffix[:port]``, ``[v6]:port``,
+    an IP address, or ``unix:/path`` for a Unix socket.
+
+    ``*.example.com`` matches any name under ``example.com`` (at any depth), not the name
+    itself. A pattern without a port matches every port.
+    """
+
+    text: str
+    host: str
+    port: int | None = None
+    wildcard: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> HostPattern:
+        raw = text.strip()
+        if raw.startswith("unix:"):
+            if not raw[5:].startswith("/"):
+                raise ValueError("a unix socket entry is unix:/absolute/path")
+            return cls(raw, raw)
+        host, port = raw, None
+        if raw.startswith("["):
+            close = raw.find("]")
+            rest = raw[close + 1:]
+            if close < 0 or (rest and not rest.startswith(":")):
+                raise ValueError("an IPv6 entry is [address] or [address]:port")
+            host = raw[1:close]
+            port = _port(rest[1:]) if rest else None
+            if parse_ip(host) is None:
+                raise ValueError(f"{host!r} is not an IPv6 address")
+        elif raw.count(":") == 1:
+            host, port_text = raw.split(":")
+            port = _port(port_text)
+        host = normalise_host(host)
+        wildcard = host.startswith("*.")
+        name = host[2:] if wildcard else host
+        if parse_ip(name) is None or wildcard:
+            labels = name.split(".")
+            if not name or not all(_LABEL.match(label) for label in labels):
+                raise ValueError("expected a host name, *.domain, an IP address or unix:/path")
+        return cls(raw, name, port, wildcard)
+
+    def matches(self, host: str, port: int | None) -> bool:
+        """Whether this entry allows ``host`` (already normalised) on ``port``."""
+        if self.port is not None and port is not None and port != self.port:
+            return False
+        if self.wildcard:
+            return host.endswith("." + self.host)
+        return host == self.host
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 0 < int(text) < 65536:
+        raise ValueError(f"port {text!r} is not a number from 1 to 65535")
+    return int(text)
+
+
+def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The hosts of URL patterns (such as a policy's ``weights``), for ``weights_hosts``.
+
+    >>> hosts_of_urls(["https://download.pytorch.org/models/*", "https://*.hf.co/x/*"])
+    ('download.pytorch.org', '*.hf.co')
+    """
+    hosts: list[str] = []
+    for pattern in patterns:
+        netloc = urlsplit(pattern).netloc.rsplit("@", 1)[-1]
+        host = netloc.split(":")[0] if not netloc.startswith("[") else netloc.split("]")[0] + "]"
+        if host and host not in hosts and "*" not in host.replace("*.", "", 1):
+            hosts.append(host.lower())
+    return tuple(hosts)
+
+
+def toml_list(values: Iterable[str]) -> str:
+    """A TOML inline array of strings, as a hint shows it."""
+    return "[" + ", ".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                           for v in values) + "]"
+
+
+@dataclass(frozen=True)
+class RuntimeRules:
+    """The merged runtime keys for one load.
+
+    * ``mode``: ``"observe"`` records everything and refuses only what a key below forbids;
+      ``"enforce"`` also refuses what no key allows; ``"off"`` does nothing.
+    * ``network``: hosts the code may connect to (``None``: no rule sets the key).
+    * ``subprocess``: ``True`` any program, ``False`` none, or the names of programs
+      allowed (``None``: unset).
+    * ``writes``: absolute paths (``~`` expanded) writable besides the repo's tree, torch's
+      hub dir and the temp dir (``None``: unset).
+    * ``weights_hosts``: hosts of the policy's ``weights`` URLs, always allowed.
+    * ``shadows``: top-level module names the repo may shadow (standard library or an
+      installed distribution) under ``enforce``.
+    * ``source``: where these came from (policy file and rule), for messages.
+    """
+
+    mode: Mode = "observe"
+    network: tuple[str, ...] | None = None
+    subprocess: bool | tuple[str, ...] | None = None
+    writes: tuple[str, ...] | None = None
+    weights_hosts: tuple[str, ...] = ()
+    shadows: tuple[str, ...] = ()
+    source: str = ""
+    _hosts: tuple[HostPattern, ...] = field(default=(), init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        where = f"{self.source}: " if self.source else ""
+        if self.mode not in _MODES:
+            raise PolicyError(f"{where}runtime = {self.mode!r} is not one of {_MODES}",
+                              hint='set runtime = "observe", "enforce" or "off"')
+        patterns: list[HostPattern] = []
+        for entry in (*(self.network or ()), *self.weights_hosts):
+            try:
+                patterns.append(HostPattern.parse(entry))
+            except ValueError as e:
+                raise PolicyError(f"{where}network entry {entry!r} is invalid: {e}",
+                                  hint='write "host", "host:port", "*.domain" or '
+                                       '"unix:/path"') from e
+        object.__setattr__(self, "_hosts", tuple(patterns))
+        if isinstance(self.subprocess, tuple):
+            for name in self.subprocess:
+                if not (_PROGRAM.match(name) or os.path.isabs(name)):
+                    raise PolicyError(f"{where}subprocess entry {name!r} is not a program name",
+                                      hint='write a program name such as "git", or an '
+                                           "absolute path")
+        for path in self.writes or ():
+            if not os.path.isabs(os.path.expanduser(path)):
+                raise PolicyError(f"{where}writes entry {path!r} is not an absolute path",
+                                  hint="write an absolute path (~ is expanded)")
+
+    # -- questions the guard asks -------------------------------------------------------
+
+    @property
+    def network_restricted(self) -> bool:
+        return self.mode == "enforce" or self.network is not None
+
+    @property
+    def processes_restricted(self) -> bool:
+        return self.subprocess is not True and (
+            self.mode == "enforce" or self.subprocess is not None)
+
+    @property
+    def writes_restricted(self) -> bool:
+        return self.mode == "enforce" or self.writes is not None
+
+    def host_allowed(self, host: str, port: int | None) -> bool:
+        """``host`` (a name or an address) on ``port`` is named by an entry."""
+        host = normalise_host(host)
+        return any(p.matches(host, port) for p in self._hosts)
+
+    def named_hosts(self) -> list[str]:
+        """The entries that name one host (no wildcard, not an address or socket)."""
+        return [p.host for p in self._hosts
+                if not p.wildcard and parse_ip(p.host) is None and not p.host.startswith("unix:")]
+
+    def program_allowed(self, name: str) -> bool:
+        """``name`` (a basename) or ``path`` (absolute, resolved) is in ``subprocess``."""
+        if self.subprocess is True:
+            return True
+        if not isinstance(self.subprocess, tuple):
+            return False
+        base = os.path.basename(name)
+        for entry in self.subprocess:
+            if os.path.isabs(entry):
+                if os.path.isabs(name) and os.path.realpath(entry) == os.path.realpath(name):
+                    return True
+            elif entry == base or (entry == "python" and _PYTHON.match(base)):
+                return True
+        return False
+
+    def write_paths(self) -> list[str]:
+        return [os.path.expanduser(p) for p in self.writes or ()]
+
+    def key_text(self, key: str) -> str:
+        """How a key reads now, for messages: ``network = ["a"]`` or ``no network key``."""
+        value = getattr(self, key)
+        if value is None:
+            return f"no {key} key"
+        if isinstance(value, bool):
+            return f"{key} = {'true' if value else 'false'}"
+        return f"{key} = {toml_list(value)}"

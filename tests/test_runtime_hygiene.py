@@ -1,0 +1,133 @@
+"""Module hygiene: which top-level names of a repo shadow what, and what stays imported."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from safehub.errors import RuntimeGuardError
+from safehub.runtime import RuntimeGuard, RuntimeRules, leftovers, shadowing
+from safehub.runtime.hygiene import top_level_owners
+
+# A standard-library module nothing in this test process imports.
+UNUSED_STDLIB = "wave"
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "hubconf.py").write_text("dependencies = []\n")
+    return tree
+
+
+@pytest.fixture
+def clean_modules() -> Iterator[None]:
+    """Forget modules a test imported from its tree, so no other test sees them."""
+    before = set(sys.modules)
+    path = list(sys.path)
+    yield
+    for name in set(sys.modules) - before:
+        del sys.modules[name]
+    sys.path[:] = path
+
+
+def package(tree: Path, name: str) -> None:
+    (tree / name).mkdir()
+    (tree / name / "__init__.py").write_text("")
+
+
+def test_yolov5_layout_shadows_nothing_here(tree: Path) -> None:
+    """The folders and scripts of a yolov5-like repo are not flagged without a namesake."""
+    for name in ("utils", "models", "segment", "classify"):
+        package(tree, name)
+    for name in ("export", "detect", "train", "val", "benchmarks", "setup"):
+        (tree / f"{name}.py").write_text("")
+    for name in ("data", "tools", "docs", "test", "tests"):  # no __init__.py: not packages
+        (tree / name).mkdir()
+    (tree / "requirements.txt").write_text("torch\n")
+    assert shadowing(tree) == []
+
+
+def test_standard_library_names_are_flagged(tree: Path) -> None:
+    assert UNUSED_STDLIB not in sys.modules
+    (tree / f"{UNUSED_STDLIB}.py").write_text("")
+    (tree / "json.py").write_text("")                      # json is imported already
+    (tree / "sys.py").write_text("")                       # built in: cannot be shadowed
+    (tree / "this.py").write_text("")                      # a demo nobody imports
+    (tree / f"email{importlib.machinery.EXTENSION_SUFFIXES[0]}").write_text("")  # compiled
+    found = {s.name: s for s in shadowing(tree)}
+    assert sorted(found) == ["email", "json", UNUSED_STDLIB]
+    assert found[UNUSED_STDLIB].shadows == "stdlib" and found[UNUSED_STDLIB].takes_effect
+    assert found["json"].imported and not found["json"].takes_effect
+    assert found["email"].path.name.startswith("email.")
+
+
+def test_a_distribution_module_is_named_with_its_distribution(tree: Path) -> None:
+    owners = top_level_owners()
+    name = next(n for n in sorted(owners) if n.isidentifier() and n not in sys.modules
+                and n not in sys.stdlib_module_names and not n.startswith("_")
+                and importlib.machinery.PathFinder.find_spec(n) is not None)
+    package(tree, name)
+    [found] = shadowing(tree)
+    assert found.name == name and found.kind == "distribution"
+    assert found.shadows == "distribution " + ", ".join(owners[name])
+    assert found.takes_effect
+
+
+def test_the_callers_own_module_is_reported_but_never_refused(tree: Path, tmp_path: Path,
+                                                              monkeypatch: pytest.MonkeyPatch
+                                                              ) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    package(project, "utils")
+    monkeypatch.syspath_prepend(str(project))
+    package(tree, "utils")
+    [found] = shadowing(tree)
+    assert found.kind == "module" and str(project / "utils") in found.shadows
+    guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="acme/yolo", tree=tree)
+    with guard.active() as report:
+        pass
+    assert report.shadowing == [found] and report.refused == []
+
+
+def test_enforce_refuses_a_shadow_before_any_code_runs(tree: Path, tmp_path: Path) -> None:
+    canary = tmp_path / "canary"
+    (tree / f"{UNUSED_STDLIB}.py").write_text(f"open({str(canary)!r}, 'w').close()\n")
+    guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="acme/models", tree=tree)
+    with pytest.raises(RuntimeGuardError) as info, guard.active():
+        raise AssertionError("the block must not run")
+    assert info.value.action == "module" and info.value.key == "shadows"
+    assert f"replace the standard library's module {UNUSED_STDLIB}" in info.value.message
+    assert info.value.hint is not None and f'shadows = ["{UNUSED_STDLIB}"]' in info.value.hint
+    assert not canary.exists()
+    allowed = RuntimeGuard(RuntimeRules(mode="enforce", shadows=(UNUSED_STDLIB,)),
+                           repo="acme/models", tree=tree)
+    with allowed.active() as report:
+        pass
+    assert [s.name for s in report.shadowing] == [UNUSED_STDLIB]
+    observed = RuntimeGuard(RuntimeRules(mode="observe"), repo="acme/models", tree=tree)
+    with observed.active() as report:
+        pass
+    assert report.refused == [] and [s.name for s in report.shadowing] == [UNUSED_STDLIB]
+
+
+@pytest.mark.usefixtures("clean_modules")
+def test_a_shadowing_module_is_what_later_imports_get(tree: Path) -> None:
+    (tree / f"{UNUSED_STDLIB}.py").write_text("FROM_THE_REPO = True\n")
+    package(tree, "acme_helpers")
+    (tree / "acme_helpers" / "io.py").write_text("")
+    guard = RuntimeGuard(RuntimeRules(mode="observe"), repo="acme/models", tree=tree)
+    with guard.active() as report:
+        sys.path.insert(0, str(tree))  # as torch does while it imports hubconf
+        __import__(UNUSED_STDLIB)
+        __import__("acme_helpers.io")
+        sys.path.remove(str(tree))
+    assert report.leftovers == ["acme_helpers", "acme_helpers.io", UNUSED_STDLIB]
+    # after the load, the whole process gets the repo's module for the stdlib name
+    assert getattr(__import__(UNUSED_STDLIB), "FROM_THE_REPO", False)
+    assert leftovers(tree, before=["acme_helpers", "acme_helpers.io"]) == [UNUSED_STDLIB]
