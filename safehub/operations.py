@@ -24,6 +24,7 @@ from safehub.errors import (
     SpecError,
 )
 from safehub.lockfile import LockEntry, Lockfile, spec_key
+from safehub.signatures.check import verify_complete
 from safehub.signatures.signers import SignerSet
 from safehub.spec import RepoSpec
 
@@ -121,8 +122,6 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
     :class:`SignatureError` if the signature is missing, invalid, or leaves files
     uncovered; nothing is trusted or run.
     """
-    from safehub.signatures.verify import Verifier
-
     folder = Path(target)
     commit = digest = None
     if folder.is_dir():
@@ -146,12 +145,7 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
         raise SignatureError(f"no signature found for {target}",
                              hint="sign it with `safehub sign DIR --key KEY` or "
                              "`model_signing sign`, or set signature_url in the policy")
-    result = Verifier(sets).verify_tree(tree_path, found.data, signature_in_tree=found.in_tree)
-    if result.uncovered:
-        raise SignatureError(
-            f"the signature is valid ({result.signer}) but does not cover: "
-            f"{', '.join(result.uncovered[:5])}; a load would refuse these",
-            hint="sign every file (signer-declared ignored paths count as unsigned)")
+    result = verify_complete(target, tree_path, found, sets)
     return VerifyReport(target, result.signer, len(result.files), list(result.uncovered),
                         commit, digest)
 

@@ -8,10 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch.hub
 
 import safehub
 from tests.conftest import HubRepo, runs
+
+torch = pytest.importorskip("torch")
 
 DROP_IN = ["load", "list", "help", "get_dir", "set_dir", "download_url_to_file",
            "load_state_dict_from_url"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from safehub._cli import main
-from tests.conftest import HubRepo, runs
+from tests.conftest import HubRepo, needs_torch, runs
 
 
 def out_json(capsys: pytest.CaptureFixture[str]) -> object:
@@ -74,6 +74,7 @@ def test_policy_show_and_validate(isolated: Path, tmp_path: Path,
     assert f"ok   {site}" in text and "allow[0].pin" in text
 
 
+@needs_torch
 def test_run_routes_torch_hub_in_a_child_program(
     hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import HubRepo, runs
+from tests.conftest import HubRepo, needs_torch, runs
 from tests.support import GitHubStandIn
 
 CHILD = """
@@ -43,6 +43,7 @@ def run_at_once(n: int, spec: str, cwd: Path) -> list[tuple[int, str, str]]:
     return results
 
 
+@needs_torch
 def test_16_processes_cold_load_with_one_download(
     hub_repo: HubRepo, server: GitHubStandIn, canary: Path, tmp_path: Path
 ) -> None:

@@ -13,11 +13,12 @@ from io import BytesIO
 from pathlib import Path
 
 import pytest
-import torch
 
 import safehub
 from tests.conftest import HubRepo, runs
 from tests.support import GitHubStandIn
+
+torch = pytest.importorskip("torch")
 
 
 def load(spec: str, model: str = "tiny", *args: object, **kwargs: object) -> object:

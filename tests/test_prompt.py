@@ -9,7 +9,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.conftest import HubRepo, runs
+from tests.conftest import HubRepo, needs_torch, runs
 
 CHILD = """
 import sys, safehub
@@ -47,6 +47,7 @@ def test_anything_but_yes_refuses(hub_repo: HubRepo, canary: Path, tmp_path: Pat
     assert runs(canary) == 0
 
 
+@needs_torch
 def test_yes_loads_and_is_remembered_for_this_content_only(
     hub_repo: HubRepo, canary: Path, tmp_path: Path
 ) -> None:

@@ -15,8 +15,9 @@ from safehub.errors import SignatureError
 from safehub.records import SignatureRecords
 from safehub.signatures.locate import Found, find_signature
 from safehub.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
+from safehub.signatures.verify import TreeSignature, Verifier
 
-__all__ = ["SignatureCheck", "SignatureStatus"]
+__all__ = ["SignatureCheck", "SignatureStatus", "verify_complete"]
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,19 @@ class SignatureStatus:
     @classmethod
     def not_asked(cls) -> SignatureStatus:
         return cls("not checked (no policy asks for one)")
+
+
+def verify_complete(what: str, tree: Path, found: Found,
+                    sets: Sequence[SignerSet]) -> TreeSignature:
+    """Verify ``found`` over ``tree``; every file must be covered (a load refuses others)."""
+    result = Verifier(sets).verify_tree(tree, found.data, signature_in_tree=found.in_tree)
+    if result.uncovered:
+        raise SignatureError(
+            f"the signature over {what} is valid ({result.signer}) but does not cover "
+            f"{len(result.uncovered)} file(s): {', '.join(result.uncovered[:5])}",
+            hint="every file that could be imported must be signed; files the signer "
+            "declared ignored count as unsigned. Ask the publisher to sign them")
+    return result
 
 
 class SignatureCheck:
@@ -66,8 +80,6 @@ class SignatureCheck:
 
     def _check(self, repo: str, commit: str, digest: str, tree: Path, signature: str,
                sets: Sequence[SignerSet], values: Mapping[str, str]) -> SignatureStatus:
-        from safehub.signatures.verify import Verifier
-
         policy = fingerprint(sets)
         known = self.records.find(commit, digest, policy)
         if known is not None:
@@ -84,13 +96,6 @@ class SignatureCheck:
                 )
             return SignatureStatus("unsigned (the policy allows that: signature = "
                                    "'if-present')")
-        result = Verifier(sets).verify_tree(tree, found.data, signature_in_tree=found.in_tree)
-        if result.uncovered:
-            raise SignatureError(
-                f"{len(result.uncovered)} file(s) of {repo} are not covered by the signature: "
-                f"{', '.join(result.uncovered[:5])}",
-                hint="every file that could be imported must be signed; files the signer "
-                "declared ignored count as unsigned. Ask the publisher to sign them",
-            )
+        result = verify_complete(repo, tree, found, sets)
         self.records.record(commit, digest, policy, result.signer)
         return SignatureStatus(f"verified ({result.signer})", result.signer)
