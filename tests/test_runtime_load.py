@@ -24,8 +24,6 @@ WELL_BEHAVED = '''\
 import os
 from mypkg.layers import make  # the repo's own package, found through sys.path
 
-torch = pytest.importorskip("torch")
-
 dependencies = ["torch"]
 with open(os.path.join(os.path.dirname(__file__), "cache.txt"), "w") as f:
     f.write("written inside the tree")
@@ -37,6 +35,7 @@ def model(n=2):
 '''
 
 LAYERS = '''\
+import torch
 
 
 def make(n):
