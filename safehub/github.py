@@ -1,4 +1,4 @@
-"""The GitHub REST endpoints safehub uses (DESIGN.md lists them), and nothing else.
+"""The GitHub REST endpoints safehub uses (docs/architecture.md), and nothing else.
 
 This client owns everything GitHub-specific: the API and web bases, the headers (the API
 version, and ``GITHUB_TOKEN`` sent only to URLs under the API base), rate-limit answers,
@@ -65,7 +65,7 @@ def sha_field(data: Any, what: str, *path: str | int) -> str:
 
 
 class GitHub:
-    """A REST client for the endpoints of DESIGN.md."""
+    """A REST client for the endpoints safehub uses."""
 
     def __init__(self, transport: Transport, *, api_url: str, web_url: str,
                  token: str | None = None) -> None:
