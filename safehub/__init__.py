@@ -31,6 +31,7 @@ from safehub.errors import (
     PolicyDenied,
     PolicyError,
     RateLimitError,
+    RuntimeGuardError,
     SafehubError,
     SignatureError,
     SpecError,
@@ -57,6 +58,7 @@ __all__ = [
     "PolicyDenied",
     "PolicyError",
     "RateLimitError",
+    "RuntimeGuardError",
     "SafehubError",
     "SignatureError",
     "SpecError",
@@ -200,7 +202,9 @@ def install() -> None:
     """Route ``torch.hub.load``, ``list`` and ``help`` through safehub, process-wide.
 
     Code you do not own that calls ``torch.hub.load("org/repo", ...)`` then gets every
-    safehub check. :func:`uninstall` restores torch's functions.
+    safehub check, also where it bound the function before this call (``from torch.hub
+    import load``): torch.hub's functions themselves are routed, not only the module's
+    attributes. :func:`uninstall` restores torch's behaviour.
     """
     from safehub._internal import torchhub
 

@@ -101,6 +101,10 @@ class AuditLog:
                 kind = "error"
             self.write(kind, reasons=[f"{type(e).__name__}: {e.message}"], **note.fields())
             raise
+        except BaseException as e:  # the repo's own code failed: its decision still stands
+            note.extra["raised"] = type(e).__name__
+            self.write(note.decision, reasons=note.reasons, **note.fields())
+            raise
         self.write(note.decision, reasons=note.reasons, **note.fields())
 
 

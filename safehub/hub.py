@@ -9,15 +9,20 @@ trust, audit). The operations that are not loads (check, verify, lock, prefetch)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from safehub import runtime
 from safehub._internal import torchhub
 from safehub._internal.progress import terminal_progress
+from safehub._internal.warn import warn
 from safehub.admission import Admission, Admitted
-from safehub.audit import AuditLog
+from safehub.audit import AuditLog, Note
 from safehub.cache import Cache, CachedTree
 from safehub.config import Settings
 from safehub.errors import NotFoundError, PinError, SafehubError, SpecError
@@ -27,6 +32,7 @@ from safehub.lockfile import Lockfile, WeightPin
 from safehub.policy import Decision, Policy, load_policy
 from safehub.records import ConsentStore, SignatureRecords, VerifiedRecords, WeightPins
 from safehub.resolve import Resolved, Resolver
+from safehub.runtime import RuntimeGuard, RuntimeReport, RuntimeRules, hosts_of_urls
 from safehub.signatures.check import SignatureCheck, SignatureStatus
 from safehub.spec import RepoSpec
 from safehub.transport import Transport
@@ -84,7 +90,10 @@ class Hub:
                               required=s.audit_log is not None,
                               policy_files=self.policy.files)
         self._transport = transport
+        self._weights_transport: Transport | None = None
         self._github: GitHub | None = None
+        self.last_report: RuntimeReport | None = None
+        """What the repo's code did during the latest load (the runtime guard's record)."""
         self._lockfile: Lockfile | None = None
         self._no_lockfile = False
         self.resolver = Resolver(self.cache, self.github, self.policy.names)
@@ -103,6 +112,15 @@ class Hub:
         if self._transport is None:
             self._transport = Transport(self.settings.transport_config())
         return self._transport
+
+    def weights_transport(self) -> Transport:
+        """The transport for weights downloads: any https host (the weights guard checks
+        every hop against the policy), with a longer deadline for large files."""
+        if self._weights_transport is None:
+            config = self.settings.transport_config()
+            self._weights_transport = Transport(dataclasses.replace(
+                config, deadline=max(config.deadline, 3600.0)))
+        return self._weights_transport
 
     def github(self) -> GitHub:
         if self._github is None:
@@ -139,25 +157,30 @@ class Hub:
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(repo)                                               # 1. parse
         with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
-            admitted = self.admission.admit(                                      # 2, 3, 4
-                spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
-            note.ref, note.commit = admitted.resolved.ref, admitted.commit
-            tree = self.fetcher.tree(admitted.resolved, admitted.lock,            # 5, 6
-                                     force=force_reload, verbose=verbose,
-                                     lockfile=str(self.lockfile_path))
-            note.digest = tree.digest
-            signature = self.signature(admitted, tree)                            # 7
-            decision = admitted.decision
-            if signature.failed:  # mode = "warn": a violation like any other, asks consent
-                decision = replace(decision, verdict="prompt",
-                                   violations=(*decision.violations, signature.failed))
-            note.extra["signature"] = signature.status
-            trusted_by = self.trust_step.decide(                                  # 8. trust
-                self._subject(admitted, tree, signature.status), decision, trust_repo)
-            note.decision = "warn" if decision.violations else trusted_by
-            note.reasons = list(decision.reasons)
-            if decision.violations:
-                note.extra["trusted_by"] = trusted_by
+            return self._prepare(spec, note, entrypoint, trust_repo, force_reload, verbose)
+
+    def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
+                 force_reload: bool, verbose: bool) -> Prepared:
+        """Steps 2 to 8 (the audit note is filled in; its caller writes it)."""
+        admitted = self.admission.admit(                                  # 2, 3, 4
+            spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
+        note.ref, note.commit = admitted.resolved.ref, admitted.commit
+        tree = self.fetcher.tree(admitted.resolved, admitted.lock,        # 5, 6
+                                 force=force_reload, verbose=verbose,
+                                 lockfile=str(self.lockfile_path))
+        note.digest = tree.digest
+        signature = self.signature(admitted, tree)                        # 7
+        decision = admitted.decision
+        if signature.failed:  # mode = "warn": a violation like any other, asks consent
+            decision = replace(decision, verdict="prompt",
+                               violations=(*decision.violations, signature.failed))
+        note.extra["signature"] = signature.status
+        trusted_by = self.trust_step.decide(                              # 8. trust
+            self._subject(admitted, tree, signature.status), decision, trust_repo)
+        note.decision = "warn" if decision.violations else trusted_by
+        note.reasons = list(decision.reasons)
+        if decision.violations:
+            note.extra["trusted_by"] = trusted_by
         return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status)
 
     def signature(self, admitted: Admitted, tree: CachedTree) -> SignatureStatus:
@@ -192,37 +215,91 @@ class Hub:
              source: str = "github", trust_repo: Any = "check", force_reload: bool = False,
              verbose: bool = True, skip_validation: bool = False, **kwargs: Any) -> Any:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
-        path, guard = self._repo_dir(repo_or_dir, source, model, trust_repo, force_reload,
-                                     verbose)
-        with guard:                                                       # 9. delegate
-            return torchhub.call_entrypoint(path, model, args, kwargs)
+        return self._run(repo_or_dir, source, model, trust_repo, force_reload, verbose,
+                         lambda path: torchhub.call_entrypoint(path, model, args, kwargs))
 
     def list(self, github: str, force_reload: bool = False, skip_validation: bool = False,
              trust_repo: Any = "check", verbose: bool = True) -> list[str]:
-        path, guard = self._repo_dir(github, "github", None, trust_repo, force_reload, verbose)
-        with guard:
-            return torchhub.entrypoints(path)
+        result: list[str] = self._run(github, "github", None, trust_repo, force_reload, verbose,
+                                      torchhub.entrypoints)
+        return result
 
     def help(self, github: str, model: str, force_reload: bool = False,
              skip_validation: bool = False, trust_repo: Any = "check") -> str | None:
-        path, guard = self._repo_dir(github, "github", model, trust_repo, force_reload, True)
-        with guard:
-            return torchhub.docstring(path, model)
+        result: str | None = self._run(github, "github", model, trust_repo, force_reload, True,
+                                       lambda path: torchhub.docstring(path, model))
+        return result
 
-    def _repo_dir(self, repo_or_dir: str | os.PathLike[str], source: str,
-                  entrypoint: str | None, trust_repo: Any, force_reload: bool,
-                  verbose: bool) -> tuple[Path, contextlib.AbstractContextManager[None]]:
-        """The folder to hand to torch, and the guard to hold while its code runs."""
+    def _run(self, repo_or_dir: str | os.PathLike[str], source: str, entrypoint: str | None,
+             trust_repo: Any, force_reload: bool, verbose: bool,
+             run: Callable[[Path], Any], *, nested: bool = False) -> Any:
+        """Prepare, then run the repo's code (step 9) under the guards; audit (step 10)."""
         source = source.lower() if isinstance(source, str) else source
         if source == "local":
-            return Path(os.fspath(repo_or_dir)), contextlib.nullcontext()  # your own code
+            return run(Path(os.fspath(repo_or_dir)))  # your own code, as torch.hub does
         if source != "github":
             raise SpecError(
                 f'Unknown source: "{source}". Allowed values: "github" | "local".',
                 hint="use source='github' for owner/name[:ref] or 'local' for a folder")
-        prepared = self.prepare(str(repo_or_dir), entrypoint=entrypoint, trust_repo=trust_repo,
-                                force_reload=force_reload, verbose=verbose)
-        return prepared.path, self._weights_guard(prepared).active()
+        check_trust_repo(trust_repo)
+        spec = RepoSpec.parse(str(repo_or_dir))                                   # 1. parse
+        with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
+            with runtime.suspended() if nested else contextlib.nullcontext():  # our own work
+                prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
+                                         verbose)
+            return self._delegate(prepared, note, run)                            # 9. delegate
+
+    def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any]) -> Any:
+        """Run the repo's code under the weights guard, the runtime guard and nested-load
+        routing; record what it did on the audit line."""
+        handlers = {**self._weights_guard(prepared).handlers(),
+                    **{name: self._nested(name) for name in ("load", "list", "help")}}
+        guard = self._runtime_guard(prepared)
+        self.last_report = guard.report
+        try:
+            with torchhub.handling(handlers), guard.active():
+                return run(prepared.path)
+        finally:
+            note.extra["runtime"] = guard.report.to_json()
+
+    def _nested(self, name: str) -> Callable[..., Any]:
+        """torch.hub.load/list/help called by a repo's code while it runs: through this
+        hub, with this policy; a ``trust_repo`` the repo's code passes grants nothing."""
+        def nested(*args: Any, **kwargs: Any) -> Any:
+            bound = inspect.signature(torchhub.original(name)).bind(*args, **kwargs)
+            call = dict(bound.arguments)
+            call.pop("trust_repo", None)
+            extra = call.pop("kwargs", {})
+            positional = call.pop("args", ())
+            repo = call.pop("repo_or_dir", call.pop("github", None))
+            model = call.pop("model", None)
+            source = call.pop("source", "github")
+            force, verbose = call.pop("force_reload", False), call.pop("verbose", True)
+            run: Callable[[Path], Any]
+            if name == "load":
+                def run(path: Path) -> Any:
+                    return torchhub.call_entrypoint(path, model, tuple(positional), extra)
+            elif name == "list":
+                run = torchhub.entrypoints
+            else:
+                def run(path: Path) -> Any:
+                    return torchhub.docstring(path, model)
+            return self._run(repo, source if name == "load" else "github",
+                             model if name != "list" else None, "check", force, verbose, run,
+                             nested=True)
+        return nested
+
+    def _runtime_guard(self, prepared: Prepared) -> RuntimeGuard:
+        reqs = prepared.decision.requirements
+        network, programs, writes = reqs.runtime.merged()
+        rules = RuntimeRules(
+            mode=self.settings.runtime,  # type: ignore[arg-type]
+            network=network, subprocess=programs, writes=writes,
+            weights_hosts=hosts_of_urls(p.pattern for patterns in reqs.weights
+                                        for p in patterns),
+            shadowing=reqs.runtime.shadowing,
+            source="; ".join(reqs.runtime.rules) or "the policy")
+        return RuntimeGuard(rules, repo=prepared.spec.repo, tree=prepared.path)
 
     def _weights_guard(self, prepared: Prepared) -> WeightsGuard:
         spec, decision = prepared.spec, prepared.decision
@@ -235,8 +312,6 @@ class Hub:
                     lockfile.add_weight(spec, WeightPin(url, sha256))
                     lockfile.save()
             except (SafehubError, OSError) as e:
-                from safehub._internal.warn import warn
-
                 warn(f"could not pin the weights {url} in {self.lockfile_path}: {e}")
 
         return WeightsGuard(
@@ -245,7 +320,8 @@ class Hub:
             warn_only=decision.mode == "warn",
             locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
             records=WeightPins(self.settings.data_dir),
-            on_new_pin=pin if lock is not None else None)
+            on_new_pin=pin if lock is not None else None,
+            transport=self.weights_transport())
 
     # -- consent without loading -----------------------------------------------------------
 

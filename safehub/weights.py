@@ -2,10 +2,12 @@
 
 While a hub repo's code runs (``load``, ``list``, ``help``), ``torch.hub``'s
 ``download_url_to_file`` and ``load_state_dict_from_url`` (and safehub's, which call
-them) are wrapped:
+them) are routed here (:func:`safehub._internal.torchhub.handling`), also where the
+repo's code bound them before the load:
 
 * a URL must match the policy's ``weights`` patterns (every matching rule's list), else
-  :class:`PolicyDenied` before any byte is fetched;
+  :class:`PolicyDenied` before any byte is fetched; the download goes through safehub's
+  transport, HTTPS only, and every redirect hop must match the patterns too;
 * every file fetched, or found in torch's checkpoint folder, is hashed in full (torch
   checks an 8-character prefix, and only if the file name carries one). The first hash
   of a URL is pinned: in the lockfile if the spec is locked (``[[repo.weights]]``), and
@@ -21,11 +23,10 @@ it has decided to trust (see docs/threat-model.md).
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import hashlib
 import os
-import threading
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,9 @@ from safehub._internal.globs import Glob
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PolicyDenied
 from safehub.records import WeightPins
+from safehub.transport import Transport
 
 __all__ = ["WeightsGuard"]
-
-_LOCK = threading.Lock()
 
 
 def _stat_key(st: os.stat_result) -> list[int]:
@@ -56,6 +56,9 @@ class WeightsGuard:
     locked: dict[str, str] = field(default_factory=dict)
     records: WeightPins | None = None
     on_new_pin: Callable[[str, str], None] | None = None
+    transport: Transport | None = None
+    """Downloads go through safehub's transport (every hop checked); None: torch's."""
+    max_bytes: int = 64 * 1024**3
 
     def check_url(self, url: str) -> None:
         parts = urlparse(url)
@@ -111,79 +114,87 @@ class WeightsGuard:
         if url not in self.locked and self.on_new_pin is not None:
             self.on_new_pin(url, digest)
 
-    @contextlib.contextmanager
-    def active(self) -> Iterator[None]:
-        """Hold this guard while the block runs (nested and concurrent loads included).
+    # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 
-        torch.hub's two functions are wrapped once, while any guard is active; each call
-        is checked by the guard of the load it belongs to (the current context's, or the
-        latest one for threads hubconf started), and guards may end in any order.
-        """
-        with _LOCK:
-            if not _ACTIVE:
-                _install()
-            _ACTIVE.append(self)
-        token = _CURRENT.set(self)
+    def handlers(self) -> dict[str, Callable[..., Any]]:
+        """The functions that stand in for torch.hub's while this guard holds."""
+        return {"download_url_to_file": self.download_url_to_file,
+                "load_state_dict_from_url": self.load_state_dict_from_url}
+
+    def _hop(self, url: str) -> None:
+        """Every redirect hop is held to the patterns, as the first URL is."""
         try:
-            yield
-        finally:
-            _CURRENT.reset(token)
-            with _LOCK:
-                _ACTIVE.remove(self)
-                if not _ACTIVE:
-                    _uninstall()
+            self.check_url(url)
+        except PolicyDenied as e:
+            raise PolicyDenied(f"{e.message} (reached by a redirect)", hint=e.hint) from None
 
-
-_CURRENT: contextvars.ContextVar[WeightsGuard | None] = contextvars.ContextVar(
-    "safehub_weights_guard", default=None)
-_ACTIVE: list[WeightsGuard] = []
-_ORIGINAL: dict[str, Any] = {}
-
-
-def _guard() -> WeightsGuard | None:
-    return _CURRENT.get() or (_ACTIVE[-1] if _ACTIVE else None)
-
-
-def _install() -> None:
-    from safehub._internal.torchhub import torch_hub
-
-    hub: Any = torch_hub()
-    _ORIGINAL["download_url_to_file"] = inner_download = hub.download_url_to_file
-    _ORIGINAL["load_state_dict_from_url"] = inner_state_dict = hub.load_state_dict_from_url
-
-    def download_url_to_file(url: str, dst: str, hash_prefix: str | None = None,
+    def download_url_to_file(self, url: str, dst: str, hash_prefix: str | None = None,
                              progress: bool = True) -> None:
-        guard = _guard()
-        if guard is not None:
-            guard.check_url(url)
-        inner_download(url, dst, hash_prefix, progress)
-        if guard is not None:
-            guard.check_file(url, Path(os.path.expanduser(dst)))
+        """torch's ``download_url_to_file``, through safehub's transport: HTTPS only, every
+        hop matched against ``weights``, the whole file hashed and pinned."""
+        self.check_url(url)
+        target = Path(os.path.expanduser(dst))
+        if self.transport is None or (not self.patterns and not url.startswith("https://")):
+            _original("download_url_to_file")(url, dst, hash_prefix, progress)
+        else:
+            self._fetch(url, target, hash_prefix, progress)
+        self.check_file(url, target)
 
-    def load_state_dict_from_url(url: str, model_dir: str | None = None,
+    def _fetch(self, url: str, target: Path, hash_prefix: str | None, progress: bool) -> None:
+        from safehub._internal.progress import terminal_progress
+        from safehub.runtime import suspended
+
+        assert self.transport is not None
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                   suffix=".partial")
+        try:
+            with os.fdopen(fd, "wb") as out, suspended():  # safehub's own download
+                self.transport.download(
+                    url, out, what=f"weights {url}", max_bytes=self.max_bytes,
+                    allow=self._hop if self.patterns else _any_https_host,
+                    progress=terminal_progress(url) if progress else None,
+                    accept="*/*")
+            if hash_prefix is not None:
+                h = hashlib.sha256()
+                with open(tmp, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+                if not h.hexdigest().startswith(hash_prefix):
+                    raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
+                                       f'"{h.hexdigest()}")')  # as torch.hub raises it
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def load_state_dict_from_url(self, url: str, model_dir: str | None = None,
                                  map_location: Any = None, progress: bool = True,
                                  check_hash: bool = False, file_name: str | None = None,
                                  weights_only: bool = False) -> Any:
-        guard = _guard()
-        if guard is not None:
-            guard.check_url(url)
-            folder = model_dir or os.path.join(hub.get_dir(), "checkpoints")
-            cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
-            if cached.is_file():  # torch would load it without downloading: check it first
-                guard.check_file(url, cached)
-            if guard.weights_only and not weights_only:
-                weights_only = True  # no pickled code from the network unless policy says so
-        return inner_state_dict(url, model_dir, map_location, progress, check_hash,
-                                file_name, weights_only)
-
-    hub.download_url_to_file = download_url_to_file
-    hub.load_state_dict_from_url = load_state_dict_from_url
+        """torch's ``load_state_dict_from_url``: a cached file is checked first; no pickled
+        code unless every matching rule says ``weights_only = false``."""
+        self.check_url(url)
+        folder = model_dir or os.path.join(_torch_hub_dir(), "checkpoints")
+        cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
+        if cached.is_file():  # torch would load it without downloading: check it first
+            self.check_file(url, cached)
+        if self.weights_only and not weights_only:
+            weights_only = True
+        return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
+                                                      check_hash, file_name, weights_only)
 
 
-def _uninstall() -> None:
-    from safehub._internal.torchhub import torch_hub
+def _any_https_host(url: str) -> None:
+    """No policy names weights hosts: any host, but still HTTPS on every hop."""
 
-    hub: Any = torch_hub()
-    for name, func in _ORIGINAL.items():
-        setattr(hub, name, func)
-    _ORIGINAL.clear()
+
+def _original(name: str) -> Callable[..., Any]:
+    from safehub._internal.torchhub import original
+
+    return original(name)
+
+
+def _torch_hub_dir() -> str:
+    from safehub._internal.torchhub import original
+
+    return str(original("get_dir")())

@@ -56,11 +56,13 @@ def test_install_routes_torch_hub_through_safehub(
     hub_repo: HubRepo, canary: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CI", "true")
-    original = torch.hub.load
+    from torch.hub import load as bound_before_install  # a library's early binding
+
     safehub.install()
     try:
-        assert torch.hub.load is not original
         safehub.install()  # twice is harmless
+        with pytest.raises(safehub.UntrustedRepoError):
+            bound_before_install(f"{hub_repo.spec}:v1.0", "tiny")  # routed all the same
         with pytest.raises(safehub.UntrustedRepoError):
             torch.hub.load(f"{hub_repo.spec}:v1.0", "tiny")  # code you do not own
         assert runs(canary) == 0
@@ -69,4 +71,7 @@ def test_install_routes_torch_hub_through_safehub(
         assert torch.hub.list(f"{hub_repo.spec}:v1.0") == ["echo", "tiny"]
     finally:
         safehub.uninstall()
-    assert torch.hub.load is original
+    assert "safehub" not in repr(torch.hub.load.__wrapped__ if hasattr(
+        torch.hub.load, "__wrapped__") else "")
+    with pytest.raises(ValueError, match="Unknown source"):  # torch's own behaviour again
+        torch.hub.load(f"{hub_repo.spec}:v1.0", "tiny", source="nowhere")

@@ -95,23 +95,25 @@ def test_the_callers_own_module_is_reported_but_never_refused(tree: Path, tmp_pa
     assert report.shadowing == [found] and report.refused == []
 
 
-def test_enforce_refuses_a_shadow_before_any_code_runs(tree: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["enforce", "observe"])
+def test_a_shadow_is_refused_before_any_code_runs(tree: Path, tmp_path: Path, mode: str) -> None:
     canary = tmp_path / "canary"
     (tree / f"{UNUSED_STDLIB}.py").write_text(f"open({str(canary)!r}, 'w').close()\n")
-    guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="acme/models", tree=tree)
+    guard = RuntimeGuard(RuntimeRules(mode=mode), repo="acme/models", tree=tree)  # type: ignore[arg-type]
     with pytest.raises(RuntimeGuardError) as info, guard.active():
         raise AssertionError("the block must not run")
     assert info.value.action == "module" and info.value.key == "shadows"
     assert f"replace the standard library's module {UNUSED_STDLIB}" in info.value.message
-    assert info.value.hint is not None and f'shadows = ["{UNUSED_STDLIB}"]' in info.value.hint
+    assert info.value.hint is not None and 'shadowing = "warn"' in info.value.hint
     assert not canary.exists()
     allowed = RuntimeGuard(RuntimeRules(mode="enforce", shadows=(UNUSED_STDLIB,)),
                            repo="acme/models", tree=tree)
     with allowed.active() as report:
         pass
     assert [s.name for s in report.shadowing] == [UNUSED_STDLIB]
-    observed = RuntimeGuard(RuntimeRules(mode="observe"), repo="acme/models", tree=tree)
-    with observed.active() as report:
+    warned = RuntimeGuard(RuntimeRules(mode=mode, shadowing="warn"),  # type: ignore[arg-type]
+                          repo="acme/models", tree=tree)
+    with pytest.warns(UserWarning, match=f"module {UNUSED_STDLIB}"), warned.active() as report:
         pass
     assert report.refused == [] and [s.name for s in report.shadowing] == [UNUSED_STDLIB]
 
@@ -121,8 +123,9 @@ def test_a_shadowing_module_is_what_later_imports_get(tree: Path) -> None:
     (tree / f"{UNUSED_STDLIB}.py").write_text("FROM_THE_REPO = True\n")
     package(tree, "acme_helpers")
     (tree / "acme_helpers" / "io.py").write_text("")
-    guard = RuntimeGuard(RuntimeRules(mode="observe"), repo="acme/models", tree=tree)
-    with guard.active() as report:
+    guard = RuntimeGuard(RuntimeRules(mode="observe", shadowing="warn"), repo="acme/models",
+                         tree=tree)
+    with pytest.warns(UserWarning), guard.active() as report:
         sys.path.insert(0, str(tree))  # as torch does while it imports hubconf
         __import__(UNUSED_STDLIB)
         __import__("acme_helpers.io")

@@ -300,17 +300,24 @@ def test_signature_from_a_release_asset_or_a_local_path(
     assert safehub.load("acme/released:v2.0", "echo", trust_repo=True) == ((), {})
 
 
-def test_weights_guards_may_end_in_any_order(signed: Signed, isolated: Path) -> None:
-    """Concurrent loads end out of order: torch.hub is restored exactly once, at the end."""
-    from safehub.weights import WeightsGuard
+def test_weights_guards_may_end_in_any_order(signed: Signed, isolated: Path,
+                                             tmp_path: Path) -> None:
+    """Concurrent loads end out of order: each call goes to the innermost guard still
+    active, and torch's own function answers again once none is."""
+    from safehub._internal import torchhub
 
-    original = torch.hub.download_url_to_file
-    a, b = WeightsGuard("a/a"), WeightsGuard("b/b")
-    ctx_a, ctx_b = a.active(), b.active()
+    calls: list[str] = []
+    a = {"download_url_to_file": lambda *args, **kw: calls.append("a")}
+    b = {"download_url_to_file": lambda *args, **kw: calls.append("b")}
+    ctx_a, ctx_b = torchhub.handling(a), torchhub.handling(b)
     ctx_a.__enter__()
     ctx_b.__enter__()
-    assert torch.hub.download_url_to_file is not original
+    torch.hub.download_url_to_file("https://h/w.pth", str(tmp_path / "w"))
     ctx_a.__exit__(None, None, None)  # the first one ends first
-    assert torch.hub.download_url_to_file is not original  # b is still active
+    torch.hub.download_url_to_file("https://h/w.pth", str(tmp_path / "w"))
     ctx_b.__exit__(None, None, None)
-    assert torch.hub.download_url_to_file is original
+    assert calls == ["b", "b"]
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"weights")
+    torch.hub.download_url_to_file(source.as_uri(), str(tmp_path / "copy"), progress=False)
+    assert (tmp_path / "copy").read_bytes() == b"weights" and calls == ["b", "b"]

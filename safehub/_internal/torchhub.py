@@ -1,27 +1,52 @@
-"""Everything that touches ``torch.hub``: originals, patching, delegation.
+"""Everything that touches ``torch.hub``: routing its functions, and delegating to it.
 
-torch is imported here lazily, on first use, so ``import safehub`` stays cheap.
+**Routing.** On first use, the code of torch.hub's ``load``, ``list``, ``help``,
+``download_url_to_file`` and ``load_state_dict_from_url`` is replaced by a trampoline of
+the same signature that asks :func:`_dispatch` what to run. The function objects stay the
+same, so references taken before safehub was imported or installed (``from torch.hub
+import load`` in a library, a hubconf's ``from torch.hub import load_state_dict_from_url``)
+are routed too. Dispatch order, per call:
+
+1. a handler pushed with :func:`handling` for the load this call belongs to (the calling
+   context's, or the latest active one for threads its code started): nested loads while
+   a repo's code runs, and the weights guard;
+2. the replacements of :func:`install` (``safehub.install()``);
+3. torch's own function (a copy of the original is kept, see :func:`original`).
+
+**Delegation.** :func:`call_entrypoint`, :func:`entrypoints` and :func:`docstring` hand a
+verified folder to torch's own local loader. torch is imported lazily, on first use, so
+``import safehub`` stays cheap.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import importlib.util
+import inspect
 import sys
-from collections.abc import Iterator
+import threading
+import types
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from safehub.errors import HubconfError
 
-__all__ = ["call_entrypoint", "entrypoints", "install", "original", "uninstall"]
+__all__ = ["ROUTED", "call_entrypoint", "docstring", "entrypoints", "handling", "install",
+           "original", "torch_hub", "uninstall"]
 
-_ORIGINALS: dict[str, Any] = {}
-_PATCHED = ("load", "list", "help")
+ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
+_LOCK = threading.RLock()
+_ORIGINALS: dict[str, types.FunctionType] = {}  # callable copies with torch's own code
+_SWAPPED: dict[str, types.CodeType] = {}  # torch's code, to put back in uninstall_routing
+_INSTALLED: dict[str, Callable[..., Any]] = {}
+_ACTIVE: list[Mapping[str, Callable[..., Any]]] = []
+_CURRENT: contextvars.ContextVar[tuple[Mapping[str, Callable[..., Any]], ...]] = \
+    contextvars.ContextVar("safehub_torchhub_handlers", default=())
 
 
-def torch_hub() -> ModuleType:
+def torch_hub() -> types.ModuleType:
     """The torch.hub module (from sys.modules: torch may still be initialising)."""
     module = sys.modules.get("torch.hub")
     if module is None:
@@ -31,26 +56,120 @@ def torch_hub() -> ModuleType:
     return module
 
 
-def original(name: str) -> Any:
-    """torch.hub's own function ``name``, even while :func:`install` has replaced it."""
+def _trampoline(name: str, func: types.FunctionType) -> types.CodeType:
+    """Code with ``func``'s parameters that calls ``_dispatch(name, args, kwargs)``.
+
+    Defaults live on the function object, not in its code, so torch's own defaults (and
+    ``inspect.signature``) are unchanged.
+    """
+    params = inspect.signature(func).parameters.values()
+    header, args, kwargs = [], [], []
+    star = False
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL:
+            header.append(f"*{p.name}")
+            args.append(f"*{p.name}")
+            star = True
+        elif p.kind is p.VAR_KEYWORD:
+            header.append(f"**{p.name}")
+            kwargs.append(f"**{p.name}")
+        elif p.kind is p.KEYWORD_ONLY:
+            if not star:
+                header.append("*")
+                star = True
+            header.append(f"{p.name}=None" if p.default is not p.empty else p.name)
+            kwargs.append(f"{p.name!r}: {p.name}")
+        else:
+            header.append(f"{p.name}=None" if p.default is not p.empty else p.name)
+            args.append(p.name)
+    source = (f"def {func.__name__}({', '.join(header)}):\n"
+              f"    return __import__('safehub._internal.torchhub', fromlist=['_dispatch'])"
+              f"._dispatch({name!r}, ({', '.join(args)}{',' if args else ''}), "
+              f"{{{', '.join(kwargs)}}})\n")
+    scope: dict[str, Any] = {}
+    exec(compile(source, f"<safehub routing of torch.hub.{name}>", "exec"), scope)
+    code: types.CodeType = scope[func.__name__].__code__
+    return code
+
+
+def _route() -> None:
+    """Swap torch.hub's functions' code for trampolines (once per process)."""
+    with _LOCK:
+        if _SWAPPED:
+            return
+        hub = torch_hub()
+        for name in ROUTED:
+            func = getattr(hub, name)
+            if not isinstance(func, types.FunctionType) or func.__closure__:
+                continue  # not the plain function torch ships: leave it alone
+            copy = types.FunctionType(func.__code__, func.__globals__, func.__name__,
+                                      func.__defaults__, func.__closure__)
+            copy.__kwdefaults__ = func.__kwdefaults__
+            copy.__dict__.update(func.__dict__)
+            copy.__doc__ = func.__doc__
+            _ORIGINALS[name] = copy
+            _SWAPPED[name] = func.__code__
+            func.__code__ = _trampoline(name, func)
+
+
+def original(name: str) -> Callable[..., Any]:
+    """torch.hub's own function ``name``, whatever is routed or installed."""
+    _route()
     return _ORIGINALS.get(name) or getattr(torch_hub(), name)
 
 
-def install(replacements: dict[str, Any]) -> None:
-    hub = torch_hub()
-    for name in _PATCHED:
-        current = getattr(hub, name)
-        if name not in _ORIGINALS:
-            _ORIGINALS[name] = current
-        setattr(hub, name, replacements[name])
+def _handler(name: str) -> Callable[..., Any] | None:
+    for handlers in reversed(_CURRENT.get()):
+        if name in handlers:
+            mine: Callable[..., Any] = handlers[name]
+            return mine
+    with _LOCK:
+        for handlers in reversed(_ACTIVE):
+            if name in handlers:
+                found: Callable[..., Any] = handlers[name]
+                return found
+    return None
+
+
+def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    target = _handler(name) or _INSTALLED.get(name) or original(name)
+    return target(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def handling(handlers: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """Route calls of torch.hub's functions named in ``handlers`` to them while the block
+    runs (in this context, and in threads started meanwhile that have no handler of their
+    own). Handlers stack: the innermost wins; they may end in any order."""
+    _route()
+    with _LOCK:
+        _ACTIVE.append(handlers)
+    _CURRENT.set((*_CURRENT.get(), handlers))
+    try:
+        yield
+    finally:  # not a token reset: handlers may end in any order
+        _CURRENT.set(tuple(h for h in _CURRENT.get() if h is not handlers))
+        with _LOCK:
+            _ACTIVE.remove(handlers)
+
+
+def install(replacements: Mapping[str, Callable[..., Any]]) -> None:
+    """Route torch.hub's functions to ``replacements`` (``safehub.install()``)."""
+    _route()
+    with _LOCK:
+        _INSTALLED.update(replacements)
 
 
 def uninstall() -> None:
-    hub = torch_hub()
-    for name, func in list(_ORIGINALS.items()):
-        setattr(hub, name, func)
-    _ORIGINALS.clear()
+    with _LOCK:
+        _INSTALLED.clear()
 
+
+def installed() -> bool:
+    return bool(_INSTALLED)
+
+
+# -- delegation ------------------------------------------------------------------------------
 
 def _require_hubconf(repo_dir: Path) -> Path:
     hubconf = repo_dir / "hubconf.py"
@@ -86,12 +205,12 @@ def call_entrypoint(repo_dir: Path, model: str, args: tuple[Any, ...],
             if str(e) == f"Cannot find callable {model} in hubconf":
                 raise HubconfError(
                     f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
-                    hint="list the entrypoints with safehub.list(...) or `safehub check`",
+                    hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
                 ) from e
             raise
 
 
-def _import_hubconf(repo_dir: Path) -> ModuleType:
+def _import_hubconf(repo_dir: Path) -> types.ModuleType:
     hubconf = _require_hubconf(repo_dir)
     spec = importlib.util.spec_from_file_location("hubconf", hubconf)
     if spec is None or spec.loader is None:
@@ -125,7 +244,7 @@ def docstring(repo_dir: Path, model: str) -> str | None:
     if func is None or not callable(func):
         raise HubconfError(
             f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
-            hint="list the entrypoints with safehub.list(...)",
+            hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
         )
     doc = func.__doc__
     return doc if doc is None else str(doc)

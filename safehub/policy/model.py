@@ -67,13 +67,41 @@ class Rule:
 
 @dataclass(frozen=True)
 class RuntimeRequirements:
-    """What the runtime guard holds hubconf code to (every matching rule's keys)."""
+    """What the runtime guard holds hubconf code to (every matching rule's keys).
+
+    Each key merges as ``each`` (every rule that sets it must allow an action): the merged
+    lists keep only the entries every rule that sets the key lists, which never allows
+    more than any one rule does.
+
+    >>> RuntimeRequirements(network=(("a.example", "b.example"), ("b.example",))).merged()
+    (('b.example',), None, None)
+    """
 
     network: tuple[tuple[str, ...], ...] = ()
     subprocess: tuple[bool | tuple[str, ...], ...] = ()
     writes: tuple[tuple[str, ...], ...] = ()
     shadowing: str = "refuse"
     rules: tuple[str, ...] = ()
+
+    def merged(self) -> tuple[tuple[str, ...] | None, bool | tuple[str, ...] | None,
+                              tuple[str, ...] | None]:
+        """(network, subprocess, writes) as one rule would say them (None: unset)."""
+        programs: bool | tuple[str, ...] | None = None
+        for value in self.subprocess:
+            if value is False or programs is False:
+                programs = False
+            elif value is True:
+                programs = True if programs is None else programs
+            else:
+                programs = value if programs in (None, True) else _common((programs, value))
+        return _common(self.network), programs, _common(self.writes)
+
+
+def _common(lists: Sequence[Any]) -> tuple[str, ...] | None:
+    if not lists:
+        return None
+    first, *rest = lists
+    return tuple(x for x in first if all(x in other for other in rest))
 
 
 @dataclass(frozen=True)

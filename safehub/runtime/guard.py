@@ -35,6 +35,7 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import _hook
 from safehub.runtime._events import Action
@@ -193,17 +194,19 @@ class RuntimeGuard:
         self.report.raise_if_refused()
 
     def _refuse_shadowing(self) -> None:
-        if self.rules.mode != "enforce":
-            return
         for s in self.report.shadowing:
+            if s.takes_effect and s.name not in self.rules.shadows and \
+                    self.rules.shadowing == "warn":
+                warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for the "
+                     "whole process (shadowing = \"warn\")")
+                continue
             if s.takes_effect and s.name not in self.rules.shadows:
                 what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
                 self._refuse_now(
                     Action("module", "import", s.name), "shadows",
                     f"runtime guard: {self.repo} would replace {what} module {s.name} with "
-                    f"{s.path} for the whole process (runtime = \"enforce\"{self._src()})",
-                    f"if that is intended, add to its [[allow]] rule: shadows = "
-                    f"{toml_list([*self.rules.shadows, s.name])}")
+                    f"{s.path} for the whole process (shadowing = \"refuse\"{self._src()})",
+                    "if that is intended, add to its [[allow]] rule: shadowing = \"warn\"")
         self.report.raise_if_refused()
 
     def _refuse_now(self, action: Action, key: str, message: str, hint: str) -> None:

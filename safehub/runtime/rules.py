@@ -155,6 +155,10 @@ class RuntimeRules:
     writes: tuple[str, ...] | None = None
     weights_hosts: tuple[str, ...] = ()
     shadows: tuple[str, ...] = ()
+    shadowing: str = "refuse"
+    """``refuse``: a repo module that would replace a standard-library or installed module
+    refuses the load (``observe`` and ``enforce``); ``warn``: it is recorded and warned
+    about."""
     source: str = ""
     _hosts: tuple[HostPattern, ...] = field(default=(), init=False, repr=False, compare=False)
 
