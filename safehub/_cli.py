@@ -62,13 +62,37 @@ def _cmd_load(args: argparse.Namespace) -> int:
         raise SpecError("--kwargs must be a JSON object", hint='e.g. --kwargs \'{"n": 2}\'')
     hub = _hub(args)
     trust: Any = True if args.trust else "check"
-    obj = hub.load(args.spec, args.entrypoint, source=args.source, trust_repo=trust,
-                   force_reload=args.force_reload, verbose=not args.quiet, **kwargs)
+    try:
+        obj = hub.load(args.spec, args.entrypoint, source=args.source, trust_repo=trust,
+                       force_reload=args.force_reload, verbose=not args.quiet, **kwargs)
+    except SafehubError:
+        if args.report and hub.last_report is not None and not args.json:
+            print(_runtime_text(hub.last_report.to_json()), file=sys.stderr)
+        raise
     info = _describe(obj)
-    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "result": info},
-          f"loaded {args.spec} {args.entrypoint}: {info['type']}"
-          + (f" ({info['parameters']:,} parameters)" if "parameters" in info else ""))
+    data: dict[str, Any] = {"spec": args.spec, "entrypoint": args.entrypoint, "result": info}
+    text = (f"loaded {args.spec} {args.entrypoint}: {info['type']}"
+            + (f" ({info['parameters']:,} parameters)" if "parameters" in info else ""))
+    if args.report and hub.last_report is not None:
+        data["runtime"] = hub.last_report.to_json()
+        text += "\n" + _runtime_text(data["runtime"])
+    _emit(args, data, text)
     return EXIT_OK
+
+
+def _runtime_text(report: dict[str, Any]) -> str:
+    """What the repo's code did while it ran (``load --report``)."""
+    lines = [f"runtime guard ({report['mode']}) for {report['repo']}:"]
+    for key, label in (("hosts", "connected to"), ("lookups", "looked up"),
+                       ("programs", "started"), ("writes", "wrote outside its tree"),
+                       ("libraries", "loaded native code"), ("environ", "changed environment"),
+                       ("leftovers", "left imported")):
+        lines.append(f"  {label:22} {', '.join(report[key]) or '-'}")
+    for shadow in report["shadowing"]:
+        lines.append(f"  {'shadows':22} {shadow['name']} ({shadow['shadows']})")
+    for refusal in report["refused"]:
+        lines.append(f"  {'REFUSED':22} {refusal['message']}")
+    return "\n".join(lines)
 
 
 # -- cache -----------------------------------------------------------------------------
@@ -316,6 +340,8 @@ def _parser() -> argparse.ArgumentParser:
     load.add_argument("--trust", action="store_true", help="trust this content (trust_repo=True)")
     load.add_argument("--force-reload", action="store_true", help="fetch and verify again")
     load.add_argument("-q", "--quiet", action="store_true", help="no cache messages")
+    load.add_argument("--report", action="store_true",
+                      help="print what the repo's code did (hosts, programs, writes)")
     load.set_defaults(func=_cmd_load)
 
     check = sub.add_parser("check", parents=[common],

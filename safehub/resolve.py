@@ -116,6 +116,8 @@ def _prove(github: GitHub, spec: RepoSpec, sha: str, asked: str) -> Resolved:
         try:
             cmp = github.compare(spec, f"{kind}/{branch}", sha)
         except NotFoundError as e:
+            if listed:
+                continue  # a listed ref that is gone (or never was): try the next one
             raise NotFoundError(f"{spec.repo} has no commit {sha}",
                                 hint="check the sha; commits of forks must be loaded from the "
                                 "fork") from e
