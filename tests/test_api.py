@@ -43,13 +43,11 @@ def test_every_error_is_a_safehub_error() -> None:
             assert issubclass(obj, safehub.SafehubError)
 
 
-def test_get_dir_and_set_dir_are_torchs(tmp_path: Path) -> None:
-    old = torch.hub.get_dir()
-    try:
-        safehub.set_dir(tmp_path / "hub")
-        assert safehub.get_dir() == torch.hub.get_dir() == str(tmp_path / "hub")
-    finally:
-        torch.hub.set_dir(old)
+def test_get_dir_and_set_dir_are_torchs(tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.hub, "_hub_dir", torch.hub._hub_dir)  # restored afterwards
+    safehub.set_dir(tmp_path / "hub")
+    assert safehub.get_dir() == torch.hub.get_dir() == str(tmp_path / "hub")
 
 
 def test_install_routes_torch_hub_through_safehub(
