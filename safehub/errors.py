@@ -39,6 +39,7 @@ __all__ = [
     "SafehubError",
     "SignatureError",
     "SpecError",
+    "TamperedError",
     "UnreachableError",
     "UntrustedRepoError",
 ]
@@ -160,3 +161,8 @@ class RuntimeGuardError(SafehubError):
         self.target = target
         self.repo = repo
         self.key = key
+
+
+class TamperedError(RuntimeGuardError, IntegrityError):
+    """A file of a cached tree changed after safehub verified it, found as the repo's code
+    opened it (an :class:`IntegrityError` raised by the runtime guard)."""

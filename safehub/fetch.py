@@ -8,6 +8,7 @@ downloads), verifies in a staging folder, and installs with one atomic rename.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -18,6 +19,7 @@ from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
 from safehub.archive import check_tree, extract
 from safehub.cache import Cache, CachedTree, Verdict
+from safehub.cache.tree import dir_scan, sealed_at, tamper
 from safehub.config import Settings
 from safehub.errors import IntegrityError, NotFoundError
 from safehub.github import GitHub
@@ -28,9 +30,23 @@ from safehub.transport import Progress, Transport
 
 __all__ = ["TreeFetcher"]
 
-# (tree path, scan, digest) this process re-hashed and accepted: served again without
-# re-hashing even where the user's records cannot be written.
-_SEEN: set[tuple[str, str, str]] = set()
+# (tree path, digest) -> (scan, folder scan, sealed) of trees this process verified: served
+# again without re-hashing even where the user's records cannot be written.
+_SEEN: dict[tuple[str, str], tuple[str, str, int]] = {}
+
+
+def _dirs(tree: CachedTree) -> str:
+    try:
+        return dir_scan(tree.path)
+    except OSError as e:
+        raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
+
+
+def _sealed(tree: CachedTree) -> int:
+    try:
+        return sealed_at(tree.path)
+    except OSError as e:
+        raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
 
 
 class TreeFetcher:
@@ -47,17 +63,22 @@ class TreeFetcher:
         self._progress = progress
 
     def tree(self, resolved: Resolved, lock: LockEntry | None, *, force: bool = False,
-             verbose: bool = True, lockfile: str = "") -> CachedTree:
-        """The verified tree of ``resolved.commit`` (downloaded and installed if needed)."""
+             verbose: bool = True, lockfile: str = "", lazy: bool = False) -> CachedTree:
+        """The verified tree of ``resolved.commit`` (downloaded and installed if needed).
+
+        ``lazy``: the caller checks each file as the repo's code opens it (the runtime
+        guard, with the tree's ``sealed`` time), so a cache hit only needs its folders
+        unchanged; otherwise every entry's stat data is compared.
+        """
         if not force:
-            hit = self.cache_hit(resolved, lock, lockfile=lockfile)
+            hit = self.cache_hit(resolved, lock, lockfile=lockfile, lazy=lazy)
             if hit is not None:
                 return hit
         commit = resolved.commit
         with self.cache.lock(commit):
             if not force:
-                hit = self.cache_hit(resolved, lock, lockfile=lockfile)  # another process
-                if hit is not None:
+                hit = self.cache_hit(resolved, lock, lockfile=lockfile, lazy=lazy)
+                if hit is not None:  # another process installed it meanwhile
                     return hit
             stage = self.cache.staging(commit)
             try:
@@ -65,30 +86,45 @@ class TreeFetcher:
                 tree = self.cache.install(stage, verdict, replace=force)
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
-        self.verified.record(commit, tree.digest, tree.tree, str(tree.path), tree.scan())
-        return tree
+        return self._remember(tree)
 
-    def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *,
-                  lockfile: str = "") -> CachedTree | None:
+    def _remember(self, tree: CachedTree) -> CachedTree:
+        """Record what this user verified (scans and sealed time); the tree with ``sealed``."""
+        scan, dirs, sealed = tree.scan(), _dirs(tree), _sealed(tree)
+        self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path), scan=scan,
+                             dirs=dirs, sealed=sealed)
+        _SEEN[(str(tree.path), tree.digest)] = (scan, dirs, sealed)
+        return dataclasses.replace(tree, sealed=sealed)
+
+    def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *, lockfile: str = "",
+                  lazy: bool = False) -> CachedTree | None:
         hit = self.cache.lookup(resolved.commit)
         if hit is not None:
-            self.check_cached(hit, resolved, lock, lockfile=lockfile)
+            hit = self.check_cached(hit, resolved, lock, lockfile=lockfile, lazy=lazy)
         return hit
 
     def check_cached(self, hit: CachedTree, resolved: Resolved, lock: LockEntry | None, *,
-                     lockfile: str = "") -> None:
+                     lockfile: str = "", lazy: bool = False) -> CachedTree:
         """Serve a cached tree only if it is what this user (or the lockfile) verified.
 
-        Fast path: the tree's scan and digest equal this user's record (one ``lstat`` per
-        file). Otherwise every file is re-hashed against the verdict, and the content must
-        be the one this user verified before, or the lockfile's, or (first sight, no
-        lockfile) the commit's tree as resolved.
+        Fast path: the folders' stat scan (``lazy``) or every entry's stat scan equals this
+        user's record. Otherwise every file is re-hashed against the verdict, and the
+        content must be the one this user verified before, or the lockfile's, or (first
+        sight, no lockfile) the commit's tree as resolved.
         """
-        scan = hit.scan()
+        path = str(hit.path)
         known = self.verified.get(hit.commit)
-        fast = known is not None and known.digest == hit.digest and \
-            known.scans.get(str(hit.path)) == scan
-        if not fast and (str(hit.path), scan, hit.digest) not in _SEEN:
+        seen = _SEEN.get((path, hit.digest))
+        fast: int | None = None
+        if known is not None and known.digest == hit.digest and path in known.sealed:
+            same = (known.dirs.get(path) == _dirs(hit) if lazy
+                    else known.scans.get(path) == hit.scan())
+            if same:
+                fast = known.sealed[path]
+        elif known is None and seen is not None and (
+                seen[1] == _dirs(hit) if lazy else seen[0] == hit.scan()):
+            fast = seen[2]
+        if fast is None:
             hit.verify()
             if known is not None and known.digest != hit.digest:
                 raise IntegrityError(
@@ -101,15 +137,13 @@ class TreeFetcher:
                     f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
                     f"commit's tree is {resolved.tree}",
                     hint="nothing ran; `safehub cache clear` and load again")
-            scan = hit.scan()  # verify() may have removed stray __pycache__ folders
-            self.verified.record(hit.commit, hit.digest, hit.tree, str(hit.path), scan)
-            _SEEN.add((str(hit.path), scan, hit.digest))
         if lock is not None and hit.digest != lock.digest:
             raise IntegrityError(
                 f"the cached tree of {hit.commit} has digest {hit.digest}, but {lockfile} "
                 f"pins {lock.digest}",
                 hint="nothing ran; run `safehub cache clear` and load again, or check how the "
                 "lockfile was made")
+        return dataclasses.replace(hit, sealed=fast) if fast is not None else self._remember(hit)
 
     def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:
         """Download the archive of ``resolved.commit`` to ``out_path`` (not verified)."""

@@ -167,7 +167,8 @@ class Hub:
         note.ref, note.commit = admitted.resolved.ref, admitted.commit
         tree = self.fetcher.tree(admitted.resolved, admitted.lock,        # 5, 6
                                  force=force_reload, verbose=verbose,
-                                 lockfile=str(self.lockfile_path))
+                                 lockfile=str(self.lockfile_path),
+                                 lazy=self.settings.runtime != "off")
         note.digest = tree.digest
         signature = self.signature(admitted, tree)                        # 7
         decision = admitted.decision
@@ -299,7 +300,8 @@ class Hub:
                                         for p in patterns),
             shadowing=reqs.runtime.shadowing,
             source="; ".join(reqs.runtime.rules) or "the policy")
-        return RuntimeGuard(rules, repo=prepared.spec.repo, tree=prepared.path)
+        return RuntimeGuard(rules, repo=prepared.spec.repo, tree=prepared.path,
+                            sealed_ns=prepared.tree.sealed)
 
     def _weights_guard(self, prepared: Prepared) -> WeightsGuard:
         spec, decision = prepared.spec, prepared.decision

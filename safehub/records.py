@@ -164,11 +164,15 @@ class SignatureRecords:
 
 @dataclass(frozen=True)
 class Verified:
-    """What this user verified for one commit."""
+    """What this user verified for one commit: per cache folder that served it, the stat
+    scan of every entry (``scans``), of every folder (``dirs``), and the latest ctime of
+    any entry right after verification (``sealed``)."""
 
     digest: str
     tree: str
     scans: dict[str, str]
+    dirs: dict[str, str]
+    sealed: dict[str, int]
 
 
 class VerifiedRecords:
@@ -185,23 +189,30 @@ class VerifiedRecords:
         data = _read(_commit_file(self.root, commit))
         if not isinstance(data, dict):
             return None
-        scans = data.get("scans")
+        maps = [data.get(k, {}) for k in ("scans", "dirs", "sealed")]
         if not (is_digest(data.get("digest")) and is_full_sha(str(data.get("tree")))
-                and isinstance(scans, dict)
-                and all(isinstance(k, str) and isinstance(v, str) for k, v in scans.items())):
+                and all(isinstance(m, dict) for m in maps)
+                and all(isinstance(k, str) and isinstance(v, str)
+                        for m in maps[:2] for k, v in m.items())
+                and all(isinstance(k, str) and type(v) is int for k, v in maps[2].items())):
             return None  # malformed: as if never verified, so the tree is re-hashed
-        return Verified(data["digest"], data["tree"], scans)
+        return Verified(data["digest"], data["tree"], *maps)
 
-    def record(self, commit: str, digest: str, tree: str, path: str, scan: str) -> None:
-        """Remember that ``path`` held verified content with this scan (if it changed)."""
+    def record(self, commit: str, digest: str, tree: str, path: str, *, scan: str,
+               dirs: str, sealed: int) -> None:
+        """Remember that ``path`` held verified content with these scans (if they changed)."""
         known = self.get(commit)
-        scans = dict(known.scans) if known is not None and known.digest == digest else {}
-        if known is not None and known.digest == digest and scans.get(path) == scan:
+        same = known is not None and known.digest == digest
+        maps = [dict(m) if same else {} for m in
+                ((known.scans, known.dirs, known.sealed) if known else ({}, {}, {}))]
+        new = (scan, dirs, sealed)
+        if same and all(m.get(path) == v for m, v in zip(maps, new, strict=True)):
             return
-        scans[path] = scan
-        _write(_commit_file(self.root, commit), {"digest": digest, "tree": tree,
-                                                  "scans": scans},
-               required=False, what="a verification")
+        for m, v in zip(maps, new, strict=True):
+            m[path] = v
+        _write(_commit_file(self.root, commit),
+               {"digest": digest, "tree": tree, "scans": maps[0], "dirs": maps[1],
+                "sealed": maps[2]}, required=False, what="a verification")
 
 
 class WeightPins:

@@ -182,6 +182,25 @@ def test_tamper_that_keeps_size_and_mtime_is_still_caught(hub_repo: HubRepo) -> 
         load(f"{hub_repo.spec}:v1.0")
 
 
+@pytest.mark.parametrize("runtime", ["observe", "off"])
+def test_a_file_edited_in_place_without_touching_its_folder_is_caught(
+    hub_repo: HubRepo, canary: Path, isolated: Path, runtime: str
+) -> None:
+    """A warm load checks folders up front and each file as the repo's code opens it
+    (with the runtime guard), or every file up front (runtime = "off")."""
+    policy = isolated / "config/safehub/policy.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(f"[safehub]\nruntime = '{runtime}'\n")
+    load(f"{hub_repo.spec}:v1.0")
+    hubconf = cache_tree(hub_repo.sha) / "hubconf.py"
+    hubconf.chmod(0o644)  # the folder stays as it was
+    hubconf.write_text(hubconf.read_text() + "\nraise SystemExit('tampered')\n")
+    hubconf.chmod(0o444)
+    with pytest.raises(safehub.IntegrityError, match="hubconf.py"):
+        load(f"{hub_repo.spec}:v1.0")
+    assert runs(canary) == 1
+
+
 def test_extra_module_in_cache_is_refused(hub_repo: HubRepo, canary: Path) -> None:
     """A module dropped beside hubconf.py would shadow an import."""
     load(f"{hub_repo.spec}:v1.0")

@@ -14,7 +14,42 @@ from safehub.cache.records import FORMAT, Verdict
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_tree_id, parents
 from safehub.errors import IntegrityError
 
-__all__ = ["CachedTree", "scan_digest", "tamper"]
+__all__ = ["CachedTree", "dir_scan", "scan_digest", "sealed_at", "tamper"]
+
+
+def dir_scan(root: Path) -> str:
+    """One hash over the folders under ``root``: their names, modes, times and inodes.
+
+    Adding, removing, renaming or replacing any entry changes its folder's mtime and ctime,
+    so equal scans mean the tree has the same entries. It costs one ``lstat`` per folder,
+    not per file; what a file holds is checked as it is opened (see
+    :func:`sealed_at`). Entries are taken in directory order, stable for an unchanged
+    folder.
+    """
+    h = hashlib.sha256()
+    stack = [str(root)]
+    while stack:
+        top = stack.pop()
+        st = os.lstat(top)
+        h.update(b"d %s\0%d %d %d %d\n" % (
+            top.encode(), st.st_mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        with os.scandir(top) as it:
+            stack.extend(e.path for e in it if e.is_dir(follow_symlinks=False))
+    return h.hexdigest()
+
+
+def sealed_at(root: Path) -> int:
+    """The latest ctime (ns) of any entry under ``root``, taken right after verification.
+
+    ctime cannot be set back: any write, chmod or replacement after this moment makes a
+    file's ctime later, so a file opened later with a ctime at or before this value is the
+    file that was verified.
+    """
+    latest = os.lstat(root).st_ctime_ns
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in (*dirnames, *filenames):
+            latest = max(latest, os.lstat(os.path.join(dirpath, name)).st_ctime_ns)
+    return latest
 
 def scan_digest(root: Path) -> str:
     """One hash over every entry under ``root``: name, type, mode, size, times, inode.
@@ -62,6 +97,8 @@ class CachedTree:
     digest: str
     tree: str
     level: str
+    sealed: int | None = None
+    """The latest ctime of any entry right after this user verified it (set by the fetcher)."""
 
     @property
     def entry_dir(self) -> Path:

@@ -37,7 +37,7 @@ from pathlib import Path
 
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
-from safehub.runtime import _hook
+from safehub.runtime import _hook, sealed
 from safehub.runtime._events import Action
 from safehub.runtime.hygiene import leftovers, shadowing
 from safehub.runtime.report import RuntimeReport
@@ -138,7 +138,7 @@ class RuntimeGuard:
     """
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
-                 write_roots: Sequence[Path] = ()) -> None:
+                 write_roots: Sequence[Path] = (), sealed_ns: int | None = None) -> None:
         self.rules = rules
         self.repo = repo
         self.tree = Path(_real(tree))
@@ -153,6 +153,9 @@ class RuntimeGuard:
         self._libraries = [*self._installed, *_SYSTEM_LIBRARY_DIRS]
         self._lock = threading.Lock()
         self._addresses = _AddressBook(rules.named_hosts())
+        self.sealed_ns = sealed_ns
+        """The tree's sealed time (ns): its files are checked as they are opened."""
+        self._watch = tuple({str(tree).rstrip(os.sep) + os.sep, str(self.tree) + os.sep})
 
     # -- the guarded block ---------------------------------------------------------------
 
@@ -172,6 +175,8 @@ class RuntimeGuard:
         self.report.shadowing = shadowing(self.tree)
         self._refuse_shadowing()
         before = set(sys.modules)
+        if self.sealed_ns is not None:
+            sealed.watch(self._watch, self.sealed_ns, True)
         with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
             _hook.push(self)
             try:
@@ -184,6 +189,8 @@ class RuntimeGuard:
             finally:
                 problems = _hook.tampered(self)
                 _hook.pop(self)
+                if self.sealed_ns is not None:
+                    sealed.watch(self._watch, self.sealed_ns, False)
                 self.report.leftovers = leftovers(self.tree, before)
                 if problems:
                     self._refuse_now(
@@ -221,6 +228,8 @@ class RuntimeGuard:
         kind = action.kind
         if action.opaque:
             return self._decide_opaque(action)
+        if kind == "read":
+            return sealed.check_read(action.target, self.repo)
         if kind == "write":
             return self._decide_write(action)
         if kind in ("lookup", "connect"):

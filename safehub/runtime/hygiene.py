@@ -75,7 +75,37 @@ class Shadow:
                 "imported": self.imported}
 
 
+_NAMES: dict[tuple[str, int, int], dict[str, Path]] = {}
+_SPECS: dict[tuple[str, tuple[str, ...]], str | None] = {}
+
+
 def _module_names(tree: Path) -> dict[str, Path]:
+    """Top-level importable names in ``tree`` (kept per process while the folder is
+    unchanged: a verified tree does not change)."""
+    try:
+        st = os.stat(tree)
+    except OSError:
+        return {}
+    key = (str(tree), st.st_ino, st.st_ctime_ns)
+    names = _NAMES.get(key)
+    if names is None:
+        names = _NAMES[key] = _list_module_names(tree)
+    return names
+
+
+def _origin(name: str, others: tuple[str, ...]) -> str | None:
+    """Where ``name`` would be found on ``others`` (kept per process and search path)."""
+    key = (name, others)
+    if key not in _SPECS:
+        try:
+            spec = importlib.machinery.PathFinder.find_spec(name, list(others))
+        except (ImportError, ValueError, OSError):
+            spec = None
+        _SPECS[key] = spec.origin if spec is not None and spec.has_location else None
+    return _SPECS[key]
+
+
+def _list_module_names(tree: Path) -> dict[str, Path]:
     """Top-level importable names in ``tree``: modules, extension modules, packages."""
     suffixes = sorted(importlib.machinery.all_suffixes(), key=len, reverse=True)
     names: dict[str, Path] = {}
@@ -177,8 +207,8 @@ def shadowing(tree: Path) -> list[Shadow]:
     is searched), ``hubconf``, and demo-only standard-library names are left out.
     """
     roots = _roots(tree)
-    others = [p for p in sys.path
-              if (os.path.abspath(p or os.curdir) + os.sep) not in roots]
+    others = tuple(p for p in sys.path
+                   if (os.path.abspath(p or os.curdir) + os.sep) not in roots)
     found: list[Shadow] = []
     for name, path in _module_names(tree).items():
         if name in _SKIPPED or name in _NEVER_IMPORTED or name in sys.builtin_module_names \
@@ -186,11 +216,7 @@ def shadowing(tree: Path) -> list[Shadow]:
             continue
         module = sys.modules.get(name)
         imported = module is not None and not _inside(_file_of(module), roots)
-        try:
-            spec = importlib.machinery.PathFinder.find_spec(name, others)
-        except (ImportError, ValueError, OSError):
-            spec = None
-        origin = spec.origin if spec is not None and spec.has_location else None
+        origin = _origin(name, others)
         if origin:
             found.append(Shadow(name, path, _classify(name, origin), imported))
         elif imported:
