@@ -235,6 +235,18 @@ class GitHub:
                              "is impossible")
         return [item for item in items if isinstance(item, dict)]
 
+    def top_level_file(self, spec: RepoSpec, tree: str, name: str) -> bytes | None:
+        """A file at the root of ``tree`` (``git/trees`` then ``git/blobs``, the blob
+        checked against its id), or None if the tree has no such file."""
+        what = f"tree {tree[:12]} of {spec.repo}"
+        items = _field(self._json(spec, f"/git/trees/{tree}", what), "tree")
+        if not isinstance(items, list):
+            raise FetchError(f"unexpected answer for {what}")
+        for item in items:
+            if _field(item, "path") == name and _field(item, "type") == "blob":
+                return self.blob(spec, sha_field(item, what, "sha"))
+        return None
+
     def blob(self, spec: RepoSpec, sha: str) -> bytes:
         """A blob's committed bytes (``git/blobs``), checked against its id."""
         what = f"blob {sha[:12]} of {spec.repo}"

@@ -62,6 +62,10 @@ class CheckReport(_Report):
     violations: list[str] = dataclasses.field(default_factory=list)
     cached: bool = False
     digest: str | None = None
+    entrypoint_found: bool | None = None
+    """Whether hubconf.py defines ``entrypoint`` (read from its syntax tree; None: cannot
+    tell, see ``entrypoint_note``)."""
+    entrypoint_note: str = ""
 
 
 def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
@@ -86,7 +90,10 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         hub.fetcher.check_cached(entry, r, admitted.lock, lockfile=str(hub.lockfile_path))
     consents = [c for c in hub.consents.list(spec.key) if c.commit == r.commit
                 and (entry is None or c.digest == entry.digest)]
-    if decision.verdict == "allow":
+    found, note = _entrypoint(hub, admitted, entry, entrypoint)
+    if found is False:
+        outcome, why, fix = "refuse", note, f"safehub list {spec.repo}:{r.commit}"
+    elif decision.verdict == "allow":
         outcome, why, fix = "load", "the policy allows it", None
     elif consents:
         outcome, why, fix = "load", f"you trusted this content {consents[-1].at}", None
@@ -101,7 +108,38 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         requirements={"pin": decision.requirements.pin,
                       "signature": decision.requirements.signature},
         violations=list(decision.violations), cached=entry is not None,
-        digest=entry.digest if entry is not None else None)
+        digest=entry.digest if entry is not None else None, entrypoint_found=found,
+        entrypoint_note=note if found is not False else "")
+
+
+def _entrypoint(hub: Hub, admitted: Admitted, entry: Any,
+                entrypoint: str | None) -> tuple[bool | None, str]:
+    """Whether hubconf.py defines ``entrypoint``, read without running any of it: from the
+    cached tree, or fetched by blob id from the commit's tree."""
+    from safehub._internal.hubconf_ast import entrypoints_of
+
+    if entrypoint is None:
+        return None, ""
+    r = admitted.resolved
+    try:
+        if entry is not None:
+            path = entry.path / "hubconf.py"
+            source = path.read_bytes() if path.is_file() else None
+        else:
+            source = hub.github().top_level_file(r.location, r.tree, "hubconf.py")
+    except (SafehubError, OSError) as e:
+        return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {e}"
+    if source is None:
+        return False, f"{r.spec.repo} at {r.commit[:12]} has no hubconf.py (not a hub repo)"
+    found = entrypoints_of(source.decode("utf-8", "replace"))
+    if entrypoint in found.names:
+        return True, ""
+    if not found.certain:
+        return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {found.why}"
+    listed = ", ".join(sorted(found.names)) or "none"
+    return False, (f"hubconf.py of {r.spec.repo} at {r.commit[:12]} has no entrypoint "
+                   f"{entrypoint!r} (read from its syntax tree, nothing ran); it defines: "
+                   f"{listed}")
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,212 @@
+"""The ``safehub`` command's arguments: every subcommand, with only the options that apply."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+
+__all__ = ["build"]
+
+Command = Callable[[argparse.Namespace], int]
+_FORMAT = argparse.RawDescriptionHelpFormatter
+
+
+def _options(p: argparse.ArgumentParser, *names: str) -> None:
+    """Add the shared options ``names`` (only where they apply)."""
+    if "json" in names:
+        p.add_argument("--json", action="store_true",
+                       help="print one JSON object (errors too) for scripts and CI")
+    if "cache" in names:
+        p.add_argument("--cache-dir", metavar="DIR",
+                       help="cache root (default: SAFEHUB_CACHE_DIR, the policy's cache_dir, "
+                       "or the user cache dir)")
+    if "lockfile" in names:
+        p.add_argument("--lockfile", metavar="FILE",
+                       help="lockfile (default: SAFEHUB_LOCKFILE, the policy's lockfile, or "
+                       "./safehub.lock if present)")
+    if "trust" in names:
+        p.add_argument("--trust", action="store_true",
+                       help="trust this exact content if the policy lets users decide "
+                       "(trust_repo=True)")
+    if "reload" in names:
+        p.add_argument("--force-reload", action="store_true",
+                       help="resolve, fetch and verify again instead of using the cache")
+
+
+def build(parser_class: type[argparse.ArgumentParser],
+          commands: Mapping[str, Command]) -> argparse.ArgumentParser:
+    from safehub import __version__
+
+    p = parser_class(
+        prog="safehub", formatter_class=_FORMAT,
+        description="Load torch.hub repos only after policy, pin, signature and trust "
+        "checks.\nExit codes: 0 ok, 1 refused or failed, 2 usage error.",
+        epilog="A first pinned, policy-checked load:\n"
+        "  safehub policy init --for team     # a starter policy to edit\n"
+        "  safehub check owner/repo:v1.0      # would it load, and why\n"
+        "  safehub lock owner/repo:v1.0       # pin it in ./safehub.lock\n"
+        "  safehub load owner/repo:v1.0 ENTRYPOINT --trust\n"
+        "More: safehub docs")
+    p.add_argument("--version", action="version", version=f"safehub {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=parser_class)
+    add = _Adder(commands, sub)
+    _loading(add)
+    _pinning(add)
+    _signing(add)
+    _admin(add, sub, parser_class)
+    return p
+
+
+SPEC_HELP = "owner/name[:ref]; ref is a branch, a tag or a commit sha (4-40 hex digits)"
+
+
+class _Adder:
+    """Adds a subcommand with its shared options and its function."""
+
+    def __init__(self, commands: Mapping[str, Command],
+                 sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        self.commands, self.sub = commands, sub
+
+    def __call__(self, name: str, help_text: str, description: str = "", *options: str,
+                 parent: argparse._SubParsersAction[argparse.ArgumentParser] | None = None,
+                 key: str = "") -> argparse.ArgumentParser:
+        cmd = (parent or self.sub).add_parser(name, help=help_text,
+                                              description=description or help_text,
+                                              formatter_class=_FORMAT)
+        _options(cmd, *options)
+        cmd.set_defaults(func=self.commands[key or name])
+        return cmd
+
+
+def _loading(add: _Adder) -> None:
+    spec_help = SPEC_HELP
+
+    spec_help = "owner/name[:ref]; ref is a branch, a tag or a commit sha (4-40 hex digits)"
+    load = add("load", "load an entrypoint, like torch.hub.load",
+               "Check, fetch and verify SPEC, then run ENTRYPOINT through torch's loader.\n"
+               "Example: safehub load pytorch/vision:v0.19.0 resnet18 --kwargs "
+               "'{\"weights\": null}'", "json", "cache", "lockfile", "trust", "reload")
+    load.add_argument("spec", help=spec_help + "; a folder with --source local")
+    load.add_argument("entrypoint", help="a callable in the repo's hubconf.py")
+    load.add_argument("--source", default="github", choices=["github", "local"],
+                      help="github (default) or local (a folder; no checks, as torch.hub)")
+    load.add_argument("--kwargs", metavar="JSON",
+                      help="keyword arguments for the entrypoint, as a JSON object")
+    load.add_argument("-q", "--quiet", action="store_true", help="no download messages")
+    load.add_argument("--report", action="store_true",
+                      help="print what the repo's code did (hosts, programs, writes)")
+
+    lst = add("list", "list a repo's entrypoints, like torch.hub.list",
+              "Check, fetch and verify SPEC, then import its hubconf.py (same rules as a load) "
+              "and print its entrypoints.", "json", "cache", "lockfile", "trust", "reload")
+    lst.add_argument("spec", help=spec_help)
+    hlp = add("help", "show an entrypoint's docstring, like torch.hub.help",
+              "Check, fetch and verify SPEC, then import its hubconf.py (same rules as a load) "
+              "and print ENTRYPOINT's docstring.", "json", "cache", "lockfile", "trust",
+              "reload")
+    hlp.add_argument("spec", help=spec_help)
+    hlp.add_argument("entrypoint", help="a callable in the repo's hubconf.py")
+
+    check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no)",
+                "Decide on SPEC as a load would (policy, pin, provenance, consent) without "
+                "downloading the archive or running any code. With --entrypoint, hubconf.py's "
+                "syntax tree says whether it defines it.", "json", "cache", "lockfile")
+    check.add_argument("spec", help=spec_help)
+    check.add_argument("--entrypoint", help="the entrypoint a load would ask for")
+
+
+def _pinning(add: _Adder) -> None:
+    spec_help = SPEC_HELP
+
+    trust = add("trust", "fetch, verify and trust SPEC's exact content (runs nothing)",
+                "Record consent for (repo, commit, content digest) where the policy lets users "
+                "decide; a policy denial or requirement still wins.", "json", "cache",
+                "lockfile", "reload")
+    trust.add_argument("spec", help=spec_help)
+    untrust = add("untrust", "forget consent for a repo (all its commits, or one)",
+                  "", "json", "cache", "lockfile")
+    untrust.add_argument("spec", help="owner/name (every commit) or owner/name:ref (one)")
+
+    lock = add("lock", "pin specs to commits and content digests in the lockfile",
+               "Resolve, fetch and verify each SPEC and write its commit, tree and digest "
+               "to the lockfile (./safehub.lock). Locked loads need no API call and refuse "
+               "other content.", "json", "cache", "lockfile")
+    lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
+    lock.add_argument("--from", dest="from_file", metavar="FILE",
+                      help="read specs from FILE, one per line (# comments)")
+    lock.add_argument("--upgrade", action="store_true",
+                      help="re-resolve these specs (all, if none given) and move their pins")
+    lock.add_argument("--check", action="store_true",
+                      help="ask GitHub whether every locked ref still names its commit")
+
+    for name in ("prefetch", "fetch"):
+        pre = add(name, "fill a cache or a mirror folder for offline nodes"
+                  if name == "prefetch" else "same as prefetch",
+                  "Fetch and verify each SPEC (default: every lockfile entry) into the cache, "
+                  "and optionally into a mirror any static HTTPS server can serve as "
+                  "SAFEHUB_GITHUB_URL.", "json", "cache", "lockfile", key="prefetch")
+        pre.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
+        pre.add_argument("--from", dest="from_file", metavar="FILE",
+                         help="read specs from FILE, one per line (# comments)")
+        pre.add_argument("--mirror", metavar="DIR",
+                         help="also write archives laid out like GitHub's archive endpoint")
+        pre.add_argument("--read-only", action="store_true",
+                         help="seal the cache afterwards so many nodes can share it")
+
+
+def _signing(add: _Adder) -> None:
+    spec_help = SPEC_HELP
+
+    verify = add("verify", "verify the signature of a folder or a repo (exit 0 valid)",
+                 "Verify an OpenSSF Model Signing signature over every file of a folder (with "
+                 "model.sig) or of SPEC's verified tree.", "json", "cache", "lockfile")
+    verify.add_argument("target", help="a folder with model.sig, or " + spec_help)
+    verify.add_argument("--key", action="append", default=[], metavar="PEM",
+                        help="a public key whose signature counts (repeatable)")
+    verify.add_argument("--identity", help="keyless signer identity (exact or glob)")
+    verify.add_argument("--issuer", help="OIDC issuer of the keyless signer")
+    verify.add_argument("--trust-config", metavar="JSON",
+                        help="Sigstore ClientTrustConfig for a private Sigstore")
+    sign = add("sign", "sign a folder with an EC key (OpenSSF Model Signing)", "", "json")
+    sign.add_argument("directory", help="the folder to sign (every file)")
+    sign.add_argument("--key", required=True, metavar="PEM", help="PEM EC private key")
+    sign.add_argument("--out", help="signature path (default: DIRECTORY/model.sig)")
+
+
+def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
+           parser_class: type[argparse.ArgumentParser]) -> None:
+
+    policy = sub.add_parser("policy", help="show, check or start policy files",
+                            description="Policy files decide what may load on this machine.")
+    psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION",
+                                 parser_class=parser_class)
+    add("show", "every path searched, which exist, and the merged policy", "", "json",
+        parent=psub, key="policy show")
+    validate = add("validate", "check policy files (exit 1 names every fault)", "", "json",
+                   parent=psub, key="policy validate")
+    validate.add_argument("files", nargs="+", metavar="FILE")
+    init = add("init", "write a commented starter policy (never overwrites)",
+               "admin: the site policy (strict organisation); team: your user policy (an "
+               "allowlist); ci: ./safehub.toml for a CI job.", "json", parent=psub,
+               key="policy init")
+    init.add_argument("--for", dest="flavour", choices=sorted(
+        ("admin", "team", "ci")), default="team", help="which starter (default: team)")
+    init.add_argument("--path", help="write here instead of the usual place")
+
+    cache = sub.add_parser("cache", help="list, re-hash or clear the cache")
+    csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION",
+                                parser_class=parser_class)
+    add("ls", "list cached commits", "", "json", "cache", parent=csub, key="cache")
+    for name, what in (("verify", "re-hash cached trees fully"),
+                       ("clear", "remove cached trees")):
+        action = add(name, what, "", "json", "cache", parent=csub, key="cache")
+        action.add_argument("commit", nargs="*", help="commit sha prefixes (default: all)")
+
+    run = add("run", "run a program with torch.hub routed through safehub",
+              "Every Python process COMMAND starts routes torch.hub.load/list/help through "
+              "safehub. Example: safehub run -- python train.py")
+    run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    add("demo", "run the whole pipeline on a shipped example (no network)")
+    docs = add("docs", "print a page of safehub's documentation")
+    docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...")

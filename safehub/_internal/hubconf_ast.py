@@ -1,0 +1,94 @@
+"""Which entrypoints a hubconf.py defines, read from its syntax tree (nothing is run).
+
+torch.hub's entrypoints are the module's public callables. Without running the module
+safehub can tell for certain only what its top level binds by name: functions, classes,
+assignments, imports. A star import, ``globals()`` tricks or a module ``__getattr__`` make
+the answer uncertain, and it says so.
+
+>>> found = entrypoints_of("def resnet(): pass\\nimport torch\\n_x = 1\\n")
+>>> sorted(found.names), found.certain
+(['resnet', 'torch'], True)
+>>> entrypoints_of("from models import *\\n").certain
+False
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+
+__all__ = ["Found", "entrypoints_of"]
+
+
+@dataclass(frozen=True)
+class Found:
+    """Public names hubconf.py binds at its top level; ``certain`` False says why not."""
+
+    names: frozenset[str]
+    certain: bool
+    why: str = ""
+
+
+def _targets(node: ast.AST) -> list[str]:
+    if isinstance(node, ast.Name):
+        return [node.id]
+    if isinstance(node, ast.Tuple | ast.List):
+        return [n for elt in node.elts for n in _targets(elt)]
+    if isinstance(node, ast.Starred):
+        return _targets(node.value)
+    return []
+
+
+def _bound(node: ast.stmt) -> tuple[list[str], str]:
+    """Names a top-level statement binds, and why the answer is uncertain (or "")."""
+    if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+        return [node.name], ""
+    if isinstance(node, ast.Assign):
+        return [n for t in node.targets for n in _targets(t)], ""
+    if isinstance(node, ast.AnnAssign | ast.AugAssign):
+        return _targets(node.target), ""
+    if isinstance(node, ast.Import):
+        return [(a.asname or a.name).split(".")[0] for a in node.names], ""
+    if isinstance(node, ast.ImportFrom):
+        if any(a.name == "*" for a in node.names):
+            return [], f"`from {node.module or '.'} import *` (line {node.lineno})"
+        return [a.asname or a.name for a in node.names], ""
+    if isinstance(node, ast.If | ast.Try | ast.With | ast.For | ast.While):
+        names: list[str] = []
+        why = ""
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                more, reason = _bound(child)
+                names += more
+                why = why or reason
+            elif isinstance(child, ast.ExceptHandler):
+                for stmt in child.body:
+                    more, reason = _bound(stmt)
+                    names += more
+                    why = why or reason
+        return names, why
+    return [], ""
+
+
+def entrypoints_of(source: str) -> Found:
+    """The public names ``source`` binds at its top level (see the module docstring)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as e:
+        return Found(frozenset(), False, f"hubconf.py does not parse ({type(e).__name__})")
+    names: set[str] = set()
+    why = ""
+    for node in tree.body:
+        more, reason = _bound(node)
+        names.update(more)
+        why = why or reason
+    dynamic = {"__getattr__"} & names
+    if dynamic:
+        why = why or "hubconf.py defines a module __getattr__"
+    for call in ast.walk(tree):
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
+                call.func.id in ("globals", "exec", "setattr", "vars"):
+            why = why or f"hubconf.py calls {call.func.id}() (line {call.lineno})"
+            break
+    public = frozenset(n for n in names if not n.startswith("_"))
+    return Found(public, not why, why)
