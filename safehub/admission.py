@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from safehub._internal.warn import warn
-from safehub.errors import PolicyDenied
+from safehub.errors import PinError, PolicyDenied
 from safehub.lockfile import LockEntry, Lockfile
 from safehub.policy import Decision, Policy
 from safehub.resolve import Resolved, Resolver
@@ -82,9 +82,17 @@ class Admission:
         ``safehub lock --check``). ``locked`` overrides whether a lockfile pin satisfies
         ``pin = "commit"`` (``safehub lock`` is about to pin it).
         """
-        lock = self.lock_entry(spec)
+        missing: PinError | None = None
+        try:
+            lock = self.lock_entry(spec)
+        except PinError as e:
+            if not e.missing_lockfile:
+                raise
+            lock, missing = None, e  # said after the policy: what is wrong first comes first
         is_locked = lock is not None if locked is None else locked
         self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
+        if missing is not None and locked is None:
+            raise missing
         if resolution == "online":
             resolved = self.resolver.online(spec)
         else:

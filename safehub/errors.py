@@ -90,6 +90,9 @@ class UntrustedRepoError(SafehubError):
 class PinError(SafehubError):
     """A pin or provenance rule failed: moved tag, fork commit, renamed repo, bad lockfile."""
 
+    missing_lockfile: bool = False
+    """True if the lockfile named by the environment or the policy does not exist."""
+
 
 class RepoMovedError(PinError):
     """GitHub answers for another owner/name: the repo was renamed or transferred."""

@@ -299,7 +299,9 @@ class Hub:
             weights_hosts=hosts_of_urls(p.pattern for patterns in reqs.weights
                                         for p in patterns),
             shadowing=reqs.runtime.shadowing,
-            source="; ".join(reqs.runtime.rules) or "the policy")
+            source="; ".join(reqs.runtime.rules) or "the policy",
+            edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),
+            repo_key=prepared.spec.key)
         return RuntimeGuard(rules, repo=prepared.spec.repo, tree=prepared.path,
                             sealed_ns=prepared.tree.sealed)
 
@@ -351,6 +353,12 @@ class Hub:
                     hint=f"name the commit ({spec.repo}:<sha>), or forget every commit of the "
                     f"repo with `safehub untrust {spec.repo}`")
         return self.consents.remove(spec.key, commit)
+
+
+def _user_policy() -> Path:
+    from safehub.policy import searched
+
+    return next(c.path for c in searched() if c.origin == "user")
 
 
 _LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}

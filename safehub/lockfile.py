@@ -208,9 +208,11 @@ class Lockfile:
         except FileNotFoundError:
             if missing_ok:
                 return cls(path)
-            raise PinError(f"lockfile {path} does not exist",
-                           hint="create it with `safehub lock SPEC`, or fix SAFEHUB_LOCKFILE"
-                           ) from None
+            missing = PinError(f"lockfile {path} does not exist",
+                               hint="create it with `safehub lock SPEC`, or fix "
+                               "SAFEHUB_LOCKFILE or the policy's lockfile")
+            missing.missing_lockfile = True
+            raise missing from None
         except (OSError, UnicodeDecodeError) as e:
             raise PinError(f"lockfile {path} cannot be read ({e})",
                            hint="fix its permissions; no repo loads until then (fail closed)"

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from safehub._internal import fixes
 from safehub.cache import Cache, CommitProof, RefRecord
 from safehub.errors import NotFoundError, PinError, RepoMovedError
 from safehub.github import GitHub, sha_field
@@ -149,6 +150,15 @@ def _prove(github: GitHub, spec: RepoSpec, sha: str, asked: str) -> Resolved:
         "reviewing that fork")
 
 
+def moved_fix(new: str) -> str:
+    """Load the repo by its new name, or name the new repo in a policy to follow it."""
+    from safehub.policy import searched
+
+    user_policy = next(c.path for c in searched() if c.origin == "user")
+    return fixes.either(fixes.say(f"load it as {new!r}"),
+                        fixes.add(user_policy, ["[[allow]]", f'repo = "{new.lower()}"']))
+
+
 class Resolver:
     """Resolution with the lockfile and the cache in front of the API."""
 
@@ -191,7 +201,8 @@ class Resolver:
         except RepoMovedError as moved:
             new = RepoSpec.parse(moved.new if spec.ref is None else f"{moved.new}:{spec.ref}")
             if not self.may_follow(new.key):
-                raise
+                raise RepoMovedError(moved.message, old=moved.old, new=moved.new,
+                                     hint=moved_fix(moved.new)) from None
             found = resolve_online(self._github(), new)
             return Resolved(spec, found.ref, found.commit, found.tree,
                             f"{found.proof} (moved from {spec.repo}; the policy names "
@@ -217,7 +228,7 @@ class Resolver:
                 raise RepoMovedError(
                     f"{spec.repo} has moved to {record.moved_to}, and no [[allow]] rule names "
                     f"{record.moved_to} any more", old=spec.key, new=record.moved_to,
-                    hint=f"load it as {record.moved_to!r}, or name it in an [[allow]] rule")
+                    hint=moved_fix(record.moved_to))
             moved_to = RepoSpec.parse(record.moved_to if spec.ref is None
                                       else f"{record.moved_to}:{spec.ref}")
         return Resolved(spec, label, commit, proof.tree, proof.proof, moved_to=moved_to,

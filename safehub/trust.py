@@ -15,6 +15,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.warn import warn
 from safehub.errors import SpecError, UntrustedRepoError
 from safehub.policy import Decision
@@ -117,10 +118,13 @@ class Trust:
         return "prompt-yes"
 
     def _fix(self, subject: Subject) -> str:
+        from safehub.policy import searched
+
+        user_policy = next(c.path for c in searched() if c.origin == "user")
         explicit = ("add --trust to the command" if self.surface == "cli"
                     else "pass trust_repo=True to safehub.load")
-        return (f"trust this exact content once on this machine (runs nothing):\n"
-                f"      safehub trust {subject.repo}:{subject.commit}\n"
-                f"    or {explicit}\n"
-                "    or have an admin allow the repo in a policy file:\n"
-                f"      [[allow]]\n      repo = \"{subject.key}\"")
+        return fixes.either(
+            fixes.run(f"safehub trust {subject.repo}:{subject.commit}",
+                      "once, to trust this exact content (runs nothing)"),
+            fixes.say(explicit),
+            fixes.add(user_policy, ["[[allow]]", f'repo = "{subject.key}"']))

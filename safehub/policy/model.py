@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub.policy.keys import KEYS, Choice, Table
 from safehub.policy.schema import FileSpec, parse_text
@@ -82,6 +83,8 @@ class RuntimeRequirements:
     writes: tuple[tuple[str, ...], ...] = ()
     shadowing: str = "refuse"
     rules: tuple[str, ...] = ()
+    edit: tuple[str, str] = ("", "")
+    """(file, table) where an admin would change these keys: the first matching rule."""
 
     def merged(self) -> tuple[tuple[str, ...] | None, bool | tuple[str, ...] | None,
                               tuple[str, ...] | None]:
@@ -234,8 +237,9 @@ class Policy:
                 continue
             why = f"denied by {rule.where}" + (f": {rule.table.reason}" if rule.table.reason
                                                else "")
-            return self._refuse(mode, why, f"this is an admin decision; ask whoever owns "
-                                f"{rule.source}", rules=(rule.where,))
+            return self._refuse(mode, why, fixes.remove(rule.source, rule.label)
+                                + " (an admin decision: ask whoever owns that file)",
+                                rules=(rule.where,))
         allows = [r for r in self.rules if r.kind == "allow" and r.matches(key)]
         admitted = [r for r in allows if r.admits]
         reasons: list[str] = []
@@ -251,19 +255,20 @@ class Policy:
             if unknown.value == "deny":
                 return self._refuse(
                     mode, f"no allow rule admits {spec.repo} and unknown_repos = 'deny' "
-                    f"({where})", f"an admin can allow it in {unknown.source}:\n"
-                    f"      [[allow]]\n      repo = \"{spec.key}\"", reasons)
+                    f"({where})", fixes.add(unknown.source, ["[[allow]]",
+                                                             f'repo = "{spec.key}"']), reasons)
             verdict = "allow" if unknown.value == "allow" else "prompt"
             reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = "
                            f"{unknown.value!r} ({where})")
-        reqs, violations = _requirements(allows, ref, entrypoint, locked)
+        reqs, found = _requirements(allows, spec, ref, entrypoint, locked)
         matched = tuple(r.where for r in allows)
+        violations = [why for why, _ in found]
         if violations:
             if mode == "warn":
                 return Decision("prompt", (*reasons, *violations), reqs, mode,
                                 tuple(violations), rules=matched)
             return Decision("deny", (*reasons, *violations), reqs, mode, tuple(violations),
-                            fix="ask for a ref, entrypoint or pin the policy allows",
+                            fix=fixes.both(*dict.fromkeys(fix for _, fix in found)),
                             rules=matched)
         return Decision(verdict, tuple(reasons), reqs, mode, rules=matched)
 
@@ -312,10 +317,12 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _requirements(allows: Sequence[Rule], ref: str | None, entrypoint: str | None,
-                  locked: bool) -> tuple[Requirements, list[str]]:
-    """Combine every matching allow rule (each key by its declared merge)."""
-    violations: list[str] = []
+def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
+                  entrypoint: str | None, locked: bool
+                  ) -> tuple[Requirements, list[tuple[str, str]]]:
+    """Combine every matching allow rule (each key by its declared merge); the violations,
+    each with the fix that gets past it."""
+    violations: list[tuple[str, str]] = []
     signer_sets: list[SignerSet] = []
     weights: list[tuple[Glob, ...]] = []
     network: list[tuple[str, ...]] = []
@@ -324,15 +331,23 @@ def _requirements(allows: Sequence[Rule], ref: str | None, entrypoint: str | Non
     for rule in allows:
         t = rule.table
         if rule.refs is not None and ref is not None and not _any_ref(rule.refs, ref):
-            violations.append(f"ref {ref!r} is not one of {list(t.refs)} allowed by "
-                              f"{rule.where}")
+            violations.append((
+                f"ref {ref!r} is not one of {list(t.refs)} allowed by {rule.where}",
+                fixes.either(fixes.say(f"ask for a ref that matches {list(t.refs)}"),
+                             fixes.change(rule.source, rule.label,
+                                          [f"refs = {_toml_list([*t.refs, ref])}"]))))
         if rule.entrypoints is not None and entrypoint is not None and not _any(
                 rule.entrypoints, entrypoint):
-            violations.append(f"entrypoint {entrypoint!r} is not one of "
-                              f"{list(t.entrypoints)} allowed by {rule.where}")
+            violations.append((
+                f"entrypoint {entrypoint!r} is not one of {list(t.entrypoints)} allowed by "
+                f"{rule.where}",
+                fixes.change(rule.source, rule.label,
+                             [f"entrypoints = {_toml_list([*t.entrypoints, entrypoint])}"])))
         if t.pin == "commit" and not locked and not (ref is not None and is_full_sha(ref)):
-            violations.append(f"{rule.where} requires a pinned commit: use a 40-hex sha or "
-                              "lock the spec with `safehub lock`")
+            pinned = spec.key if ref is None else f"{spec.key}:{ref}"
+            violations.append((
+                f"{rule.where} requires a pinned commit: a 40-hex sha, or the spec locked in "
+                "the lockfile", fixes.run(f"safehub lock {pinned}")))
         if t.signature != "none":
             signer_sets.append(SignerSet(
                 rule.label, tuple(Signer(**s.set_values()) for s in t.signers),
@@ -358,9 +373,14 @@ def _requirements(allows: Sequence[Rule], ref: str | None, entrypoint: str | Non
         runtime=RuntimeRequirements(
             tuple(network), tuple(programs), tuple(writes),
             _strictest("allow", "shadowing", (t.shadowing for t in tables)),
-            tuple(r.where for r in allows)),
+            tuple(r.where for r in allows),
+            (allows[0].source, allows[0].label) if allows else ("", "")),
     )
     return reqs, violations
+
+
+def _toml_list(values: Iterable[str]) -> str:
+    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
 
 
 def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:

@@ -213,7 +213,7 @@ class RuntimeGuard:
                     Action("module", "import", s.name), "shadows",
                     f"runtime guard: {self.repo} would replace {what} module {s.name} with "
                     f"{s.path} for the whole process (shadowing = \"refuse\"{self._src()})",
-                    "if that is intended, add to its [[allow]] rule: shadowing = \"warn\"")
+                    "if that is intended: " + self.rules.fix('shadowing = "warn"'))
         self.report.raise_if_refused()
 
     def _refuse_now(self, action: Action, key: str, message: str, hint: str) -> None:
@@ -311,7 +311,7 @@ class RuntimeGuard:
         line = f"{key} = {toml_list([*current, hint_value])}"
         return RuntimeGuardError(
             f"runtime guard: {self.repo} tried to {verb}; {why or self._why(key)}",
-            hint=f"if {self.repo} should do this, an admin adds to its [[allow]] rule: {line}",
+            hint=f"if {self.repo} should do this: {rules.fix(line)}",
             action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
 
     def _decide_opaque(self, action: Action) -> RuntimeGuardError | None:

@@ -160,6 +160,10 @@ class RuntimeRules:
     refuses the load (``observe`` and ``enforce``); ``warn``: it is recorded and warned
     about."""
     source: str = ""
+    edit: tuple[str, str] = ("", "")
+    """(policy file, table) an admin would change to allow an action; no table: a new
+    ``[[allow]]`` rule for the repo, added to that file."""
+    repo_key: str = ""
     _hosts: tuple[HostPattern, ...] = field(default=(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -229,6 +233,16 @@ class RuntimeRules:
 
     def write_paths(self) -> list[str]:
         return [os.path.expanduser(p) for p in self.writes or ()]
+
+    def fix(self, line: str) -> str:
+        """The complete edit that makes ``line`` (``network = [...]``) part of the policy."""
+        from safehub._internal import fixes
+
+        path, table = self.edit
+        if table:
+            return fixes.change(path, table, [line])
+        return fixes.add(path or "your policy file",
+                         ["[[allow]]", f'repo = "{self.repo_key}"', line])
 
     def key_text(self, key: str) -> str:
         """How a key reads now, for messages: ``network = ["a"]`` or ``no network key``."""
