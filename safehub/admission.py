@@ -17,9 +17,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from safehub._internal import fixes
 from safehub._internal.warn import warn
 from safehub.errors import PinError, PolicyDenied
-from safehub.lockfile import LockEntry, Lockfile
+from safehub.lockfile import LockEntry, Lockfile, spec_key
 from safehub.policy import Decision, Policy
 from safehub.resolve import Resolved, Resolver
 from safehub.spec import RepoSpec
@@ -92,7 +93,9 @@ class Admission:
         is_locked = lock is not None if locked is None else locked
         self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
         if missing is not None and locked is None:
-            raise missing
+            raise PinError(missing.message, hint=fixes.either(
+                fixes.run(f"safehub lock {spec_key(spec)}"),
+                fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None
         if resolution == "online":
             resolved = self.resolver.online(spec)
         else:

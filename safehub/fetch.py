@@ -15,6 +15,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
 from safehub.archive import check_tree, extract
@@ -130,19 +131,20 @@ class TreeFetcher:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} has digest {hit.digest}, but you "
                     f"verified {known.digest} for that commit before: the cache was rewritten",
-                    hint="nothing ran; inspect the cache, then `safehub cache clear` and load "
-                    "again")
+                    hint="nothing ran; inspect the cache, then "
+                    + fixes.run(f"safehub cache clear {hit.commit}"))
             if known is None and lock is None and hit.tree != resolved.tree:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
                     f"commit's tree is {resolved.tree}",
-                    hint="nothing ran; `safehub cache clear` and load again")
+                    hint="nothing ran; " + fixes.run(f"safehub cache clear {hit.commit}"))
         if lock is not None and hit.digest != lock.digest:
             raise IntegrityError(
                 f"the cached tree of {hit.commit} has digest {hit.digest}, but {lockfile} "
                 f"pins {lock.digest}",
-                hint="nothing ran; run `safehub cache clear` and load again, or check how the "
-                "lockfile was made")
+                hint="nothing ran; " + fixes.either(
+                    fixes.run(f"safehub cache clear {hit.commit}"),
+                    fixes.say("check how the lockfile was made")))
         return dataclasses.replace(hit, sealed=fast) if fast is not None else self._remember(hit)
 
     def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:

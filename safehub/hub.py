@@ -17,27 +17,25 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from safehub import runtime
-from safehub._internal import torchhub
+from safehub import guards, runtime
+from safehub._internal import fixes, torchhub
 from safehub._internal.progress import terminal_progress
-from safehub._internal.warn import warn
 from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog, Note
 from safehub.cache import Cache, CachedTree
 from safehub.config import Settings
-from safehub.errors import NotFoundError, PinError, SafehubError, SpecError
+from safehub.errors import NotFoundError, OfflineError, PinError, SpecError
 from safehub.fetch import TreeFetcher
 from safehub.github import GitHub
-from safehub.lockfile import Lockfile, WeightPin
+from safehub.lockfile import Lockfile
 from safehub.policy import Decision, Policy, load_policy
-from safehub.records import ConsentStore, SignatureRecords, VerifiedRecords, WeightPins
+from safehub.records import ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.resolve import Resolved, Resolver
-from safehub.runtime import RuntimeGuard, RuntimeReport, RuntimeRules, hosts_of_urls
+from safehub.runtime import RuntimeReport
 from safehub.signatures.check import SignatureCheck, SignatureStatus
 from safehub.spec import RepoSpec
 from safehub.transport import Transport
 from safehub.trust import Subject, Trust, check_trust_repo
-from safehub.weights import WeightsGuard
 
 __all__ = ["Hub", "Prepared"]
 
@@ -162,13 +160,19 @@ class Hub:
     def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
                  force_reload: bool, verbose: bool) -> Prepared:
         """Steps 2 to 8 (the audit note is filled in; its caller writes it)."""
-        admitted = self.admission.admit(                                  # 2, 3, 4
-            spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
-        note.ref, note.commit = admitted.resolved.ref, admitted.commit
-        tree = self.fetcher.tree(admitted.resolved, admitted.lock,        # 5, 6
-                                 force=force_reload, verbose=verbose,
-                                 lockfile=str(self.lockfile_path),
-                                 lazy=self.settings.runtime != "off")
+        try:
+            admitted = self.admission.admit(                              # 2, 3, 4
+                spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
+            note.ref, note.commit = admitted.resolved.ref, admitted.commit
+            tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
+                                     force=force_reload, verbose=verbose,
+                                     lockfile=str(self.lockfile_path),
+                                     lazy=self.settings.runtime != "off")
+        except OfflineError as e:
+            raise OfflineError(e.message, hint=fixes.either(
+                fixes.run(f"safehub prefetch {spec}", "on a machine with network, then share "
+                          "its cache (SAFEHUB_CACHE_DIR) with this one"),
+                fixes.say(f"turn offline mode off ({self.settings.offline_source})"))) from e
         note.digest = tree.digest
         signature = self.signature(admitted, tree)                        # 7
         decision = admitted.decision
@@ -253,9 +257,14 @@ class Hub:
     def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any]) -> Any:
         """Run the repo's code under the weights guard, the runtime guard and nested-load
         routing; record what it did on the audit line."""
-        handlers = {**self._weights_guard(prepared).handlers(),
+        weights = guards.weights_guard(
+            prepared.spec, prepared.decision, self.admission.lock_entry(prepared.spec),
+            lockfile=self.lockfile_path, cache=self.cache, data_dir=self.settings.data_dir,
+            transport=self.weights_transport())
+        handlers = {**weights.handlers(),
                     **{name: self._nested(name) for name in ("load", "list", "help")}}
-        guard = self._runtime_guard(prepared)
+        guard = guards.runtime_guard(prepared.spec, prepared.decision, prepared.tree,
+                                     mode=self.settings.runtime)
         self.last_report = guard.report
         try:
             with torchhub.handling(handlers), guard.active():
@@ -290,43 +299,6 @@ class Hub:
                              nested=True)
         return nested
 
-    def _runtime_guard(self, prepared: Prepared) -> RuntimeGuard:
-        reqs = prepared.decision.requirements
-        network, programs, writes = reqs.runtime.merged()
-        rules = RuntimeRules(
-            mode=self.settings.runtime,  # type: ignore[arg-type]
-            network=network, subprocess=programs, writes=writes,
-            weights_hosts=hosts_of_urls(p.pattern for patterns in reqs.weights
-                                        for p in patterns),
-            shadowing=reqs.runtime.shadowing,
-            source="; ".join(reqs.runtime.rules) or "the policy",
-            edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),
-            repo_key=prepared.spec.key)
-        return RuntimeGuard(rules, repo=prepared.spec.repo, tree=prepared.path,
-                            sealed_ns=prepared.tree.sealed)
-
-    def _weights_guard(self, prepared: Prepared) -> WeightsGuard:
-        spec, decision = prepared.spec, prepared.decision
-        lock = self.admission.lock_entry(spec)
-
-        def pin(url: str, sha256: str) -> None:
-            try:
-                with self.cache.lock("lockfile"):
-                    lockfile = Lockfile.load(self.lockfile_path)
-                    lockfile.add_weight(spec, WeightPin(url, sha256))
-                    lockfile.save()
-            except (SafehubError, OSError) as e:
-                warn(f"could not pin the weights {url} in {self.lockfile_path}: {e}")
-
-        return WeightsGuard(
-            repo=spec.repo, patterns=decision.requirements.weights,
-            weights_only=decision.requirements.weights_only,
-            warn_only=decision.mode == "warn",
-            locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
-            records=WeightPins(self.settings.data_dir),
-            on_new_pin=pin if lock is not None else None,
-            transport=self.weights_transport())
-
     # -- consent without loading -----------------------------------------------------------
 
     def trust(self, repo: str, *, force_reload: bool = False) -> Prepared:
@@ -353,12 +325,6 @@ class Hub:
                     hint=f"name the commit ({spec.repo}:<sha>), or forget every commit of the "
                     f"repo with `safehub untrust {spec.repo}`")
         return self.consents.remove(spec.key, commit)
-
-
-def _user_policy() -> Path:
-    from safehub.policy import searched
-
-    return next(c.path for c in searched() if c.origin == "user")
 
 
 _LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}

@@ -189,9 +189,10 @@ class Resolver:
             raise PinError(
                 f"{spec} is locked to commit {lock.commit}, but {resolved.ref} now names "
                 f"{resolved.commit}: the ref moved. Nothing new was run",
-                hint=f"if the move is expected, review it and run `safehub lock --upgrade "
-                f"{spec_key(spec)}`; otherwise load without force_reload to keep the locked "
-                "commit")
+                hint=fixes.either(
+                    fixes.run(f"safehub lock --upgrade {spec_key(spec)}",
+                              "if the move is expected (review it first)"),
+                    fixes.say("load without force_reload to keep the locked commit")))
         return resolved
 
     def online(self, spec: RepoSpec) -> Resolved:

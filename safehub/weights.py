@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PolicyDenied
@@ -56,6 +57,8 @@ class WeightsGuard:
     locked: dict[str, str] = field(default_factory=dict)
     records: WeightPins | None = None
     on_new_pin: Callable[[str, str], None] | None = None
+    rules: tuple[tuple[str, str], ...] = ()
+    """(policy file, table) of the rule each entry of ``patterns`` comes from."""
     transport: Transport | None = None
     """Downloads go through safehub's transport (every hop checked); None: torch's."""
     max_bytes: int = 64 * 1024**3
@@ -72,7 +75,7 @@ class WeightsGuard:
         # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
         canonical = f"{parts.scheme}://{parts.netloc}{parts.path}" + (
             f"?{parts.query}" if parts.query else "")
-        for patterns in self.patterns:
+        for i, patterns in enumerate(self.patterns):
             if not any(p.match(canonical) for p in patterns):
                 allowed = ", ".join(p.pattern for p in patterns)
                 message = (f"hubconf.py of {self.repo} tried to download {url}, which the "
@@ -80,8 +83,11 @@ class WeightsGuard:
                 if self.warn_only:
                     warn(f"{message} (mode = 'warn', allowed)")
                     return
-                raise PolicyDenied(message, hint="an admin can add the URL pattern to "
-                                   "`weights` of the repo's [[allow]] rule")
+                folder = canonical.split("?", 1)[0].rsplit("/", 1)[0] + "/*"
+                wanted = ", ".join(f'"{p}"' for p in (*(p.pattern for p in patterns), folder))
+                path, table = self.rules[i] if i < len(self.rules) else ("your policy", "")
+                raise PolicyDenied(message, hint="if the repo should download it: "
+                                   + fixes.change(path, table, [f"weights = [{wanted}]"]))
 
     def _sha256(self, url: str, path: Path) -> str:
         st = path.stat()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["add", "both", "change", "either", "remove", "run", "say"]
+__all__ = ["add", "both", "change", "clear_cache", "either", "remove", "run", "say"]
 
 _INDENT = "      "
 
@@ -50,6 +50,14 @@ def remove(path: object, table: str) -> str:
 
 def say(text: str) -> str:
     return text
+
+
+def clear_cache(path: object) -> str:
+    """The fix for a cached file that changed: clear that commit (or load afresh)."""
+    commit = next((part for part in str(path).split("/") if len(part) == 40
+                   and all(c in "0123456789abcdef" for c in part)), "")
+    return either(run(f"safehub cache clear {commit}".rstrip()),
+                  say("load with force_reload=True (a fresh copy, fetched and verified)"))
 
 
 def either(*alternatives: str) -> str:

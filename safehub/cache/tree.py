@@ -9,6 +9,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import read_json, rmtree, write_json
 from safehub.cache.records import FORMAT, Verdict
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_tree_id, parents
@@ -78,8 +79,7 @@ def scan_digest(root: Path) -> str:
 def tamper(path: Path, why: str) -> IntegrityError:
     return IntegrityError(
         f"cached file {str(path)!r} {why}; it changed after safehub verified it",
-        hint="nothing was run. Inspect it, then `safehub cache clear` and load again, or "
-        "load with force_reload=True to fetch and verify a fresh copy",
+        hint="nothing was run from it; inspect it, then " + fixes.clear_cache(path),
     )
 
 

@@ -117,6 +117,8 @@ class Requirements:
     weights: tuple[tuple[Glob, ...], ...] = ()
     weights_only: bool = True
     runtime: RuntimeRequirements = RuntimeRequirements()
+    weights_rules: tuple[tuple[str, str], ...] = ()
+    """(file, table) of the rule each entry of ``weights`` comes from."""
 
 
 @dataclass(frozen=True)
@@ -325,6 +327,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
     violations: list[tuple[str, str]] = []
     signer_sets: list[SignerSet] = []
     weights: list[tuple[Glob, ...]] = []
+    weights_rules: list[tuple[str, str]] = []
     network: list[tuple[str, ...]] = []
     programs: list[bool | tuple[str, ...]] = []
     writes: list[tuple[str, ...]] = []
@@ -356,6 +359,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
                 tuple(Path(c) for c in t.certificates), policy_file=rule.source))
         if t.weights is not None:
             weights.append(tuple(Glob(w) for w in t.weights))
+            weights_rules.append((rule.source, rule.label))
         if t.network is not None:
             network.append(t.network)
         if t.subprocess is not None:
@@ -375,6 +379,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
             _strictest("allow", "shadowing", (t.shadowing for t in tables)),
             tuple(r.where for r in allows),
             (allows[0].source, allows[0].label) if allows else ("", "")),
+        weights_rules=tuple(weights_rules),
     )
     return reqs, violations
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 
+from safehub._internal import fixes
 from safehub.errors import TamperedError
 
 __all__ = ["PREFIXES", "check_read", "watch"]
@@ -50,6 +51,5 @@ def check_read(path: str, repo: str) -> TamperedError | None:
     return TamperedError(
         f"cached file {path!r} changed after safehub verified it (found as {repo}'s code "
         "opened it)",
-        hint="nothing more ran from it. Inspect it, then `safehub cache clear` and load "
-        "again (or load with force_reload=True)",
+        hint="nothing more ran from it; inspect it, then " + fixes.clear_cache(path),
         action="read", target=path, repo=repo, key="integrity")

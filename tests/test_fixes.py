@@ -1,0 +1,309 @@
+"""Every refusal's fix works when applied as written.
+
+Each case makes safehub refuse, reads the fix from the error's hint, applies it
+mechanically (runs the command it names, adds the lines it prints to the file it names,
+sets the keys it prints in the rule it names, removes the rule it names) and checks that
+the next attempt gets past the refusal. Where two requirements block, both fixes are
+applied. The parser below is the only reader of hints, and it knows only the forms that
+safehub._internal.fixes writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+import safehub
+from safehub._cli import main
+from safehub.errors import SafehubError
+from tests.conftest import HubRepo
+
+pytest.importorskip("torch")
+
+
+@dataclass
+class Fix:
+    kind: str  # run, add, change, remove, say
+    path: str = ""
+    table: str = ""
+    lines: tuple[str, ...] = ()
+    where: str = ""
+
+
+def parse(hint: str) -> list[list[Fix]]:
+    """The hint as a conjunction of alternatives."""
+    needed = []
+    for part in hint.split("\n    and "):
+        options = []
+        for alt in part.split("\n    or "):
+            body = [line[6:] for line in alt.split("\n")[1:] if line.startswith("      ")]
+            head = alt.split("\n")[0]
+            if m := re.search(r"\brun( [^:]*)?:$", head):
+                options.append(Fix("run", lines=tuple(body), where=m.group(1) or ""))
+            elif m := re.search(r"\badd to (.+):$", head):
+                options.append(Fix("add", m.group(1), lines=tuple(body)))
+            elif m := re.search(r"\bin (.+), set in (\[\[\w+\]\] #\d+ \(.*\)):$", head):
+                options.append(Fix("change", m.group(1), m.group(2), tuple(body)))
+            elif m := re.search(r"\bin (.+), remove (\[\[\w+\]\] #\d+ \(.*\))", head):
+                options.append(Fix("remove", m.group(1), m.group(2)))
+            else:
+                options.append(Fix("say", lines=(alt,)))
+        needed.append(options)
+    return needed
+
+
+def _blocks(lines: list[str], kind: str) -> list[tuple[int, int]]:
+    """(start, end) line ranges of each [[kind]] table, in order."""
+    starts = [i for i, line in enumerate(lines) if line.strip() == f"[[{kind}]]"]
+    out = []
+    for start in starts:
+        end = start + 1
+        while end < len(lines) and not (lines[end].startswith("[") and
+                                        not lines[end].startswith(f"[[{kind}.")):
+            end += 1
+        out.append((start, end))
+    return out
+
+
+def apply(fix: Fix, env: dict[str, str] | None = None) -> None:
+    if fix.kind == "run":
+        for command in fix.lines:
+            args = shlex.split(command)
+            assert args[0] == "safehub", command
+            saved = dict(os.environ)
+            try:
+                os.environ.update(env or {})
+                if "network" in fix.where:
+                    os.environ.pop("SAFEHUB_OFFLINE", None)
+                assert main(args[1:]) == 0, command
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+    elif fix.kind == "add":
+        path = Path(fix.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        old = path.read_text() if path.exists() else ""
+        path.write_text(old + "\n" + "\n".join(fix.lines) + "\n")
+    elif fix.kind in ("change", "remove"):
+        path = Path(fix.path)
+        lines = path.read_text().splitlines()
+        kind, number = re.match(r"\[\[(\w+)\]\] #(\d+)", fix.table).groups()  # type: ignore[union-attr]
+        start, end = _blocks(lines, kind)[int(number) - 1]
+        if fix.kind == "remove":
+            del lines[start:end]
+        for new in fix.lines:
+            key = new.split("=", 1)[0].strip()
+            for i in range(start + 1, end):
+                if lines[i].split("=", 1)[0].strip() == key:
+                    lines[i] = new
+                    break
+            else:
+                lines.insert(start + 1, new)
+        path.write_text("\n".join(lines) + "\n")
+    else:
+        raise AssertionError(f"not mechanical: {fix}")
+
+
+def refused(attempt: Callable[[], object], kind: type[SafehubError]) -> SafehubError:
+    with pytest.raises(kind) as err:
+        attempt()
+    assert err.value.hint, err.value
+    return err.value
+
+
+def apply_kind(error: SafehubError, kind: str, env: dict[str, str] | None = None) -> None:
+    """Apply, for every requirement, the alternative of ``kind`` (or the only one)."""
+    for options in parse(error.hint or ""):
+        chosen = [f for f in options if f.kind == kind] or [
+            f for f in options if f.kind != "say"]
+        assert chosen, f"no mechanical fix in {error.hint!r}"
+        apply(chosen[0], env)
+
+
+def user_policy(isolated: Path, text: str) -> Path:
+    path = isolated / "config/safehub/policy.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def load(spec: str, entrypoint: str = "echo", *args: object, **kwargs: object) -> object:
+    return safehub.load(spec, entrypoint, *args, verbose=False, **kwargs)
+
+
+# -- the table -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["run", "add"])
+def test_untrusted_in_ci(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+    monkeypatch.setenv("CI", "true")
+    error = refused(lambda: load("acme/models:v1.0"), safehub.UntrustedRepoError)
+    apply_kind(error, kind)
+    assert load("acme/models:v1.0", "echo", 1) == ((1,), {})
+
+
+def test_unknown_repos_denied(hub_repo: HubRepo, isolated: Path) -> None:
+    site = isolated / "site/safehub/policy.toml"
+    site.parent.mkdir(parents=True)
+    site.write_text("[safehub]\nunknown_repos = 'deny'\n")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PolicyDenied)
+    apply_kind(error, "add")
+    assert load("acme/models:v1.0", "echo", 2) == ((2,), {})
+
+
+@pytest.mark.parametrize(("rule", "spec", "entrypoint"), [
+    ("pin = 'commit'", "acme/models:v1.0", "echo"),
+    ("refs = ['release-*']", "acme/models:v1.0", "echo"),
+    ("entrypoints = ['tiny*']", "acme/models:v1.0", "echo"),
+    ("refs = ['release-*']\npin = 'commit'", "acme/models:v1.0", "echo"),  # two at once
+])
+def test_requirements_of_an_allow_rule(hub_repo: HubRepo, isolated: Path, rule: str,
+                                       spec: str, entrypoint: str) -> None:
+    user_policy(isolated, f"[[allow]]\nrepo = 'acme/*'\n{rule}\n")
+    error = refused(lambda: load(spec, entrypoint), safehub.PolicyDenied)
+    apply_kind(error, "change")
+    assert load(spec, entrypoint, 3) == ((3,), {})
+
+
+def test_a_deny_rule(hub_repo: HubRepo, isolated: Path) -> None:
+    user_policy(isolated, "[[deny]]\nrepo = 'acme/*'\nreason = 'not reviewed'\n")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PolicyDenied)
+    apply_kind(error, "remove")
+    assert load("acme/models:v1.0", "echo", 4, trust_repo=True) == ((4,), {})
+
+
+def test_a_renamed_repo(hub_repo: HubRepo, server) -> None:  # type: ignore[no-untyped-def]
+    server.rename_repo("acme", "models", "newco", "models")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.RepoMovedError)
+    apply_kind(error, "add")
+    assert load("acme/models:v1.0", "echo", 5, trust_repo=True) == ((5,), {})
+
+
+def test_a_moved_tag_of_a_locked_spec(hub_repo: HubRepo) -> None:
+    assert main(["lock", "acme/models:v1.0"]) == 0
+    hub_repo.commit({"new.py": "x = 1\n"})
+    hub_repo.tag("v1.0")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True, force_reload=True),
+                    safehub.PinError)
+    apply_kind(error, "run")
+    assert load("acme/models:v1.0", "echo", 6, trust_repo=True, force_reload=True) == ((6,), {})
+
+
+def test_a_missing_lockfile_the_policy_names(hub_repo: HubRepo, isolated: Path) -> None:
+    user_policy(isolated, f"[safehub]\nlockfile = '{isolated / 'team.lock'}'\n")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PinError)
+    assert "does not exist" in error.message
+    apply_kind(error, "run")
+    assert load("acme/models:v1.0", "echo", 7, trust_repo=True) == ((7,), {})
+
+
+def test_a_cache_edited_after_verification(hub_repo: HubRepo) -> None:
+    load("acme/models:v1.0", trust_repo=True)
+    tree = next(p for p in Path(os.environ["HOME"]).rglob("commits/*/tree"))
+    (tree / "hubconf.py").chmod(0o644)
+    (tree / "hubconf.py").write_text("raise SystemExit('edited')\n")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.IntegrityError)
+    apply_kind(error, "run")
+    assert load("acme/models:v1.0", "echo", 8, trust_repo=True) == ((8,), {})
+
+
+def test_offline_with_nothing_cached(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.OfflineError)
+    assert "SAFEHUB_OFFLINE=1" in error.message  # where offline mode came from
+    apply_kind(error, "run")
+    assert load("acme/models:v1.0", "echo", 9, trust_repo=True) == ((9,), {})
+
+
+CONNECTS = '''\
+import socket
+
+dependencies = []
+
+
+def connect(port):
+    """Connect to 127.0.0.1:port."""
+    socket.create_connection(("127.0.0.1", port), timeout=5).close()
+    return "connected"
+
+
+def weighted(url):
+    """Download weights."""
+    import torch
+    return torch.hub.load_state_dict_from_url(url, progress=False, file_name="w.pth")
+'''
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                server.accept()[0].close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield server.getsockname()[1]
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.mark.parametrize("with_rule", [True, False])
+def test_a_connection_the_runtime_guard_refuses(make_hub_repo, isolated: Path,  # type: ignore[no-untyped-def]
+                                                 listener: int, with_rule: bool) -> None:
+    make_hub_repo("acme", "net", {"hubconf.py": CONNECTS})
+    text = "[safehub]\nruntime = 'enforce'\n"
+    user_policy(isolated, text + ("[[allow]]\nrepo = 'acme/net'\n" if with_rule else ""))
+    error = refused(lambda: load("acme/net:v1.0", "connect", listener, trust_repo=True),
+                    safehub.RuntimeGuardError)
+    apply_kind(error, "change" if with_rule else "add")
+    assert load("acme/net:v1.0", "connect", listener, trust_repo=True) == "connected"
+
+
+def test_a_module_that_shadows_the_standard_library(make_hub_repo, isolated: Path) -> None:  # type: ignore[no-untyped-def]
+    make_hub_repo("acme", "shadow", {"wave.py": "x = 1\n"})
+    error = refused(lambda: load("acme/shadow:v1.0", trust_repo=True), safehub.RuntimeGuardError)
+    apply_kind(error, "add")
+    with pytest.warns(UserWarning, match="shadows"):
+        assert load("acme/shadow:v1.0", "echo", 10, trust_repo=True) == ((10,), {})
+
+
+def test_weights_from_a_url_the_policy_does_not_name(make_hub_repo, server,  # type: ignore[no-untyped-def]
+                                                      isolated: Path) -> None:
+    import io
+
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(1)}, buf)
+    server.add_static("/models/w.pth", buf.getvalue())
+    base = server.api_url.rsplit("/api", 1)[0]
+    make_hub_repo("acme", "net", {"hubconf.py": CONNECTS})
+    user_policy(isolated, f"[[allow]]\nrepo = 'acme/net'\nweights = ['{base}/other/*']\n")
+    error = refused(lambda: load("acme/net:v1.0", "weighted", f"{base}/models/w.pth"),
+                    safehub.PolicyDenied)
+    apply_kind(error, "change")
+    assert list(load("acme/net:v1.0", "weighted", f"{base}/models/w.pth")) == ["w"]
+
+
+def test_cli_hints_name_cli_fixes(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch,
+                                  capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("CI", "true")
+    assert main(["load", "acme/models:v1.0", "echo", "--json"]) == 1
+    error = json.loads(capsys.readouterr().out)
+    assert "--trust" in error["hint"] and "trust_repo" not in error["hint"]
