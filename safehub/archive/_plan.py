@@ -20,7 +20,7 @@ _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f\\]")
 _UNIX = 3
 _UTF8_NAME = 0x0800
 _DOS_DIRECTORY = 0x10
-_MAX_LINK_HOPS = 40
+_MAX_LINK_HOPS = 64
 _MAX_LINK = 4096
 _NAME_MAX = 255
 _PATH_MAX = 4095
@@ -57,19 +57,16 @@ def fold_path(path: str) -> str:
     return unicodedata.normalize("NFC", path).casefold()
 
 
-def resolve_link(path: str, links: Mapping[str, str], *, fold: bool = False) -> str | None:
-    """Where ``path`` leads inside the tree, following ``links`` as the OS would.
+class _Loop:
+    """A path that needs more links than any OS follows (it answers ELOOP): it reaches
+    nothing."""
 
-    ``links`` maps link paths to their targets (with ``fold``, keyed by :func:`fold_path`,
-    as a case-insensitive filesystem would look them up). Returns the resolved relative
-    path (``""`` is the root), or ``None`` if the path leaves the tree, is absolute, or
-    loops.
 
-    >>> resolve_link("a/up", {"a/up": "..", "x": "a/up/.."})
-    ''
-    >>> resolve_link("x", {"a/up": "..", "x": "a/up/.."}) is None
-    True
-    """
+LOOP = _Loop()
+
+
+def walk_link(path: str, links: Mapping[str, str], *, fold: bool = False) -> str | _Loop | None:
+    """Like :func:`resolve_link`, but tells a loop (:data:`LOOP`) from leaving the tree."""
     pending = path.split("/")
     done: list[str] = []
     hops = 0
@@ -87,11 +84,30 @@ def resolve_link(path: str, links: Mapping[str, str], *, fold: bool = False) -> 
         if target is None:
             done.append(part)
             continue
-        hops += 1
-        if hops > _MAX_LINK_HOPS or target.startswith("/"):
+        if target.startswith("/"):
             return None
+        hops += 1
+        if hops > _MAX_LINK_HOPS:
+            return LOOP  # no OS follows more links (Linux 40, macOS 32, Windows 63)
         pending = target.split("/") + pending
     return "/".join(done)
+
+
+def resolve_link(path: str, links: Mapping[str, str], *, fold: bool = False) -> str | None:
+    """Where ``path`` leads inside the tree, following ``links`` as the OS would.
+
+    ``links`` maps link paths to their targets (with ``fold``, keyed by :func:`fold_path`,
+    as a case-insensitive filesystem would look them up). Returns the resolved relative
+    path (``""`` is the root), or ``None`` if the path leaves the tree, is absolute, or
+    loops.
+
+    >>> resolve_link("a/up", {"a/up": "..", "x": "a/up/.."})
+    ''
+    >>> resolve_link("x", {"a/up": "..", "x": "a/up/.."}) is None
+    True
+    """
+    found = walk_link(path, links, fold=fold)
+    return found if isinstance(found, str) else None
 
 
 def _name(e: ZipEntry) -> str:
@@ -112,6 +128,8 @@ def _kind(e: ZipEntry, name: str) -> str:
         kind = "dir" if is_dir_name else "file"
     else:
         fmt = stat.S_IFMT(mode)
+        if fmt == 0:  # permission bits alone (Python's zipfile writes 0o600): by the name
+            fmt = stat.S_IFDIR if is_dir_name else stat.S_IFREG
         if fmt == stat.S_IFDIR:
             kind = "dir"
         elif fmt == stat.S_IFLNK:
@@ -191,8 +209,8 @@ def _links(f: BinaryIO, items: list[Item]) -> dict[str, str]:
     for path, target in links.items():
         base = path.rpartition("/")[0]
         start = f"{base}/{target}" if base else target
-        if resolve_link(start, links) is None or resolve_link(start, folded,
-                                                              fold=True) is None:
+        # A link that loops (the OS answers ELOOP) reaches nothing, harmlessly.
+        if walk_link(start, links) is None or walk_link(start, folded, fold=True) is None:
             raise fail(path, f"symlink to {target!r} leads outside the tree")
     return links
 

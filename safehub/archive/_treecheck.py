@@ -127,7 +127,8 @@ def _explain(path: str, data: bytes, sha: str, attrs: Attributes,
     if export.subst is not None:
         filled = match_subst(data, converted)
         if filled:
-            shown = ", ".join(f"{fmt} -> {text[:60]!r}" for fmt, text in filled[:3])
+            shown = ", ".join(f"{fmt} -> {text[:60].decode(errors='replace')!r}"
+                              for fmt, text in filled[:3])
             return [*found, Difference(path, Reason.EXPORT_SUBST, export.subst.where(),
                                        shown, verified=False)]
         if filled == []:

@@ -50,12 +50,24 @@ class Difference:
         return self.reason not in (Reason.SUBMODULE, Reason.EMPTY_TREE)
 
     def __str__(self) -> str:
-        text = f"{self.path}: {self.reason}"
+        text = f"{self.path}: {_PHRASES[self.reason]}"
         if self.detail:
-            text += f" ({self.detail})"
+            text += f" [{self.detail}]"
         if self.rule:
-            text += f", by {self.rule}"
-        return text + ("" if self.verified else "; NOT verified")
+            text += f"; rule {self.rule}"
+        return text
+
+
+_PHRASES = {
+    Reason.SUBMODULE: "a submodule, which `git archive` writes as an empty folder",
+    Reason.EMPTY_TREE: "an empty folder of the commit, which `git archive` leaves out",
+    Reason.EXPORT_IGNORE: "left out by export-ignore",
+    Reason.EOL: "line endings written as CRLF (undone: exact)",
+    Reason.IDENT: "$Id$ expanded (undone: exact)",
+    Reason.ENCODING: "re-encoded from UTF-8 (undone: exact)",
+    Reason.LFS: "the Git LFS object in place of its pointer (matches the pointer)",
+    Reason.EXPORT_SUBST: "placeholders expanded by export-subst (NOT verifiable)",
+}
 
 
 @dataclass(frozen=True)
@@ -78,8 +90,9 @@ class TreeCheck:
     def describe(self, limit: int = 12) -> str:
         """The differences, one per line (at most ``limit``), for a warning or a log.
 
-        >>> TreeCheck("per-file", differences=(Difference("ext/", Reason.SUBMODULE),)).describe()
-        '  ext/: submodule'
+        >>> print(TreeCheck("per-file", differences=(Difference("ext/", Reason.SUBMODULE),)
+        ...                 ).describe())
+          ext/: a submodule, which `git archive` writes as an empty folder
         """
         lines = [f"  {d}" for d in self.differences[:limit]]
         if len(self.differences) > limit:

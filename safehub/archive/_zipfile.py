@@ -123,8 +123,6 @@ def read_end(f: BinaryIO, size: int) -> End:
         total, dir_size, dir_offset, end = total64, size64, offset64, z_offset
     if dir_offset + dir_size != end:
         raise corrupt("the central directory is not where the end record says")
-    if dir_size < total * _CENTRAL.size:
-        raise corrupt(f"{total:,} entries cannot fit in a {dir_size:,}-byte central directory")
     return End(total, dir_offset, end, comment)
 
 
@@ -172,6 +170,9 @@ def _central_entry(head: bytes, name: bytes, extra: bytes) -> ZipEntry:
 
 def read_central(f: BinaryIO, end: End) -> list[ZipEntry]:
     """The central directory's entries (in its order), checked against their local headers."""
+    if end.directory_end - end.directory < end.entries * _CENTRAL.size:
+        raise corrupt(f"{end.entries:,} entries cannot fit in a "
+                      f"{end.directory_end - end.directory:,}-byte central directory")
     f.seek(end.directory)
     entries: list[ZipEntry] = []
     for _ in range(end.entries):
