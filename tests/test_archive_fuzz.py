@@ -100,7 +100,7 @@ def _snapshot(root: Path) -> set[tuple[str, int]]:
     return out
 
 
-@settings(max_examples=300 * SCALE, deadline=None, derandomize=True,
+@settings(max_examples=1000 * SCALE, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_only_safehub_errors_and_nothing_outside_the_stage(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import errno
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -11,11 +10,10 @@ from pathlib import Path
 from typing import BinaryIO, TypeVar
 
 from safehub.archive._plan import Item, fail, plan
-from safehub.archive._zipfile import copy_entry, read_central, read_end
+from safehub.archive._stream import decoded
+from safehub.archive._zipfile import read_central, read_end
 from safehub.config import Limits
 from safehub.digest import (
-    MODE_EXEC,
-    MODE_FILE,
     MODE_LINK,
     FileEntry,
     content_digest,
@@ -83,31 +81,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write_file(f: BinaryIO, item: Item, parent: int, name: str) -> FileEntry:
-    sha256 = hashlib.sha256()
-    blob = hashlib.sha1(b"blob %d\0" % item.entry.size, usedforsecurity=False)
-    fd = os.open(name, _NEW_FILE, 0o600, dir_fd=parent)
-    try:
-        def sink(chunk: bytes) -> None:
-            sha256.update(chunk)
-            blob.update(chunk)
-            _write_all(fd, chunk)
-
-        copy_entry(f, item.entry, sink)
-        os.fchmod(fd, 0o555 if item.kind == "exec" else 0o444)
-    finally:
-        os.close(fd)
-    mode = MODE_EXEC if item.kind == "exec" else MODE_FILE
-    return FileEntry(item.path, mode, item.entry.size, sha256.hexdigest(), blob.hexdigest())
-
-
-def _write(f: BinaryIO, items: tuple[Item, ...], links: dict[str, str], root_fd: int,
-           limits: Limits) -> list[FileEntry]:
+def _write(f: BinaryIO, zip_path: Path, items: tuple[Item, ...], links: dict[str, str],
+           root_fd: int) -> list[FileEntry]:
+    """Create the tree, in path order; file bytes come decoded and hashed (one pass)."""
+    ordered = sorted(items, key=lambda i: i.path.split("/"))
+    pieces = decoded(f, zip_path, [i for i in ordered if i.kind in ("file", "exec")])
     writer = _Writer(root_fd)
     files: list[FileEntry] = []
-    written = 0
     try:
-        for item in sorted(items, key=lambda i: i.path.split("/")):
+        for item in ordered:
             parts = tuple(item.path.split("/"))
             if item.kind == "dir":
                 writer.folder(parts)
@@ -118,16 +100,19 @@ def _write(f: BinaryIO, items: tuple[Item, ...], links: dict[str, str], root_fd:
                 files.append(FileEntry.from_bytes(item.path, MODE_LINK,
                                                   links[item.path].encode()))
                 continue
-            entry = _write_file(f, item, parent, parts[-1])
-            written += entry.size
-            if written > limits.max_tree_bytes:
-                raise IntegrityError(
-                    f"the archive unpacks to more than {limits.max_tree_bytes:,} bytes",
-                    hint="if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES",
-                )
-            files.append(entry)
+            fd = os.open(parts[-1], _NEW_FILE, 0o600, dir_fd=parent)
+            try:
+                for piece in pieces:
+                    _write_all(fd, piece.data)
+                    if piece.entry is not None:
+                        files.append(piece.entry)
+                        break
+                os.fchmod(fd, 0o555 if item.kind == "exec" else 0o444)
+            finally:
+                os.close(fd)
     finally:
         writer.close()
+        getattr(pieces, "close", lambda: None)()
     return files
 
 
@@ -180,8 +165,8 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
         _guard(str(dest), dest.mkdir)
         root_fd = _guard(str(dest), lambda: os.open(dest, _DIR_FLAGS))
         try:
-            files = _guard(str(dest), lambda: _write(f, checked.items, dict(checked.links),
-                                                     root_fd, limits))
+            files = _guard(str(dest), lambda: _write(f, zip_path, checked.items,
+                                                     dict(checked.links), root_fd))
             _guard(str(dest), lambda: os.fchmod(root_fd, 0o555))
         finally:
             os.close(root_fd)

@@ -162,10 +162,10 @@ def _relative(name: str, prefix: str, room: int) -> str:
             raise fail(name, "empty, '.' or '..' path component")
         if part.lower() == ".git":
             raise fail(name, "'.git' path component (git never archives one)")
-        if len(os.fsencode(part)) > _NAME_MAX:
+        if len(part) > _NAME_MAX // 4 and len(part.encode()) > _NAME_MAX:
             raise fail(name, f"a name longer than {_NAME_MAX} bytes, which no filesystem "
                        "can hold")
-    if len(os.fsencode(rel)) > room:
+    if len(rel) > room // 4 and len(rel.encode()) > room:
         raise fail(name, f"a path longer than the {room} bytes left below the staging folder")
     return rel
 
@@ -180,13 +180,16 @@ def _top(entries: list[ZipEntry]) -> str:
 
 def _check_parents(items: list[Item]) -> None:
     """No entry below a file or a symlink, matched as a case-insensitive FS would."""
-    kinds = {fold_path(i.path): i.kind for i in items}
-    for i in items:
-        parent = i.path.rpartition("/")[0]
-        while parent:
-            if kinds.get(fold_path(parent), "dir") != "dir":
+    folded = [fold_path(i.path) for i in items]
+    leaves = {key for key, i in zip(folded, items, strict=True) if i.kind != "dir"}
+    for key, i in zip(folded, items, strict=True):
+        # Folding keeps '/' and works part by part, so a folded path's prefixes are the
+        # folded paths of its folders.
+        parts = key.split("/")
+        for n in range(1, len(parts)):
+            if "/".join(parts[:n]) in leaves:
+                parent = "/".join(i.path.split("/")[:n])
                 raise fail(i.path, f"its parent {parent!r} is not a directory")
-            parent = parent.rpartition("/")[0]
 
 
 def _links(f: BinaryIO, items: list[Item]) -> dict[str, str]:

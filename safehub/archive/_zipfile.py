@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import struct
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 from safehub.errors import IntegrityError
 
-__all__ = ["End", "ZipEntry", "copy_entry", "read_central", "read_end"]
+__all__ = ["End", "ZipEntry", "chunks", "copy_entry", "read_central", "read_end",
+           "read_entry"]
 
 _EOCD = struct.Struct("<4s4H2LH")
 _LOCATOR = struct.Struct("<4sLQL")
@@ -33,6 +34,7 @@ _DESCRIPTOR = 0x0008
 _CHUNK = 1 << 20
 _MAX_NAME = 8192
 _MAX_EXTRA = 4096
+_MAX_RECORD = 46 + _MAX_NAME + _MAX_EXTRA + 0xFFFF  # the largest central entry accepted
 
 
 def corrupt(why: str) -> IntegrityError:
@@ -61,8 +63,7 @@ class End:
     comment: bytes
 
 
-@dataclass(frozen=True)
-class ZipEntry:
+class ZipEntry(NamedTuple):
     """One entry, as its central directory record (checked against its local header)."""
 
     name: bytes
@@ -126,8 +127,11 @@ def read_end(f: BinaryIO, size: int) -> End:
     return End(total, dir_offset, end, comment)
 
 
-def _zip64_extra(extra: bytes, wanted: list[bool]) -> list[int]:
-    """The 8-byte values of the zip64 extra field, for each ``wanted`` (clamped) field."""
+def _zip64_extra(extra: bytes, wanted: int) -> list[int]:
+    """The ``wanted`` 8-byte values of the zip64 extra field (after checking that the
+    extra data is well-formed: fields that fill it exactly)."""
+    if not wanted and len(extra) == 9 and extra[:4] == b"UT\x05\x00":
+        return []  # git's only extra field: the modification time
     values: list[int] = []
     i = 0
     while i < len(extra):
@@ -140,21 +144,28 @@ def _zip64_extra(extra: bytes, wanted: list[bool]) -> list[int]:
         if tag == 0x0001:
             if values:
                 raise corrupt("two zip64 extra fields")
-            count = sum(wanted)
-            if length < 8 * count:
+            if length < 8 * wanted:
                 raise corrupt("a zip64 extra field without the sizes it must hold")
-            values = [int.from_bytes(body[8 * k:8 * k + 8], "little") for k in range(count)]
+            values = [int.from_bytes(body[8 * k:8 * k + 8], "little") for k in range(wanted)]
         i += 4 + length
-    if sum(wanted) and not values:
+    if wanted and not values:
         raise corrupt("an entry whose sizes need a zip64 extra field that is missing")
     return values
 
 
-def _central_entry(head: bytes, name: bytes, extra: bytes) -> ZipEntry:
-    (_, made_by, _, flags, method, _, _, crc, csize, size, _, _, _, disk, _, external,
-     offset) = _CENTRAL.unpack(head)
-    clamped = [size == 0xFFFFFFFF, csize == 0xFFFFFFFF, offset == 0xFFFFFFFF]
-    values = iter(_zip64_extra(extra, clamped))
+def _central_entry(directory: bytes, at: int) -> tuple[ZipEntry, int]:
+    """The entry whose record starts at ``at``, and where the next one starts."""
+    if directory[at:at + 4] != b"PK\x01\x02" or at + _CENTRAL.size > len(directory):
+        raise corrupt("a bad central directory entry")
+    (_, made_by, _, flags, method, _, _, crc, csize, size, name_len, extra_len, comment_len,
+     disk, _, external, offset) = _CENTRAL.unpack_from(directory, at)
+    if name_len > _MAX_NAME or extra_len > _MAX_EXTRA:
+        raise corrupt("an entry with an oversized name or extra field")
+    start = at + _CENTRAL.size
+    name = directory[start:start + name_len]
+    extra = directory[start + name_len:start + name_len + extra_len]
+    clamped = (size == 0xFFFFFFFF, csize == 0xFFFFFFFF, offset == 0xFFFFFFFF)
+    values = iter(_zip64_extra(extra, sum(clamped)))
     size, csize, offset = (next(values) if c else v
                            for c, v in zip(clamped, (size, csize, offset), strict=True))
     if disk not in (0, 0xFFFF):
@@ -165,30 +176,30 @@ def _central_entry(head: bytes, name: bytes, extra: bytes) -> ZipEntry:
         raise corrupt(f"compression method {method} in {name!r}")
     if method == _STORED and csize != size:
         raise corrupt(f"stored entry {name!r} with two different sizes")
-    return ZipEntry(name, flags, method, crc, csize, size, offset, external, made_by >> 8)
+    entry = ZipEntry(name, flags, method, crc, csize, size, offset, external, made_by >> 8)
+    return entry, start + name_len + extra_len + comment_len
 
 
 def read_central(f: BinaryIO, end: End) -> list[ZipEntry]:
-    """The central directory's entries (in its order), checked against their local headers."""
-    if end.directory_end - end.directory < end.entries * _CENTRAL.size:
-        raise corrupt(f"{end.entries:,} entries cannot fit in a "
-                      f"{end.directory_end - end.directory:,}-byte central directory")
-    f.seek(end.directory)
+    """The central directory's entries (in its order), checked against their local headers.
+
+    Never more entries than the end record declares (whose count the caller has bounded),
+    and the directory must end exactly after them.
+    """
+    size = end.directory_end - end.directory
+    if size < end.entries * _CENTRAL.size:
+        raise corrupt(f"{end.entries:,} entries cannot fit in a {size:,}-byte central "
+                      "directory")
+    if size > end.entries * _MAX_RECORD:
+        raise corrupt(f"the central directory holds more than the {end.entries:,} entries "
+                      "its end record declares")
+    directory = _read_at(f, end.directory, size)
     entries: list[ZipEntry] = []
+    at = 0
     for _ in range(end.entries):
-        head = f.read(_CENTRAL.size)
-        if len(head) != _CENTRAL.size or head[:4] != b"PK\x01\x02":
-            raise corrupt("a bad central directory entry")
-        name_len, extra_len, comment_len = struct.unpack_from("<3H", head, 28)
-        if name_len > _MAX_NAME or extra_len > _MAX_EXTRA:
-            raise corrupt("an entry with an oversized name or extra field")
-        name = f.read(name_len)
-        extra = f.read(extra_len)
-        f.seek(comment_len, 1)
-        entries.append(_central_entry(head, name, extra))
-        if f.tell() > end.directory_end:
-            raise corrupt("the central directory runs past its end")
-    if f.tell() != end.directory_end:
+        entry, at = _central_entry(directory, at)
+        entries.append(entry)
+    if at != size:
         raise corrupt(f"the central directory holds more than the {end.entries:,} entries "
                       "its end record declares")
     return _locate(f, entries, end.directory)
@@ -196,19 +207,19 @@ def read_central(f: BinaryIO, end: End) -> list[ZipEntry]:
 
 def _locate(f: BinaryIO, entries: list[ZipEntry], directory: int) -> list[ZipEntry]:
     """Read each local header: it must repeat the central entry; data may not overlap."""
-    located: dict[int, ZipEntry] = {}
+    located: list[ZipEntry | None] = [None] * len(entries)
     order = sorted(range(len(entries)), key=lambda k: entries[k].header)
     for rank, k in enumerate(order):
         e = entries[k]
         bound = entries[order[rank + 1]].header if rank + 1 < len(order) else directory
-        head = _read_at(f, e.header, _LOCAL.size) if e.header + _LOCAL.size <= bound else b""
-        if not head:
+        if e.header + _LOCAL.size + len(e.name) > bound:
             raise corrupt(f"entry {e.name!r} overlaps another or the central directory")
+        head = _read_at(f, e.header, _LOCAL.size + len(e.name))
         (sig, _, flags, method, _, _, crc, csize, size, name_len,
-         extra_len) = _LOCAL.unpack(head)
+         extra_len) = _LOCAL.unpack_from(head)
         if sig != b"PK\x03\x04" or method != e.method or (flags ^ e.flags) & _ENCRYPTED:
             raise corrupt(f"the local header of {e.name!r} disagrees with its central entry")
-        if _read_at(f, e.header + _LOCAL.size, name_len) != e.name:
+        if name_len != len(e.name) or head[_LOCAL.size:] != e.name:
             raise corrupt(f"the local header of {e.name!r} names another file")
         if not flags & _DESCRIPTOR and (crc != e.crc or csize not in (e.compressed_size,
                                                                       0xFFFFFFFF)
@@ -217,15 +228,46 @@ def _locate(f: BinaryIO, entries: list[ZipEntry], directory: int) -> list[ZipEnt
         data = e.header + _LOCAL.size + name_len + extra_len
         if data + e.compressed_size > bound:
             raise corrupt(f"entry {e.name!r} overlaps another or the central directory")
-        located[k] = ZipEntry(e.name, e.flags, e.method, e.crc, e.compressed_size, e.size,
-                              e.header, e.external, e.system, data)
-    return [located[k] for k in range(len(entries))]
+        located[k] = e._replace(data=data)
+    return [e for e in located if e is not None]
+
+
+def read_entry(f: BinaryIO, e: ZipEntry) -> bytes:
+    """A small entry's bytes, whole, with the checks of :func:`copy_entry`."""
+    if e.method == _STORED or e.compressed_size > _CHUNK or e.size > _CHUNK:
+        chunks: list[bytes] = []
+        copy_entry(f, e, chunks.append)
+        return b"".join(chunks)
+    f.seek(e.data)
+    raw = f.read(e.compressed_size)
+    if len(raw) != e.compressed_size:
+        raise corrupt(f"{e.name!r} ends early")
+    inflate = zlib.decompressobj(-15)
+    try:
+        data = inflate.decompress(raw, e.size + 1)
+    except zlib.error as err:
+        raise corrupt(f"{e.name!r} does not inflate: {err}") from err
+    if len(data) > e.size:
+        raise corrupt(f"{e.name!r} holds more than the {e.size:,} bytes it declares")
+    if not inflate.eof or inflate.unused_data or inflate.unconsumed_tail:
+        raise corrupt(f"the compressed data of {e.name!r} does not end where declared")
+    if len(data) != e.size:
+        raise corrupt(f"{e.name!r} holds fewer than the {e.size:,} bytes it declares")
+    if zlib.crc32(data) != e.crc:
+        raise corrupt(f"{e.name!r} fails its CRC check")
+    return data
 
 
 def copy_entry(f: BinaryIO, e: ZipEntry, sink: Callable[[bytes], object]) -> None:
-    """Feed the entry's bytes to ``sink``; never more than its declared size; then check
-    the CRC and that the compressed data ends exactly where declared."""
-    f.seek(e.data)
+    """Feed the entry's bytes to ``sink`` (see :func:`chunks`)."""
+    for chunk in chunks(f, e):
+        sink(chunk)
+
+
+def chunks(f: BinaryIO, e: ZipEntry) -> Iterator[bytes]:
+    """The entry's bytes, a piece at a time; never more than its declared size. Once all
+    are read, the CRC and the end of the compressed data are checked (an error then)."""
+    offset = e.data
     left, budget, crc = e.compressed_size, e.size, 0
     inflate = zlib.decompressobj(-15) if e.method == _DEFLATED else None
     try:
@@ -233,17 +275,19 @@ def copy_entry(f: BinaryIO, e: ZipEntry, sink: Callable[[bytes], object]) -> Non
             if inflate is not None and inflate.unconsumed_tail:
                 chunk = inflate.unconsumed_tail
             else:
+                f.seek(offset)
                 chunk = f.read(min(_CHUNK, left))
                 if not chunk:
                     raise corrupt(f"{e.name!r} ends early")
                 left -= len(chunk)
+                offset += len(chunk)
             if inflate is not None:
-                chunk = inflate.decompress(chunk, budget + 1)
+                chunk = inflate.decompress(chunk, min(budget + 1, _CHUNK))
             if len(chunk) > budget:
                 raise corrupt(f"{e.name!r} holds more than the {e.size:,} bytes it declares")
             budget -= len(chunk)
             crc = zlib.crc32(chunk, crc)
-            sink(chunk)
+            yield chunk
             if inflate is not None and inflate.eof:
                 break
     except zlib.error as err:
