@@ -112,7 +112,7 @@ def _write(f: BinaryIO, zip_path: Path, items: tuple[Item, ...], links: dict[str
                 os.close(fd)
     finally:
         writer.close()
-        getattr(pieces, "close", lambda: None)()
+        pieces.close()
     return files
 
 

@@ -13,7 +13,7 @@ import hashlib
 import os
 import queue
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
@@ -119,7 +119,8 @@ def _identity(f: BinaryIO) -> tuple[int, int, int, int]:
     return st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns
 
 
-def decoded(f: BinaryIO, zip_path: Path, items: Sequence[Item]) -> Iterator[Piece]:
+def decoded(f: BinaryIO, zip_path: Path, items: Sequence[Item],
+            ) -> Generator[Piece, None, None]:
     """The pieces of ``items`` (files), in order; see the module docstring."""
     workers = min(_WORKERS, os.cpu_count() or 1)
     if sum(i.entry.size for i in items) < _THREAD:

@@ -100,9 +100,10 @@ def _compare_paths(ext: Extracted, entries: Mapping[str, TreeEntry], want: Expec
                           f"writes for {why}")
 
 
-def _explain(path: str, data: bytes, sha: str, attrs: Attributes,
+def _explain(root: Path, f: FileEntry, sha: str, attrs: Attributes,
              blobs: _Blobs) -> list[Difference]:
-    """The differences that turn the committed blob ``sha`` into ``data``, or refuse."""
+    """The differences that turn the committed blob ``sha`` into the file ``f``, or refuse."""
+    path = f.path
     export = Export.of(attrs.lookup(path))
     if not export.changes_content:
         raise _refuse(f"{path!r} differs from the commit's blob {sha} and no .gitattributes "
@@ -110,9 +111,10 @@ def _explain(path: str, data: bytes, sha: str, attrs: Attributes,
                       "archive` applies to it)")
     if export.lfs is not None:
         pointer = lfs_pointer(blobs.get(sha, f"{path!r} is an LFS file"))
-        if pointer is not None and pointer.matches(data):
+        if pointer is not None and (pointer.oid, pointer.size) == (f.sha256, f.size):
             return [Difference(path, Reason.LFS, export.lfs.where(),
                                f"the LFS object {pointer.oid[:12]}, {pointer.size:,} bytes")]
+    data = _read(root, f)
     blob = next(export.blob_candidates(data, sha), None)
     if blob is None:
         blob = blobs.get(sha, f"{path!r} differs from its blob")
@@ -138,12 +140,13 @@ def _explain(path: str, data: bytes, sha: str, attrs: Attributes,
     elif export.encoding is not None:
         before = export.apply(blob, sha, encode=False)
         if before is not None and export.decodes_to(data, before[0]):
-            return [*found, Difference(path, Reason.ENCODING, export.encoding.where(),
-                                       "decodes to the committed text")]
-    attrs_text = "; ".join(str(d.reason) + " by " + d.rule for d in found) or "no change"
+            return [*(d for d in found if d.reason is not Reason.ENCODING),
+                    Difference(path, Reason.ENCODING, export.encoding.where(),
+                               "decodes to the committed text")]
+    why = ("; ".join(f"{d.reason} by {d.rule}" for d in found) if found
+           else "its attributes leave it unchanged")
     raise _refuse(f"{path!r} differs from the commit's blob {sha}: `git archive` would write "
-                  f"other bytes ({attrs_text}), and no .gitattributes rule of the commit "
-                  "explains it")
+                  f"other bytes ({why}), and no .gitattributes rule of the commit explains it")
 
 
 def _check_files(ext: Extracted, want: Expected, attrs: Attributes,
@@ -157,7 +160,7 @@ def _check_files(ext: Extracted, want: Expected, attrs: Attributes,
         if f.mode == MODE_LINK:
             raise _refuse(f"the symlink {f.path!r} points elsewhere than the commit's "
                           f"(blob {sha}); git never converts links")
-        diffs = _explain(f.path, _read(ext.root, f), sha, attrs, blobs)
+        diffs = _explain(ext.root, f, sha, attrs, blobs)
         found += diffs
         if any(not d.verified for d in diffs):
             unverified.append(f.path)

@@ -28,7 +28,6 @@ False
 from __future__ import annotations
 
 import codecs
-import hashlib
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -149,9 +148,6 @@ class LfsPointer:
 
     oid: str
     size: int
-
-    def matches(self, data: bytes) -> bool:
-        return len(data) == self.size and hashlib.sha256(data).hexdigest() == self.oid
 
 
 _LFS_LINE = re.compile(r"([a-z0-9.-]+) ([^\n]*)")
