@@ -139,7 +139,8 @@ def test_git_archive_matches_git_tree(tmp_path: Path) -> None:
           (TOP + "x", b"d/up/..", 0o120777)], "outside the tree"),
         ([(TOP, b"", None), (TOP + "l", b"../l2", 0o120777), (TOP + "l2", b"l", 0o120777)],
          "outside the tree"),
-        ([(TOP, b"", None), (TOP + "x" * 256, b"1", None)], "longer than 255 bytes"),
+        ([(TOP, b"", None), (TOP + "x" * 300, b"1", None)], "longer than 255 bytes"),
+        ([(TOP, b"", None), (TOP + "\u00e9" * 128, b"1", None)], "longer than 255 bytes"),
         ([(TOP, b"", None), (TOP + "d/", b"", 0o100644)], "directory flag"),
         ([(TOP, b"", None), (TOP + "d", b"", 0)], "directory flag"),  # a DOS folder
         ([(TOP, b"", None), (TOP + "d/", b"data", None)], "directory entry with content"),

@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, TypeVar
 
-from safehub.archive._plan import Item, fail, plan
+from safehub.archive._plan import Plan, fail, plan
 from safehub.archive._stream import decoded
 from safehub.archive._zipfile import read_central, read_end
 from safehub.config import Limits
@@ -81,13 +81,15 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view):]
 
 
-def _write(f: BinaryIO, zip_path: Path, items: tuple[Item, ...], links: dict[str, str],
-           root_fd: int) -> list[FileEntry]:
+def _write(f: BinaryIO, zip_path: Path, checked: Plan, root_fd: int,
+           dest: Path) -> list[FileEntry]:
     """Create the tree, in path order; file bytes come decoded and hashed (one pass)."""
+    items, links = checked.items, checked.links
     ordered = sorted(items, key=lambda i: i.path.split("/"))
     pieces = decoded(f, zip_path, [i for i in ordered if i.kind in ("file", "exec")])
     writer = _Writer(root_fd)
     files: list[FileEntry] = []
+    item = None
     try:
         for item in ordered:
             parts = tuple(item.path.split("/"))
@@ -110,20 +112,25 @@ def _write(f: BinaryIO, zip_path: Path, items: tuple[Item, ...], links: dict[str
                 os.fchmod(fd, 0o555 if item.kind == "exec" else 0o444)
             finally:
                 os.close(fd)
+    except OSError as e:
+        what = item.path if item is not None else "the tree"
+        if e.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EEXIST, errno.ENOTDIR,
+                       errno.EILSEQ):
+            raise fail(what, f"cannot be written as named ({os.strerror(e.errno or 0)})") from e
+        raise CacheError(f"cannot write {what!r} below {dest}: {e}",
+                         hint="check the free space and permissions of the cache folder") from e
     finally:
         writer.close()
         pieces.close()
     return files
 
 
-def _guard(what: str, action: Callable[[], _T]) -> _T:
-    """Run a filesystem action; its errors become safehub errors naming ``what``."""
+def _guard(what: Path, action: Callable[[], _T]) -> _T:
+    """Run a filesystem action on the staging folder; its errors become CacheErrors."""
     try:
         return action()
     except OSError as e:
-        if e.errno in (errno.ENAMETOOLONG, errno.ELOOP, errno.EEXIST, errno.ENOTDIR):
-            raise fail(what, f"cannot be written as named ({os.strerror(e.errno or 0)})") from e
-        raise CacheError(f"cannot write {what}: {e}",
+        raise CacheError(f"cannot write the staging folder {what}: {e}",
                          hint="check the free space and permissions of the cache folder") from e
 
 
@@ -162,12 +169,11 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
         except OSError as e:
             raise IntegrityError(f"cannot read the downloaded archive: {e}",
                                  hint="retry with force_reload=True") from e
-        _guard(str(dest), dest.mkdir)
-        root_fd = _guard(str(dest), lambda: os.open(dest, _DIR_FLAGS))
+        _guard(dest, dest.mkdir)
+        root_fd = _guard(dest, lambda: os.open(dest, _DIR_FLAGS))
         try:
-            files = _guard(str(dest), lambda: _write(f, zip_path, checked.items,
-                                                     dict(checked.links), root_fd))
-            _guard(str(dest), lambda: os.fchmod(root_fd, 0o555))
+            files = _write(f, zip_path, checked, root_fd, dest)
+            _guard(dest, lambda: os.fchmod(root_fd, 0o555))
         finally:
             os.close(root_fd)
     files.sort(key=lambda e: e.path.encode())
