@@ -537,3 +537,38 @@ def test_an_empty_tree_leaves_no_folder(repo: Repo, tmp_path: Path) -> None:
     assert [(d.path, d.reason) for d in check.differences] == [("e/", Reason.EMPTY_TREE)]
     with pytest.raises(IntegrityError, match="do not add up"):
         check_tree(ext, tree, listing[:1], allow_fallback=True)
+
+
+@pytest.fixture
+def threaded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Decode on the helper threads even for a small archive."""
+    import safehub.archive._stream as stream
+
+    monkeypatch.setattr(stream, "_THREAD", 0)
+    monkeypatch.setattr(stream, "_WHOLE", 64)
+    monkeypatch.setattr(stream, "_BATCH", 128)
+
+
+def test_helper_threads_give_the_same_tree(tmp_path: Path, threaded: None,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import safehub.archive._stream as stream
+
+    entries = honest([(TOP + f"pkg/m{n}.py", b"x = %d\n" % n * 40, None) for n in range(30)])
+    one = extract(make_zip(tmp_path / "a.zip", entries), tmp_path / "o", commit=SHA,
+                  limits=Limits())
+    monkeypatch.setattr(stream, "_THREAD", 1 << 40)  # now inline
+    two = extract(make_zip(tmp_path / "b.zip", entries), tmp_path / "p", commit=SHA,
+                  limits=Limits())
+    assert one.files == two.files and one.tree_id == two.tree_id
+
+
+def test_helper_threads_hand_over_errors(tmp_path: Path, threaded: None) -> None:
+    entries = honest([(TOP + f"pkg/m{n}.py", b"y = %d\n" % n * 40, None) for n in range(30)])
+    z = make_zip(tmp_path / "a.zip", entries)
+    data = z.read_bytes()
+    z.write_bytes(data.replace(b"y = 17\n", b"y = 71\n", 1))  # stored: the CRC fails
+    with pytest.raises(IntegrityError, match="CRC"):
+        extract(z, tmp_path / "o", commit=SHA, limits=Limits())
+    import threading
+
+    assert not [t for t in threading.enumerate() if t.name == "safehub-extract"]
