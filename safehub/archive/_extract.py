@@ -7,12 +7,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import BinaryIO, TypeVar
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 from safehub.archive._plan import Plan, fail, plan
 from safehub.archive._stream import decoded
 from safehub.archive._zipfile import read_central, read_end
-from safehub.config import Limits
 from safehub.digest import (
     MODE_LINK,
     FileEntry,
@@ -21,6 +20,9 @@ from safehub.digest import (
     parents,
 )
 from safehub.errors import CacheError, IntegrityError
+
+if TYPE_CHECKING:  # only its fields are read: no import of the settings layer
+    from safehub.config import Limits
 
 __all__ = ["Extracted", "drop_empty_dirs", "extract"]
 

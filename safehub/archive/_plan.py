@@ -8,11 +8,13 @@ import stat
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from safehub.archive._zipfile import ZipEntry, copy_entry
-from safehub.config import Limits
 from safehub.errors import IntegrityError
+
+if TYPE_CHECKING:  # only its fields are read: no import of the settings layer
+    from safehub.config import Limits
 
 __all__ = ["Item", "Plan", "fail", "fold_path", "plan", "resolve_link"]
 
