@@ -103,7 +103,7 @@ def expected_archive(entries: Mapping[str, TreeEntry], attrs: Attributes) -> Exp
                 pending.append((e.path, rule))
                 continue
             if ignored_by is None:
-                written.update(d for d in (folder, *parents(folder)) if d)
+                _add_folders(written, folder)
             if rule is not None:
                 if e.kind == "blob":
                     out.omitted[e.path] = rule
@@ -112,20 +112,29 @@ def expected_archive(entries: Mapping[str, TreeEntry], attrs: Attributes) -> Exp
             else:
                 gitlinks.append(e.path)
                 out.leaves[e.path] = f"the submodule at {e.sha[:12]}"
-                out.differences.append(Difference(
-                    e.path + "/", Reason.SUBMODULE,
-                    detail=f"commit {e.sha[:12]}"))
-    full = {d for p in (*out.files, *gitlinks) for d in parents(p)}
+                out.differences.append(Difference(e.path + "/", Reason.SUBMODULE,
+                                                  detail=f"commit {e.sha[:12]}"))
+    full: set[str] = set()
+    for p in (*out.files, *gitlinks):
+        _add_folders(full, p.rpartition("/")[0])
     for d in sorted(written - full):
         out.leaves[d] = "a folder whose content is all export-ignore'd"
     # A tree with nothing but trees below it leaves no trace in an archive.
-    filled = {d for e in entries.values() if e.kind != "tree" for d in parents(e.path)}
+    filled: set[str] = set()
+    for e in entries.values():
+        if e.kind != "tree":
+            _add_folders(filled, e.path.rpartition("/")[0])
     ignored = {d.path.rstrip("/") for d in out.differences if d.reason is Reason.EXPORT_IGNORE}
     tops = filled | {""}
     for e in entries.values():
         if (e.kind == "tree" and e.path not in filled and e.path.rpartition("/")[0] in tops
                 and not any(p in ignored for p in (e.path, *parents(e.path)))):
-            out.differences.append(Difference(
-                e.path + "/", Reason.EMPTY_TREE,
-                ))
+            out.differences.append(Difference(e.path + "/", Reason.EMPTY_TREE))
     return out
+
+
+def _add_folders(found: set[str], folder: str) -> None:
+    """Add ``folder`` and the folders above it (stopping at one already there)."""
+    while folder and folder not in found:
+        found.add(folder)
+        folder = folder.rpartition("/")[0]

@@ -72,6 +72,8 @@ class Attributes:
 
     def lookup(self, path: str, *, isdir: bool = False) -> dict[str, Assignment]:
         """Every attribute that is decided for ``path`` (``isdir``: a folder or submodule)."""
+        if not self._frames:
+            return {}
         raw = path.encode("utf-8", "surrogateescape")
         folders = [""]
         parts = path.split("/")[:-1]
