@@ -26,20 +26,25 @@ from dataclasses import dataclass
 
 __all__ = [
     "DIGEST_HEADER",
+    "EMPTY_TREE",
     "MODE_EXEC",
     "MODE_FILE",
+    "MODE_GITLINK",
     "MODE_LINK",
     "FileEntry",
     "blob_id",
     "content_digest",
     "git_tree_id",
     "parents",
+    "tree_id",
 ]
 
 MODE_FILE = "100644"
 MODE_EXEC = "100755"
 MODE_LINK = "120000"
+MODE_GITLINK = "160000"
 _MODE_TREE = b"40000"
+EMPTY_TREE = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 DIGEST_HEADER = b"safehub-digest-v1\n"
 
 
@@ -91,14 +96,34 @@ def git_tree_id(files: Iterable[FileEntry]) -> str:
     Empty directories cannot be expressed (git has none), so a tree with them, such as
     the placeholder ``git archive`` writes for a submodule, never matches.
     """
+    return tree_id((f.path, f.mode, f.blob) for f in files)
+
+
+def tree_id(entries: Iterable[tuple[str, str, str]], folders: Iterable[str] = ()) -> str:
+    """The git tree id of a tree given as ``(path, mode, sha)`` entries (blobs, links,
+    gitlinks ``160000``), plus ``folders`` that exist even if empty (their entries are
+    the empty tree ``4b825dc...``). Folders above entries are implied.
+
+    >>> tree_id([], ["empty"]) == tree_id([("empty", "40000", EMPTY_TREE)])
+    True
+    """
     # dir path -> {name: (mode, 20-byte id)}; subtrees are filled in deepest first.
     dirs: dict[str, dict[str, tuple[bytes, bytes]]] = {"": {}}
-    for f in files:
-        parent, _, name = f.path.rpartition("/")
-        dirs.setdefault(parent, {})[name] = (f.mode.encode(), bytes.fromhex(f.blob))
-        while parent:
-            dirs.setdefault(parent.rpartition("/")[0], {})
-            parent = parent.rpartition("/")[0]
+
+    def add_folder(path: str) -> None:
+        while path and path not in dirs:
+            dirs[path] = {}
+            path = path.rpartition("/")[0]
+
+    for path, mode, sha in entries:
+        if mode in (_MODE_TREE.decode(), "040000"):
+            add_folder(path)
+            continue
+        parent, _, name = path.rpartition("/")
+        add_folder(parent)
+        dirs[parent][name] = (mode.encode(), bytes.fromhex(sha))
+    for folder in folders:
+        add_folder(folder)
     for d in sorted(dirs, key=lambda p: p.count("/") if p else -1, reverse=True):
         if not d:
             continue
