@@ -18,7 +18,7 @@ from pathlib import Path
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
-from safehub.archive import check_tree, extract
+from safehub.archive import check_tree, drop_empty_dirs, extract
 from safehub.cache import Cache, CachedTree, Verdict
 from safehub.cache.tree import dir_scan, sealed_at, tamper
 from safehub.config import Settings
@@ -180,13 +180,19 @@ class TreeFetcher:
         os.unlink(zip_path)
         if lock is not None:
             # The lockfile's digest was taken when the commit was verified against its
-            # tree; the same digest means the very same files. No API call is needed.
+            # tree; the same digest means the very same files. No API call is needed. The
+            # digest does not cover folders: the archive must have only the folders the
+            # tree implies (an exact match), or empty ones are dropped.
             if ext.digest != lock.digest:
                 raise IntegrityError(
                     f"the archive of {lock.spec} at {commit} has digest {ext.digest}, but "
                     f"{lockfile} pins {lock.digest}",
                     hint="the server or mirror sent other content; nothing ran. Check the "
                     "mirror, or how the lockfile was made")
+            if ext.tree_id == lock.tree:
+                check_tree(ext, lock.tree, None, allow_fallback=False)
+            else:
+                ext = drop_empty_dirs(ext)
             return Verdict(commit=commit, tree=lock.tree, digest=ext.digest, level=lock.level,
                            files=ext.files, empty_dirs=ext.empty_dirs, source=spec.key)
         github = self._github()
@@ -196,10 +202,12 @@ class TreeFetcher:
         check = check_tree(
             ext, resolved.tree, listing, allow_fallback=self.settings.tree_fallback,
             fetch_blob=lambda sha: github.blob(resolved.location, sha))
-        if check.level != "tree":
-            warn(f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree, as "
-                 f".gitattributes or submodules make it; {len(check.unverified)} file(s) could "
-                 "not be tied to the commit byte for byte (see `safehub cache ls --json`)")
+        if any(d.from_attributes for d in check.differences):
+            unverified = (f"; not tied byte for byte (export-subst): "
+                          f"{', '.join(check.unverified)}" if check.unverified else "")
+            warn(f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree as "
+                 f"its .gitattributes say (each difference checked):\n{check.describe()}"
+                 + unverified)
         return Verdict(
             commit=commit, tree=resolved.tree, digest=ext.digest, level=check.level,
             files=ext.files, unverified=check.unverified, omitted=check.omitted,
