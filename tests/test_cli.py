@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from safehub._cli import main
-from tests.conftest import HubRepo
+from tests.conftest import HubRepo, needs_torch
 
 
+@needs_torch
 def test_load_and_cache_commands(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
     spec = f"{hub_repo.spec}:v1.0"
     assert main(["load", spec, "tiny", "--trust", "--kwargs", '{"n": 5}', "--json"]) == 0

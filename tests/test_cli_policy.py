@@ -19,6 +19,7 @@ def out_json(capsys: pytest.CaptureFixture[str]) -> object:
     return json.loads(text[text.index(next(c for c in text if c in "[{")):])
 
 
+@needs_torch
 def test_check_is_a_dry_run(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str],
                             canary: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CI", "true")

@@ -15,10 +15,12 @@ import requests
 
 from safehub._cli import main
 from safehub._demo_server import DemoGitHub, git
+from tests.conftest import needs_torch
 
 SHA_MEDIA = {"Accept": "application/vnd.github.sha"}
 
 
+@needs_torch
 def test_demo_runs_and_every_attack_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo"]) == 0
     out = capsys.readouterr().out

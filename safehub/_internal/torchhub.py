@@ -50,8 +50,12 @@ def torch_hub() -> types.ModuleType:
     """The torch.hub module (from sys.modules: torch may still be initialising)."""
     module = sys.modules.get("torch.hub")
     if module is None:
-        import torch.hub  # noqa: F401
-
+        try:
+            import torch.hub  # noqa: F401
+        except ImportError as e:
+            raise HubconfError(f"torch cannot be imported ({e})",
+                               hint="install it: pip install torch (safehub hands verified "
+                               "repos to torch's own loader)") from e
         module = sys.modules["torch.hub"]
     return module
 
