@@ -255,7 +255,12 @@ class Lockfile:
         return "".join(out)
 
     def save(self) -> None:
-        atomic_write(self.path, self.dumps().encode())
+        try:
+            atomic_write(self.path, self.dumps().encode())
+        except OSError as e:
+            raise PinError(f"cannot write the lockfile {self.path} ({e.strerror or e})",
+                           hint="fix the folder's permissions, or choose another path with "
+                           "--lockfile or SAFEHUB_LOCKFILE") from e
 
 
 def _toml_str(value: str) -> str:

@@ -138,8 +138,19 @@ class Cache:
         """Move a verified staging folder (with ``tree/`` inside) into place atomically.
 
         Call under the commit's lock. With ``replace``, an existing entry is swapped out
-        (``force_reload``); otherwise an existing entry wins and the stage is dropped.
+        (``force_reload``); otherwise an existing entry wins and the stage is dropped. A
+        filesystem failure (a full disk, permissions) is a :class:`CacheError`.
         """
+        try:
+            return self._install(stage, verdict, replace)
+        except OSError as e:
+            raise CacheError(
+                f"cannot install commit {verdict.commit} into the cache {str(self.root)!r} "
+                f"({e.strerror or e})",
+                hint="free space or fix permissions there, or point SAFEHUB_CACHE_DIR at a "
+                "folder you can write") from e
+
+    def _install(self, stage: Path, verdict: Verdict, replace: bool) -> CachedTree:
         final = self.commit_dir(verdict.commit)
         write_json(stage / "verdict.json", verdict.to_json(), mode=0o444)
         write_entry(CachedTree(stage / "tree", verdict.commit, verdict.digest, verdict.tree,
@@ -231,7 +242,11 @@ class Cache:
         """Atomically replace the repo's record (hold ``lock(f"repo-{key}")``)."""
         path = self.repo_file(key)
         self._writable_dir(path.parent)
-        write_json(path, record.to_json())
+        try:
+            write_json(path, record.to_json())
+        except OSError as e:
+            raise CacheError(f"cannot write the cache record {str(path)!r} ({e.strerror or e})",
+                             hint="free space or fix permissions in the cache folder") from e
 
     def repos_by_commit(self) -> dict[str, list[str]]:
         """Which repos' records name each cached commit (``safehub cache ls``)."""
