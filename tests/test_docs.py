@@ -1,0 +1,324 @@
+"""Docs that run: every code block of README.md and docs/ is run, checked, or marked.
+
+Each page is read top to bottom, as a newcomer would: shell blocks run line by line
+(``safehub`` through ``safehub._cli.main``, ``git``/``openssl``/``python`` as processes,
+see tests/docs_support.py) against the loopback GitHub stand-in; Python blocks run in a
+fresh namespace or a child process; TOML policy blocks are validated with
+``safehub policy validate`` and, where a page goes on to use them, used; JSON blocks are
+parsed and compared with what safehub writes; untagged blocks show output and must match
+what safehub prints in that situation. A block that cannot run here carries
+``<!-- not run: why -->`` right before its fence.
+
+Nothing is substituted silently: the repos the docs name are served under those names
+(``REPOS``), and every value a doc shows that cannot exist here (a sha, a path such as
+``/srv/mirror``, a host) is replaced as ``STAND_INS`` says. Commands that are not run are
+listed in ``SKIPPED`` with the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import socket
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import HubRepo, needs_torch
+from tests.docs_support import (
+    PROGRAMS,
+    Block,
+    Shell,
+    assert_shows,
+    blocks,
+    command_lines,
+    pages,
+    pythonpath,
+    run_block,
+)
+from tests.support import GitHubStandIn, git
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+# -- what the docs name, and what stands in for it -------------------------------------------------
+
+#: Every repo the docs load, served by the stand-in under the same name, at the tag the
+#: docs use, with a hubconf.py that defines the entrypoints the docs call.
+REPOS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "org/repo": ("v1.2", ("resnet_tiny",)),
+    "myorg/models": ("v2.1", ("resnet_tiny",)),
+    "pytorch/vision": ("v0.19.0", ("resnet18",)),
+    "acme/models": ("v1.0", ("resnet_tiny", "connect")),
+    "org/models": ("v1.0", ("resnet_tiny",)),  # signed with a certificate (signing.md)
+}
+
+#: Values the docs show that cannot be used here, and what the tests use instead
+#: (each test fills in the values it needs; test_every_stand_in_is_used keeps this honest).
+STAND_INS: dict[str, str] = {
+    "0123456789abcdef0123456789abcdef01234567": "the commit of org/repo:v1.2",
+    "0123456789ab": "the first 12 digits of that commit",
+    "48b1edffdc6f34b766e2b4bbf23b78bd4df94181": "the commit of pytorch/vision:v0.19.0",
+    "0b6b7e6c0f0de5e5ab8c9d3c9f1e7d2bb0f0a3d1": "the tree of pytorch/vision:v0.19.0",
+    "/etc/xdg/safehub/policy.toml": "the site policy file under the test's XDG_CONFIG_DIRS",
+    "/home/runner": "HOME of the CI job's machine, in tmp_path",
+    "/shared/hub": "tmp_path/root/shared/hub",
+    "/shared/safehub-cache": "tmp_path/root/shared/safehub-cache",
+    "/srv/mirror": "tmp_path/root/srv/mirror",
+    "/srv/hub-mirror": "tmp_path/root/srv/hub-mirror",
+    "/job/": "the project checkout the shells work in",
+    "https://mirror.internal/hub-mirror": "the stand-in's mirror host serving /srv/hub-mirror",
+    "1.1.1.1:443": "a loopback address and port nothing listens on",
+}
+
+#: Commands (a prefix of the line, as the doc writes it) that are not run, and why.
+SKIPPED: dict[str, str] = {
+    "pip install": "installs packages; these tests run in the environment it makes",
+    "python -m pytest": "runs the test suite, of which this test is a part",
+}
+
+#: Each page's blocks, in order: (fence tag, how the tests treat it). "run": executed;
+#: "checked": compared with what safehub writes or validated by it; "not run": marked in
+#: the page with <!-- not run: why -->.
+LAYOUT: dict[str, list[tuple[str, str]]] = {
+    "README.md": [("bash", "run"), ("python", "run"), ("", "checked"), ("python", "run"),
+                  ("toml", "checked"), ("bash", "run")],
+    "docs/architecture.md": [],
+    "docs/ci.md": [("yaml", "not run"), ("python", "run"), ("", "checked")],
+    "docs/digest.md": [("", "checked"), ("", "checked")],
+    "docs/fleet.md": [("bash", "run")] * 5,
+    "docs/pinning.md": [("bash", "run"), ("toml", "checked")],
+    "docs/policy.md": [("", "checked"), ("json", "checked"), ("bash", "run")],
+    "docs/runtime.md": [("toml", "checked"), ("json", "checked"), ("", "checked")],
+    "docs/signing.md": [("yaml", "not run"), ("toml", "checked"), ("bash", "run"),
+                        ("toml", "checked"), ("bash", "run"), ("toml", "checked"),
+                        ("bash", "run")],
+    "docs/threat-model.md": [],
+}
+
+
+def page(name: str) -> list[Block]:
+    """The blocks of a page, checked against LAYOUT (a new block needs a test)."""
+    found = blocks(name)
+    assert [b.lang for b in found] == [lang for lang, _ in LAYOUT[name]], (
+        f"{name}: its blocks changed; update LAYOUT and the page's test: "
+        f"{[(b.line, b.lang) for b in found]}")
+    return found
+
+
+def hubconf(repo: str, entrypoints: tuple[str, ...]) -> str:
+    parts = [f'"""{repo} as the docs use it (served by the loopback stand-in)."""\n\n'
+             'dependencies = ["torch"]\n']
+    for name in entrypoints:
+        if name == "connect":
+            host, port = STAND_IN_ADDRESS
+            parts.append(f'''
+def connect():
+    """Connect to a host no rule allows (docs/runtime.md: 1.1.1.1:443)."""
+    import socket
+
+    with socket.create_connection(("{host}", {port}), timeout=2):
+        pass
+''')
+        else:
+            parts.append(f'''
+def {name}(pretrained=False, **kwargs):
+    """A tiny model standing in for {name}."""
+    import torch
+
+    return torch.nn.Linear(4, 2)
+''')
+    return "".join(parts)
+
+
+def _closed_port() -> tuple[str, int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return "127.0.0.1", s.getsockname()[1]
+
+
+#: Where docs/runtime.md's 1.1.1.1:443 points (the guard must refuse before connecting).
+STAND_IN_ADDRESS = _closed_port()
+
+
+@dataclass
+class Docs:
+    """The pages' world: the stand-in serving REPOS, shells, and the stand-in values."""
+
+    server: GitHubStandIn
+    tmp: Path
+    repos: dict[str, HubRepo]
+    values: dict[str, str] = field(default_factory=dict)
+    shells: dict[str, Shell] = field(default_factory=dict)
+
+    @property
+    def work(self) -> Path:
+        return self.tmp / "work"
+
+    def path(self, shown: str) -> Path:
+        """Where an absolute path a doc shows lives in this test."""
+        return Path(self.mapped(shown))
+
+    def sha(self, repo: str) -> str:
+        return self.repos[repo].sha
+
+    def mapped(self, text: str) -> str:
+        """``text`` with every STAND_INS value this test knows replaced."""
+        for shown in sorted(STAND_INS, key=len, reverse=True):
+            if shown in text:
+                assert shown in self.values, f"no stand-in for {shown!r} in this test"
+                text = text.replace(shown, self.values[shown])
+        return text
+
+    def shell(self, machine: str = "you") -> Shell:
+        """A shell on ``machine`` in the checkout; each machine has its own home dirs."""
+        if machine in self.shells:
+            return self.shells[machine]
+        env = dict(os.environ)
+        env["PYTHONPATH"] = pythonpath(env)
+        if machine != "you":
+            home = self.tmp / "machines" / machine
+            for var, sub in (("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"),
+                             ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"),
+                             ("XDG_CONFIG_DIRS", "site"), ("TORCH_HOME", "torch")):
+                (home / sub).mkdir(parents=True, exist_ok=True)
+                env[var] = str(home / sub)
+            env["HOME"] = str(home)
+        shell = Shell(self.work, env, PROGRAMS, SKIPPED)
+        self.shells[machine] = shell
+        return shell
+
+    def run(self, block: Block, machine: str = "you", **kw: object) -> list[str]:
+        """Run a shell block (mapped) on ``machine``; return the output of each command."""
+        mapped = Block(block.page, block.index, block.line, block.lang,
+                       self.mapped(block.text), block.note)
+        results = run_block(self.shell(machine), mapped, **kw)  # type: ignore[arg-type]
+        return [r.out + r.err for r in results]
+
+
+@pytest.fixture
+def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[no-untyped-def]
+         isolated: Path) -> Iterator[Docs]:
+    repos = {}
+    for spec, (tag, entrypoints) in REPOS.items():
+        owner, name = spec.split("/")
+        repos[spec] = make_hub_repo(owner, name, {"hubconf.py": hubconf(spec, entrypoints)},
+                                    tag=tag)
+    world = Docs(server, tmp_path, repos)
+    root = tmp_path / "root"
+    for shown in STAND_INS:
+        if shown.startswith("/") and shown not in ("/etc/xdg/safehub/policy.toml", "/job/",
+                                                    "/home/runner"):
+            world.values[shown] = str(root / shown.lstrip("/"))
+    world.values["/etc/xdg/safehub/policy.toml"] = str(isolated / "site/safehub/policy.toml")
+    world.values["/job/"] = str(world.work) + "/"
+    world.values["0123456789abcdef0123456789abcdef01234567"] = world.sha("org/repo")
+    world.values["0123456789ab"] = world.sha("org/repo")[:12]
+    yield world
+    assert server.server_errors == []
+
+
+# -- every block is accounted for ------------------------------------------------------------------
+
+
+def test_every_block_is_run_checked_or_marked() -> None:
+    assert set(pages()) == set(LAYOUT), "a page was added or removed: update LAYOUT"
+    for name in pages():
+        for block, (_, how) in zip(page(name), LAYOUT[name], strict=True):
+            if how == "not run":
+                assert block.note.startswith("not run: ") and len(block.note) > 20, (
+                    f"{block.where}: mark it <!-- not run: why --> before the fence")
+            else:
+                assert not block.note.startswith("not run"), (
+                    f"{block.where}: marked not run, but a test runs it")
+
+
+def test_every_stand_in_is_used() -> None:
+    text = "".join(b.text for name in pages() for b in blocks(name))
+    assert [s for s in STAND_INS if s not in text] == []
+
+
+def test_every_skipped_command_is_in_a_block() -> None:
+    lines = [line for name in pages() for b in blocks(name) if b.lang == "bash"
+             for line in command_lines(b.text)]
+    for prefix in SKIPPED:
+        assert any(prefix in line for line in lines), prefix
+
+
+# -- README.md ------------------------------------------------------------------------------------
+
+
+@needs_torch
+def test_readme(docs: Docs, isolated: Path) -> None:
+    import pexpect
+
+    install, quickstart, prompt, routed, admin, lock = page("README.md")
+
+    out = docs.run(install)
+    assert "every check behaved as expected" in "".join(out)
+
+    # The quickstart on a terminal: the prompt is the one the README shows; "y" loads.
+    shell = docs.shell()
+    child = pexpect.spawn(sys.executable, ["-c", docs.mapped(quickstart.text)],
+                          cwd=str(shell.cwd), env=shell.env, encoding="utf-8", timeout=120)
+    child.expect(r"\[y/N\] ")
+    assert_shows(docs.mapped(prompt.text), child.before + child.after, prompt.where)
+    child.sendline("y")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0, child.before
+    assert "['resnet_tiny']" in child.before
+
+    # safehub.install(): torch.hub.load now goes through safehub (to the stand-in).
+    import torch
+
+    import safehub
+    from tests.docs_support import environment
+
+    namespace: dict[str, object] = {}
+    with environment(shell.env, shell.cwd):
+        try:
+            exec(compile(docs.mapped(routed.text), routed.where, "exec"), namespace)
+            model = torch.hub.load("org/repo:v1.2", "resnet_tiny")
+        finally:
+            safehub.uninstall()
+    assert isinstance(model, torch.nn.Linear)
+
+    # The admin policy is valid (with the key file it names beside it), and denies
+    # unknown repos before any request.
+    site = Path(docs.values["/etc/xdg/safehub/policy.toml"])
+    assert admin.text.startswith("# /etc/xdg/safehub/policy.toml\n")
+    site.parent.mkdir(parents=True, exist_ok=True)
+    site.write_text(admin.text)
+    write_public_key(site.parent / "myorg-release.pub")
+    assert shell.run(f"safehub policy validate {site}")[0].code == 0
+    before = docs.server.count()
+    refused = shell.run("safehub check pytorch/vision:v0.19.0")[0]
+    assert refused.code == 1 and "unknown_repos" in refused.out + refused.err
+    assert docs.server.count() == before
+    site.unlink()
+
+    docs.run(lock)
+    locked = tomllib.loads((docs.work / "safehub.lock").read_text())
+    assert {e["spec"] for e in locked["repo"]} == {"myorg/models:v2.1", "pytorch/vision:v0.19.0"}
+    assert (docs.path("/srv/mirror") / "myorg/models/zipball" / docs.sha("myorg/models")).is_file()
+    assert (docs.path("/shared/hub") / "v1/commits" / docs.sha("pytorch/vision")).is_dir()
+
+
+def write_public_key(path: Path) -> Path:
+    """A fresh EC P-256 public key in PEM at ``path`` (its private key is thrown away)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1()).public_key()
+    path.write_bytes(key.public_bytes(serialization.Encoding.PEM,
+                                      serialization.PublicFormat.SubjectPublicKeyInfo))
+    return path
