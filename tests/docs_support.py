@@ -76,29 +76,29 @@ def blocks(page: str) -> list[Block]:
 
 # -- output blocks ------------------------------------------------------------------------------
 
-_ELIDED_HASH = re.compile(r"([0-9a-f]{4,39})\\\.\\\.\\\.")
+_ELISION = re.compile(r"[0-9a-f]{4,39}\.\.\.|\.\.\.")
 
 
 def pattern(shown: str) -> re.Pattern[str]:
-    """A regular expression for output the docs show, line by line.
+    """A regular expression for output the docs show.
 
     ``9f2c...`` (hex digits, then ``...``) stands for any hash; any other ``...`` for any text
-    within its line; everything else must be there as written, the lines in this order.
+    within a line; every other word must be there as written, in this order. Spacing and line
+    breaks do not count (the docs wrap long lines).
     """
-    lines = []
-    for line in shown.strip("\n").splitlines():
-        line = line.rstrip()
-        escaped = _ELIDED_HASH.sub(r"[0-9a-f]+", re.escape(line))
-        lines.append(escaped.replace(r"\.\.\.", r"[^\n]*"))
-    return re.compile("\n".join(lines))
+    words = []
+    for word in shown.split():
+        parts, last = [], 0
+        for m in _ELISION.finditer(word):
+            parts.append(re.escape(word[last:m.start()]))
+            parts.append(r"[^\n]*?" if m.group() == "..." else r"[0-9a-f]+")
+            last = m.end()
+        words.append("".join(parts) + re.escape(word[last:]))
+    return re.compile(r"\s+".join(words))
 
 
 def assert_shows(shown: str, actual: str, where: str) -> None:
-    """The doc's output block ``shown`` appears in ``actual`` (with elisions, see pattern).
-
-    Line ends (a terminal's ``\\r\\n``) and spaces at the end of lines do not count.
-    """
-    actual = "\n".join(line.rstrip() for line in actual.replace("\r\n", "\n").split("\n"))
+    """The doc's output block ``shown`` appears in ``actual`` (see :func:`pattern`)."""
     if pattern(shown).search(actual):
         return
     raise AssertionError(f"{where}: the block does not match what safehub prints.\n"

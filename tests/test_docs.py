@@ -33,6 +33,7 @@ import pytest
 from tests.conftest import HubRepo, needs_torch
 from tests.docs_support import (
     PROGRAMS,
+    ROOT,
     Block,
     Shell,
     assert_shows,
@@ -178,10 +179,14 @@ class Docs:
                 text = text.replace(shown, self.values[shown])
         return text
 
-    def shell(self, machine: str = "you") -> Shell:
-        """A shell on ``machine`` in the checkout; each machine has its own home dirs."""
-        if machine in self.shells:
-            return self.shells[machine]
+    def shell(self, machine: str = "you", *, ci: bool = False, cwd: Path | None = None
+              ) -> Shell:
+        """A shell on ``machine`` (in the checkout, or ``cwd``); each machine has its own
+        home. ``ci``: a CI runner's environment, XDG variables unset (so the caches live
+        in ~/.cache) and ``CI=true``."""
+        key = f"{machine} {cwd}"
+        if key in self.shells:
+            return self.shells[key]
         env = dict(os.environ)
         env["PYTHONPATH"] = pythonpath(env)
         if machine != "you":
@@ -192,8 +197,14 @@ class Docs:
                 (home / sub).mkdir(parents=True, exist_ok=True)
                 env[var] = str(home / sub)
             env["HOME"] = str(home)
-        shell = Shell(self.work, env, PROGRAMS, SKIPPED)
-        self.shells[machine] = shell
+        if ci:
+            for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
+                del env[var]  # XDG_CONFIG_DIRS stays: never the machine's real /etc/xdg
+            env["CI"] = "true"
+        if cwd is not None:
+            cwd.mkdir(parents=True, exist_ok=True)
+        shell = Shell(cwd or self.work, env, PROGRAMS, SKIPPED)
+        self.shells[key] = shell
         return shell
 
     def run(self, block: Block, machine: str = "you", **kw: object) -> list[str]:
@@ -322,3 +333,82 @@ def write_public_key(path: Path) -> Path:
     path.write_bytes(key.public_bytes(serialization.Encoding.PEM,
                                       serialization.PublicFormat.SubjectPublicKeyInfo))
     return path
+
+
+# -- docs/ci.md -------------------------------------------------------------------------------------
+
+#: What a GitHub Actions runner would put where a workflow says ``${{ ... }}``.
+ACTIONS_EXPRESSIONS = {"${{ secrets.GITHUB_TOKEN }}": "ghs_a-token-the-stand-in-ignores"}
+
+
+def workflow(text: str) -> tuple[dict[str, str], list[str]]:
+    """A workflow's job-level ``env`` and its ``run:`` commands, one per line, in order."""
+    lines = text.splitlines()
+    env: dict[str, str] = {}
+    runs: list[str] = []
+    for i, line in enumerate(lines):
+        if re.fullmatch(r"    env:", line):
+            for item in lines[i + 1:]:
+                m = re.fullmatch(r"      (\w+): (\"[^\"]*\"|\S+)\s*(#.*)?", item)
+                if not m:
+                    break
+                value = m.group(2).strip('"')
+                env[m.group(1)] = ACTIONS_EXPRESSIONS.get(value, value)
+        m = re.fullmatch(r"(\s*(?:- )?)run: (.*)", line)
+        if not m:
+            continue
+        if m.group(2).strip() != "|":
+            runs.append(m.group(2))
+            continue
+        for item in lines[i + 1:]:
+            if len(item) - len(item.lstrip()) <= len(m.group(1)):
+                break
+            runs.append(item.strip())
+    return env, runs
+
+
+@needs_torch
+def test_ci(docs: Docs) -> None:
+    job, train, refusal = page("docs/ci.md")
+
+    # The pieces the page names: ./safehub.toml from policies/ci.toml (with `your-org`
+    # replaced by the organisation, as docs/policy.md says), a lockfile made with
+    # `safehub lock`, and train.py as the page shows it.
+    ci_policy = (ROOT / "policies/ci.toml").read_text().replace("your-org", "myorg")
+    (docs.work / "safehub.toml").write_text(ci_policy)
+    (docs.work / "train.py").write_text(train.text)
+    runner = docs.shell("runner", ci=True)
+    env, runs = workflow(job.text)
+    assert env["SAFEHUB_NONINTERACTIVE"] == "1"
+    runner.env.update(env)
+    assert runner.run("safehub lock myorg/models:v2.1")[-1].code == 0
+    assert (docs.work / "safehub.lock").is_file()
+
+    docs.run(Block(job.page, job.index, job.line, "bash", "\n".join(runs) + "\n"), "runner")
+
+    audit = [json.loads(line) for line in
+             (docs.work / "safehub-audit.jsonl").read_text().splitlines()]
+    loaded = [a for a in audit if a.get("entrypoint") == "resnet_tiny"]
+    assert [a["decision"] for a in loaded] == ["allow"]
+    assert loaded[0]["commit"] == docs.sha("myorg/models")
+    home = Path(runner.env["HOME"])  # actions/cache keeps ~/.cache/safehub
+    assert (home / ".cache/safehub/v1/commits" / docs.sha("myorg/models") / "tree").is_dir()
+
+    # When it refuses: a CI job with no policy, and content nobody trusted.
+    elsewhere = docs.shell("runner", ci=True, cwd=docs.tmp / "elsewhere")
+    docs.values["/home/runner"] = elsewhere.env["HOME"]
+    command, shown = refusal.text.split("\n", 1)
+    assert command.startswith("$ ")
+    result = elsewhere.run(docs.mapped(command[2:]))[-1]
+    assert result.code == 1
+    assert_shows(docs.mapped(shown), result.err, refusal.where)
+
+
+def test_output_blocks_match_words_and_elisions() -> None:
+    from tests.docs_support import pattern
+
+    shown = "commit 9f2c...: it is\n  not trusted (...)\n"
+    assert pattern(shown).search(f"x commit {'ab' * 20}: it is not\ntrusted (no rule)")
+    assert not pattern(shown).search("commit nothex: it is not trusted (no rule)")
+    assert not pattern(shown).search(f"commit {'ab' * 20}: it is trusted (no rule)")
+    assert not pattern("a ... b").search("a x\ny b")  # ... stays within a line
