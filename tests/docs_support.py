@@ -97,9 +97,11 @@ def pattern(shown: str) -> re.Pattern[str]:
     return re.compile(r"\s+".join(words))
 
 
-def assert_shows(shown: str, actual: str, where: str) -> None:
-    """The doc's output block ``shown`` appears in ``actual`` (see :func:`pattern`)."""
-    if pattern(shown).search(actual):
+def assert_shows(shown: str, actual: str, where: str, *, whole: bool = False) -> None:
+    """The doc's output block ``shown`` appears in ``actual`` (see :func:`pattern`), or is
+    the whole of it."""
+    found = pattern(shown)
+    if (found.fullmatch if whole else found.search)(actual):
         return
     raise AssertionError(f"{where}: the block does not match what safehub prints.\n"
                          f"--- the block:\n{shown}\n--- safehub printed:\n{actual}")

@@ -412,3 +412,155 @@ def test_output_blocks_match_words_and_elisions() -> None:
     assert not pattern(shown).search("commit nothex: it is not trusted (no rule)")
     assert not pattern(shown).search(f"commit {'ab' * 20}: it is trusted (no rule)")
     assert not pattern("a ... b").search("a x\ny b")  # ... stays within a line
+
+
+# -- docs/digest.md ---------------------------------------------------------------------------------
+
+
+def digest_as_the_doc_says(tree: Path) -> str:
+    """docs/digest.md's content digest, computed from its description alone."""
+    entries = []
+    for path in tree.rglob("*"):
+        if path.is_dir() and not path.is_symlink():
+            continue
+        rel = path.relative_to(tree).as_posix()
+        if path.is_symlink():
+            mode, content = "120000", os.readlink(path).encode()
+        else:
+            mode = "100755" if path.stat().st_mode & 0o111 else "100644"
+            content = path.read_bytes()
+        entries.append((rel.encode(), f"{mode} {hashlib.sha256(content).hexdigest()} {rel}\n"))
+    text = "safehub-digest-v1\n" + "".join(line for _, line in sorted(entries))
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()
+
+
+@needs_torch
+def test_digest(docs: Docs, isolated: Path) -> None:
+    formula, layout = page("docs/digest.md")
+    assert '"safehub-digest-v1\\n"' in formula.text
+    assert '"<mode> <sha256 of the content, hex> <path>\\n"' in formula.text
+    assert "sorted by the UTF-8 bytes of its path" in formula.text
+
+    repo = docs.repos["org/repo"]  # with an executable, a link and a non-ASCII name
+    repo.commit({"scripts/run.sh": "#!/bin/sh\n", "données/é.txt": "é\n", "Z.txt": "z\n"},
+                executable=["scripts/run.sh"], symlinks={"link": "Z.txt"})
+    repo.tag("v1.2")
+    shell = docs.shell()
+    shell.env["SAFEHUB_CACHE_DIR"] = str(docs.tmp / "cache")
+    assert shell.run("safehub lock org/repo:v1.2")[-1].code == 0
+    assert shell.run("safehub load org/repo:v1.2 resnet_tiny --trust")[-1].code == 0
+    locked = tomllib.loads((docs.work / "safehub.lock").read_text())["repo"][0]
+    tree = docs.tmp / "cache/v1/commits" / repo.sha / "tree"
+    assert locked["digest"] == digest_as_the_doc_says(tree)
+
+    # Every path of the cache layout is there after a load.
+    names = {"$SAFEHUB_CACHE_DIR": shell.env["SAFEHUB_CACHE_DIR"], "<sha>": repo.sha,
+             "<owner>/<name>": "org/repo",
+             "<user data dir>": str(isolated / "data/safehub")}
+    for line in layout.text.splitlines():
+        shown = re.split(r"\s{2,}", line.strip())[0]
+        for place in re.split(r",\s*", shown):
+            if not place.startswith(("$", "<")):
+                place = shown.split("/v1/")[0] + "/v1/" + place  # "locks/, tmp/"
+            for name, value in names.items():
+                place = place.replace(name, value)
+            path = Path(place)
+            assert path.is_dir() if place.endswith("/") else path.is_file(), line
+
+
+# -- docs/fleet.md ----------------------------------------------------------------------------------
+
+#: What nodes without internet get for GitHub: a loopback port nothing listens on.
+NO_NETWORK = "https://127.0.0.1:9/no-network"
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, int, int]]:
+    """Every entry under ``folder`` with its mode, size and mtime (to see any write)."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        st = p.lstat()
+        out[str(p.relative_to(folder))] = (st.st_mode, st.st_size, st.st_mtime_ns)
+    return out
+
+
+def node(docs: Docs, name: str) -> Shell:
+    """A training node: its own home, and no way to reach GitHub."""
+    shell = docs.shell(name)
+    shell.env.update(SAFEHUB_GITHUB_API_URL=NO_NETWORK, SAFEHUB_GITHUB_URL=NO_NETWORK)
+    return shell
+
+
+@needs_torch
+def test_fleet(docs: Docs) -> None:
+    lock, prefetch, node_env, mirror, mirror_env = page("docs/fleet.md")
+    git(docs.work, "init", "-q")  # the project is a git checkout
+
+    docs.run(lock)
+    assert "Pin hub repos" in git(docs.work, "log", "-1", "--format=%s")
+
+    docs.run(prefetch)
+    shared = docs.path("/shared/safehub-cache")
+    assert not (shared / "locks").exists() and not (shared / "tmp").exists()
+    assert not os.stat(shared / "v1/commits").st_mode & 0o222  # sealed
+
+    # A node reads the shared cache offline and never writes it.
+    before, requests = snapshot(shared), docs.server.count()
+    on_node = node(docs, "node-1")
+    docs.run(node_env, "node-1")
+    loaded = on_node.run("safehub load myorg/models:v2.1 resnet_tiny --trust")[-1]
+    assert loaded.code == 0, loaded
+    assert snapshot(shared) == before and docs.server.count() == requests
+
+    docs.run(mirror)
+    folder = docs.path("/srv/hub-mirror")
+    sha = docs.sha("myorg/models")
+    assert (folder / "myorg/models/zipball" / sha).is_file()
+
+    # A node with the mirror: one HTTP request, no API call.
+    docs.values["https://mirror.internal/hub-mirror"] = docs.server.serve_directory(
+        folder, "/hub-mirror")
+    on_node = node(docs, "node-2")
+    docs.run(mirror_env, "node-2")
+    docs.server.clear_log()
+    loaded = on_node.run("safehub load myorg/models:v2.1 resnet_tiny --trust")[-1]
+    assert loaded.code == 0, loaded
+    assert [r.path for r in docs.server.requests_log] == [f"/hub-mirror/myorg/models/zipball/{sha}"]
+
+
+# -- docs/pinning.md --------------------------------------------------------------------------------
+
+
+@needs_torch
+def test_pinning(docs: Docs) -> None:
+    commands, lockfile = page("docs/pinning.md")
+    (docs.work / "hub-specs.txt").write_text("# reviewed hub repos\norg/repo:v1.2  # team A\n")
+    shell = docs.shell()
+    models = docs.repos["myorg/models"]
+    pins: list[str] = []
+
+    def move_the_tag() -> None:  # what `--upgrade` is for: the tag moved, on purpose
+        pins.append(locked("myorg/models:v2.1")["commit"])
+        models.commit({"README.md": "v2.1, again\n"})
+        models.tag("v2.1")
+        assert shell.run("safehub lock --check")[-1].code == 1
+
+    def locked(spec: str) -> dict[str, object]:
+        entries = tomllib.loads((docs.work / "safehub.lock").read_text())["repo"]
+        return next(e for e in entries if e["spec"] == spec)
+
+    docs.run(commands, before={"safehub lock --upgrade myorg/models:v2.1": move_the_tag})
+    assert locked("org/repo:v1.2")["commit"] == docs.sha("org/repo")
+    assert pins[0] != models.sha == locked("myorg/models:v2.1")["commit"]
+
+    # The format block is what `safehub lock` writes, but for the values it elides.
+    docs.values["48b1edffdc6f34b766e2b4bbf23b78bd4df94181"] = docs.sha("pytorch/vision")
+    docs.values["0b6b7e6c0f0de5e5ab8c9d3c9f1e7d2bb0f0a3d1"] = git(
+        docs.repos["pytorch/vision"].path, "rev-parse", "v0.19.0^{tree}")
+    shown = tomllib.loads(docs.mapped(lockfile.text))
+    real = tomllib.loads((docs.work / "safehub.lock").read_text())
+    assert lockfile.text.splitlines()[0] == (docs.work / "safehub.lock").read_text().splitlines()[0]
+    assert shown["version"] == real["version"] and len(shown["repo"]) == 1
+    entry = locked("pytorch/vision:v0.19.0")
+    assert list(shown["repo"][0]) == list(entry), "the keys, in the order safehub writes them"
+    for key, value in shown["repo"][0].items():
+        assert_shows(str(value), str(entry[key]), f"{lockfile.where}: {key}", whole=True)
