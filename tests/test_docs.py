@@ -564,3 +564,35 @@ def test_pinning(docs: Docs) -> None:
     assert list(shown["repo"][0]) == list(entry), "the keys, in the order safehub writes them"
     for key, value in shown["repo"][0].items():
         assert_shows(str(value), str(entry[key]), f"{lockfile.where}: {key}", whole=True)
+
+
+# -- docs/policy.md ---------------------------------------------------------------------------------
+
+
+@needs_torch
+def test_policy(docs: Docs) -> None:
+    import safehub
+
+    invalid, audit_line, commands = page("docs/policy.md")
+    site = docs.path("/etc/xdg/safehub/policy.toml")
+    site.parent.mkdir(parents=True, exist_ok=True)
+    site.write_text('[safehub]\nfinal = "yes"\n\n[[allow]]\nrepo = "org/*"\npin = "sha"\n\n'
+                    '[[deny]]\nrepo = "org/[x*"\n')
+    with pytest.raises(safehub.PolicyError) as refused:
+        safehub.load("org/repo:v1.2", "resnet_tiny")
+    assert_shows(docs.mapped(invalid.text), str(refused.value), invalid.where, whole=True)
+    site.unlink()
+
+    (docs.work / "safehub.toml").write_text('[[deny]]\nrepo = "someone/*"\nreason = "no"\n')
+    docs.run(commands)
+
+    # The audit line has the keys of a real one (a load the user consented to).
+    shell = docs.shell()
+    assert shell.run("safehub trust pytorch/vision:v0.19.0")[-1].code == 0
+    assert shell.run("safehub load pytorch/vision:v0.19.0 resnet18")[-1].code == 0
+    log = Path(shell.env["XDG_STATE_HOME"]) / "safehub/log/audit.jsonl"
+    real = json.loads(log.read_text().splitlines()[-1])
+    shown = json.loads(audit_line.text)
+    assert (shown["decision"], real["decision"]) == ("consent", "consent")
+    assert sorted(shown) == sorted(real)
+    assert sorted(shown["runtime"]) == sorted(real["runtime"])
