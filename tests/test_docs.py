@@ -596,3 +596,39 @@ def test_policy(docs: Docs) -> None:
     assert (shown["decision"], real["decision"]) == ("consent", "consent")
     assert sorted(shown) == sorted(real)
     assert sorted(shown["runtime"]) == sorted(real["runtime"])
+
+
+# -- docs/runtime.md --------------------------------------------------------------------------------
+
+
+def validate(docs: Docs, block: Block, name: str = "policy.toml") -> Path:
+    """Write a policy block to a file of its own and check it with `safehub policy validate`."""
+    path = docs.tmp / "validate" / f"{block.page.replace('/', '-')}-{block.index}" / name
+    path.parent.mkdir(parents=True)
+    path.write_text(docs.mapped(block.text))
+    result = docs.shell().run(f"safehub policy validate {path}")[-1]
+    assert result.code == 0, f"{block.where}\n{result}"
+    return path
+
+
+@needs_torch
+def test_runtime(docs: Docs) -> None:
+    yolov5, report, refusal = page("docs/runtime.md")
+    validate(docs, yolov5)
+
+    host, port = STAND_IN_ADDRESS
+    docs.values["1.1.1.1:443"] = f"{host}:{port}"
+    site = docs.path("/etc/xdg/safehub/policy.toml")
+    site.parent.mkdir(parents=True, exist_ok=True)
+    site.write_text('[[allow]]\nrepo = "acme/*"\nnetwork = ["download.pytorch.org"]\n')
+    shell = docs.shell()
+    result = shell.run("safehub load acme/models:v1.0 connect")[-1]
+    assert result.code == 1
+    assert_shows(docs.mapped(refusal.text), result.err, refusal.where)
+
+    # The record has the keys of a real one (the refused load's, in the audit log).
+    log = Path(shell.env["XDG_STATE_HOME"]) / "safehub/log/audit.jsonl"
+    real = json.loads(log.read_text().splitlines()[-1])["runtime"]
+    shown = json.loads(report.text)
+    assert sorted(shown) == sorted(real)
+    assert [sorted(r) for r in shown["refused"]] == [sorted(r) for r in real["refused"]]
