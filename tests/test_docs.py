@@ -86,6 +86,12 @@ SKIPPED: dict[str, str] = {
     "python -m pytest": "runs the test suite, of which this test is a part",
 }
 
+#: A line that runs but cannot succeed here: a keyless signature needs an OIDC token from
+#: a GitHub Actions run and Sigstore's public services. It must refuse org/repo (signed with
+#: a key), naming what is wrong.
+KEYLESS = ("safehub verify org/repo:v1.2 --identity 'https://github.com/org/repo/**' "
+           "--issuer https://token.actions.githubusercontent.com")
+
 #: Each page's blocks, in order: (fence tag, how the tests treat it). "run": executed;
 #: "checked": compared with what safehub writes or validated by it; "not run": marked in
 #: the page with <!-- not run: why -->.
@@ -207,11 +213,12 @@ class Docs:
         self.shells[key] = shell
         return shell
 
-    def run(self, block: Block, machine: str = "you", **kw: object) -> list[str]:
-        """Run a shell block (mapped) on ``machine``; return the output of each command."""
+    def run(self, block: Block, shell: Shell | None = None, **kw: object) -> list[str]:
+        """Run a shell block (mapped) in ``shell`` (default: yours); return the output of
+        each command."""
         mapped = Block(block.page, block.index, block.line, block.lang,
                        self.mapped(block.text), block.note)
-        results = run_block(self.shell(machine), mapped, **kw)  # type: ignore[arg-type]
+        results = run_block(shell or self.shell(), mapped, **kw)  # type: ignore[arg-type]
         return [r.out + r.err for r in results]
 
 
@@ -384,7 +391,7 @@ def test_ci(docs: Docs) -> None:
     assert runner.run("safehub lock myorg/models:v2.1")[-1].code == 0
     assert (docs.work / "safehub.lock").is_file()
 
-    docs.run(Block(job.page, job.index, job.line, "bash", "\n".join(runs) + "\n"), "runner")
+    docs.run(Block(job.page, job.index, job.line, "bash", "\n".join(runs) + "\n"), runner)
 
     audit = [json.loads(line) for line in
              (docs.work / "safehub-audit.jsonl").read_text().splitlines()]
@@ -506,7 +513,7 @@ def test_fleet(docs: Docs) -> None:
     # A node reads the shared cache offline and never writes it.
     before, requests = snapshot(shared), docs.server.count()
     on_node = node(docs, "node-1")
-    docs.run(node_env, "node-1")
+    docs.run(node_env, on_node)
     loaded = on_node.run("safehub load myorg/models:v2.1 resnet_tiny --trust")[-1]
     assert loaded.code == 0, loaded
     assert snapshot(shared) == before and docs.server.count() == requests
@@ -520,7 +527,7 @@ def test_fleet(docs: Docs) -> None:
     docs.values["https://mirror.internal/hub-mirror"] = docs.server.serve_directory(
         folder, "/hub-mirror")
     on_node = node(docs, "node-2")
-    docs.run(mirror_env, "node-2")
+    docs.run(mirror_env, on_node)
     docs.server.clear_log()
     loaded = on_node.run("safehub load myorg/models:v2.1 resnet_tiny --trust")[-1]
     assert loaded.code == 0, loaded
@@ -632,3 +639,99 @@ def test_runtime(docs: Docs) -> None:
     shown = json.loads(report.text)
     assert sorted(shown) == sorted(real)
     assert [sorted(r) for r in shown["refused"]] == [sorted(r) for r in real["refused"]]
+
+
+# -- docs/signing.md --------------------------------------------------------------------------------
+
+
+def make_pki(folder: Path) -> None:
+    """An organisation's PKI: org-root-ca.pem, an intermediate org-ca.pem, and a
+    code-signing leaf release.pem with its key release.key."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+
+    def cert(name: str, key: ec.EllipticCurvePrivateKey, issuer: x509.Name,
+             signer: ec.EllipticCurvePrivateKey, ca: bool) -> tuple[x509.Name, bytes]:
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+        usage = (x509.KeyUsage(False, False, False, False, False, True, True, False, False)
+                 if ca else
+                 x509.KeyUsage(True, False, False, False, False, False, False, False, False))
+        builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(issuer)
+                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
+                   .not_valid_before(now - datetime.timedelta(hours=1))
+                   .not_valid_after(now + datetime.timedelta(days=7))
+                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+                   .add_extension(usage, critical=True))
+        if not ca:
+            builder = builder.add_extension(
+                x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CODE_SIGNING]), critical=False)
+        return subject, builder.sign(signer, hashes.SHA256()).public_bytes(
+            serialization.Encoding.PEM)
+
+    root_key, ca_key, leaf_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    root_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "Org Root CA")])
+    _, root = cert("Org Root CA", root_key, root_name, root_key, True)
+    ca_name, ca = cert("Org Release CA", ca_key, root_name, root_key, True)
+    _, leaf = cert("Org release signing", leaf_key, ca_name, ca_key, False)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "org-root-ca.pem").write_bytes(root)
+    (folder / "org-ca.pem").write_bytes(ca)
+    (folder / "release.pem").write_bytes(leaf)
+    (folder / "release.key").write_bytes(leaf_key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+
+
+@needs_torch
+def test_signing(docs: Docs) -> None:
+    workflow_, keyless, sign, key_policy, pki_sign, pki_policy, verify = page("docs/signing.md")
+    validate(docs, keyless)
+
+    # With a key: the publisher signs the checkout of org/repo that the stand-in serves,
+    # releasing v1.2 (so the tag the fixture made is not there yet).
+    repo = docs.repos["org/repo"]
+    repo.git("tag", "-d", "v1.2")
+    publisher = docs.shell("publisher", cwd=repo.path)
+    docs.run(sign, publisher)
+    repo.sha = repo.git("rev-parse", "HEAD")
+    assert repo.git("show", "--format=", "--name-only", "HEAD") == "model.sig"
+
+    # The consumer's policy, with the publisher's public key as keys/org-repo.pub.
+    policy = Path(publisher.env["XDG_CONFIG_HOME"]) / "safehub/policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text(key_policy.text)
+    (policy.parent / "keys").mkdir()
+    shutil.copy(Path(publisher.env["HOME"]) / "signing.pub", policy.parent / "keys/org-repo.pub")
+    assert publisher.run(f"safehub policy validate {policy}")[-1].code == 0
+
+    # Checking before you publish (the keyless line cannot pass: see KEYLESS).
+    results = docs.run(verify, publisher, expect={KEYLESS: 1})
+    assert "valid: " in results[0] and "signed by key" in results[1]
+    assert "made with a key, but the command line accepts only keyless" in results[2]
+    loaded = publisher.run("safehub load org/repo:v1.2 resnet_tiny")[-1]
+    assert loaded.code == 0, loaded  # the allow rule and the signature: no prompt
+
+    # With a private PKI: org/models signed with a certificate, loaded under the policy
+    # that names the root.
+    models = docs.repos["org/models"]
+    make_pki(docs.tmp / "machines/release-manager/pki")
+    manager = docs.shell("release-manager", cwd=models.path)
+    docs.run(pki_sign, manager)
+    assert manager.run("git add model.sig && git commit -q -m 'Sign v1.0'")[-1].code == 0
+    models.tag("v1.0")
+    consumer = docs.shell("consumer")
+    policy = Path(consumer.env["XDG_CONFIG_HOME"]) / "safehub/policy.toml"
+    policy.parent.mkdir(parents=True)
+    policy.write_text(pki_policy.text)
+    shutil.copy(docs.tmp / "machines/release-manager/pki/org-root-ca.pem", policy.parent)
+    assert consumer.run(f"safehub policy validate {policy}")[-1].code == 0
+    loaded = consumer.run("safehub load org/models:v1.0 resnet_tiny")[-1]
+    assert loaded.code == 0, loaded
+    verified = consumer.run("safehub verify org/models:v1.0")[-1]
+    assert verified.code == 0 and "CN=Org release signing" in verified.out, verified
