@@ -107,7 +107,7 @@ def assert_shows(shown: str, actual: str, where: str, *, whole: bool = False) ->
                          f"--- the block:\n{shown}\n--- safehub printed:\n{actual}")
 
 
-# -- shell ------------------------------------------------------------------------------------------
+# -- shell -----------------------------------------------------------------------------------------
 
 _UNSUPPORTED = re.compile(r"[|;<>$`*?]|(?<!&)&(?!&)")
 _ASSIGN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")

@@ -22,9 +22,8 @@ import json
 import os
 import re
 import shutil
-import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -39,6 +38,7 @@ from tests.docs_support import (
     assert_shows,
     blocks,
     command_lines,
+    environment,
     pages,
     pythonpath,
     run_block,
@@ -146,14 +146,9 @@ def {name}(pretrained=False, **kwargs):
     return "".join(parts)
 
 
-def _closed_port() -> tuple[str, int]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return "127.0.0.1", s.getsockname()[1]
-
-
-#: Where docs/runtime.md's 1.1.1.1:443 points (the guard must refuse before connecting).
-STAND_IN_ADDRESS = _closed_port()
+#: Where docs/runtime.md's 1.1.1.1:443 points: the discard port on loopback, where nothing
+#: listens here (the guard must refuse before connecting anyway).
+STAND_IN_ADDRESS = ("127.0.0.1", 9)
 
 
 @dataclass
@@ -213,12 +208,14 @@ class Docs:
         self.shells[key] = shell
         return shell
 
-    def run(self, block: Block, shell: Shell | None = None, **kw: object) -> list[str]:
+    def run(self, block: Block, shell: Shell | None = None, *,
+            expect: dict[str, int] | None = None,
+            before: dict[str, Callable[[], None]] | None = None) -> list[str]:
         """Run a shell block (mapped) in ``shell`` (default: yours); return the output of
-        each command."""
+        each command (see run_block for ``expect`` and ``before``)."""
         mapped = Block(block.page, block.index, block.line, block.lang,
                        self.mapped(block.text), block.note)
-        results = run_block(shell or self.shell(), mapped, **kw)  # type: ignore[arg-type]
+        results = run_block(shell or self.shell(), mapped, expect, before)
         return [r.out + r.err for r in results]
 
 
@@ -231,15 +228,15 @@ def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[n
         repos[spec] = make_hub_repo(owner, name, {"hubconf.py": hubconf(spec, entrypoints)},
                                     tag=tag)
     world = Docs(server, tmp_path, repos)
-    root = tmp_path / "root"
-    for shown in STAND_INS:
-        if shown.startswith("/") and shown not in ("/etc/xdg/safehub/policy.toml", "/job/",
-                                                    "/home/runner"):
-            world.values[shown] = str(root / shown.lstrip("/"))
-    world.values["/etc/xdg/safehub/policy.toml"] = str(isolated / "site/safehub/policy.toml")
-    world.values["/job/"] = str(world.work) + "/"
-    world.values["0123456789abcdef0123456789abcdef01234567"] = world.sha("org/repo")
-    world.values["0123456789ab"] = world.sha("org/repo")[:12]
+    root = tmp_path / "root"  # where the absolute paths the docs write to are made
+    world.values.update({
+        "0123456789abcdef0123456789abcdef01234567": world.sha("org/repo"),
+        "0123456789ab": world.sha("org/repo")[:12],
+        "/etc/xdg/safehub/policy.toml": str(isolated / "site/safehub/policy.toml"),
+        "/job/": f"{world.work}/",
+        **{shown: str(root / shown.lstrip("/")) for shown in (
+            "/shared/hub", "/shared/safehub-cache", "/srv/mirror", "/srv/hub-mirror")},
+    })
     yield world
     assert server.server_errors == []
 
@@ -299,7 +296,6 @@ def test_readme(docs: Docs, isolated: Path) -> None:
     import torch
 
     import safehub
-    from tests.docs_support import environment
 
     namespace: dict[str, object] = {}
     with environment(shell.env, shell.cwd):
@@ -342,7 +338,7 @@ def write_public_key(path: Path) -> Path:
     return path
 
 
-# -- docs/ci.md -------------------------------------------------------------------------------------
+# -- docs/ci.md ------------------------------------------------------------------------------------
 
 #: What a GitHub Actions runner would put where a workflow says ``${{ ... }}``.
 ACTIONS_EXPRESSIONS = {"${{ secrets.GITHUB_TOKEN }}": "ghs_a-token-the-stand-in-ignores"}
@@ -421,7 +417,7 @@ def test_output_blocks_match_words_and_elisions() -> None:
     assert not pattern("a ... b").search("a x\ny b")  # ... stays within a line
 
 
-# -- docs/digest.md ---------------------------------------------------------------------------------
+# -- docs/digest.md --------------------------------------------------------------------------------
 
 
 def digest_as_the_doc_says(tree: Path) -> str:
@@ -475,7 +471,7 @@ def test_digest(docs: Docs, isolated: Path) -> None:
             assert path.is_dir() if place.endswith("/") else path.is_file(), line
 
 
-# -- docs/fleet.md ----------------------------------------------------------------------------------
+# -- docs/fleet.md ---------------------------------------------------------------------------------
 
 #: What nodes without internet get for GitHub: a loopback port nothing listens on.
 NO_NETWORK = "https://127.0.0.1:9/no-network"
@@ -534,7 +530,7 @@ def test_fleet(docs: Docs) -> None:
     assert [r.path for r in docs.server.requests_log] == [f"/hub-mirror/myorg/models/zipball/{sha}"]
 
 
-# -- docs/pinning.md --------------------------------------------------------------------------------
+# -- docs/pinning.md -------------------------------------------------------------------------------
 
 
 @needs_torch
@@ -546,7 +542,7 @@ def test_pinning(docs: Docs) -> None:
     pins: list[str] = []
 
     def move_the_tag() -> None:  # what `--upgrade` is for: the tag moved, on purpose
-        pins.append(locked("myorg/models:v2.1")["commit"])
+        pins.append(str(locked("myorg/models:v2.1")["commit"]))
         models.commit({"README.md": "v2.1, again\n"})
         models.tag("v2.1")
         assert shell.run("safehub lock --check")[-1].code == 1
@@ -573,7 +569,7 @@ def test_pinning(docs: Docs) -> None:
         assert_shows(str(value), str(entry[key]), f"{lockfile.where}: {key}", whole=True)
 
 
-# -- docs/policy.md ---------------------------------------------------------------------------------
+# -- docs/policy.md --------------------------------------------------------------------------------
 
 
 @needs_torch
@@ -605,7 +601,7 @@ def test_policy(docs: Docs) -> None:
     assert sorted(shown["runtime"]) == sorted(real["runtime"])
 
 
-# -- docs/runtime.md --------------------------------------------------------------------------------
+# -- docs/runtime.md -------------------------------------------------------------------------------
 
 
 def validate(docs: Docs, block: Block, name: str = "policy.toml") -> Path:
@@ -641,7 +637,7 @@ def test_runtime(docs: Docs) -> None:
     assert [sorted(r) for r in shown["refused"]] == [sorted(r) for r in real["refused"]]
 
 
-# -- docs/signing.md --------------------------------------------------------------------------------
+# -- docs/signing.md -------------------------------------------------------------------------------
 
 
 def make_pki(folder: Path) -> None:
@@ -690,7 +686,7 @@ def make_pki(folder: Path) -> None:
 
 @needs_torch
 def test_signing(docs: Docs) -> None:
-    workflow_, keyless, sign, key_policy, pki_sign, pki_policy, verify = page("docs/signing.md")
+    _, keyless, sign, key_policy, pki_sign, pki_policy, verify = page("docs/signing.md")
     validate(docs, keyless)
 
     # With a key: the publisher signs the checkout of org/repo that the stand-in serves,
