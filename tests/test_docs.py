@@ -103,7 +103,8 @@ LAYOUT: dict[str, list[tuple[str, str]]] = {
     "docs/digest.md": [("", "checked"), ("", "checked")],
     "docs/fleet.md": [("bash", "run")] * 5,
     "docs/pinning.md": [("bash", "run"), ("toml", "checked")],
-    "docs/policy.md": [("", "checked"), ("json", "checked"), ("bash", "run")],
+    "docs/policy.md": [("", "checked"), ("toml", "checked"), ("json", "checked"),
+                       ("bash", "run")],
     "docs/runtime.md": [("toml", "checked"), ("json", "checked"), ("", "checked")],
     "docs/signing.md": [("yaml", "not run"), ("toml", "checked"), ("bash", "run"),
                         ("toml", "checked"), ("bash", "run"), ("toml", "checked"),
@@ -239,6 +240,16 @@ def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[n
     })
     yield world
     assert server.server_errors == []
+
+
+def validate(docs: Docs, block: Block, name: str = "policy.toml") -> Path:
+    """Write a policy block to a file of its own and check it with `safehub policy validate`."""
+    path = docs.tmp / "validate" / f"{block.page.replace('/', '-')}-{block.index}" / name
+    path.parent.mkdir(parents=True)
+    path.write_text(docs.mapped(block.text))
+    result = docs.shell().run(f"safehub policy validate {path}")[-1]
+    assert result.code == 0, f"{block.where}\n{result}"
+    return path
 
 
 # -- every block is accounted for ------------------------------------------------------------------
@@ -576,7 +587,8 @@ def test_pinning(docs: Docs) -> None:
 def test_policy(docs: Docs) -> None:
     import safehub
 
-    invalid, audit_line, commands = page("docs/policy.md")
+    invalid, runtime_rule, audit_line, commands = page("docs/policy.md")
+    validate(docs, runtime_rule)
     site = docs.path("/etc/xdg/safehub/policy.toml")
     site.parent.mkdir(parents=True, exist_ok=True)
     site.write_text('[safehub]\nfinal = "yes"\n\n[[allow]]\nrepo = "org/*"\npin = "sha"\n\n'
@@ -585,9 +597,6 @@ def test_policy(docs: Docs) -> None:
         safehub.load("org/repo:v1.2", "resnet_tiny")
     assert_shows(docs.mapped(invalid.text), str(refused.value), invalid.where, whole=True)
     site.unlink()
-
-    (docs.work / "safehub.toml").write_text('[[deny]]\nrepo = "someone/*"\nreason = "no"\n')
-    docs.run(commands)
 
     # The audit line has the keys of a real one (a load the user consented to).
     shell = docs.shell()
@@ -600,18 +609,13 @@ def test_policy(docs: Docs) -> None:
     assert sorted(shown) == sorted(real)
     assert sorted(shown["runtime"]) == sorted(real["runtime"])
 
+    (docs.work / "safehub.toml").write_text('[[deny]]\nrepo = "someone/*"\nreason = "no"\n')
+    docs.run(commands)
+    started = Path(shell.env["XDG_CONFIG_HOME"]) / "safehub/policy.toml"  # by policy init
+    assert shell.run(f"safehub policy validate {started}")[-1].code == 0
+
 
 # -- docs/runtime.md -------------------------------------------------------------------------------
-
-
-def validate(docs: Docs, block: Block, name: str = "policy.toml") -> Path:
-    """Write a policy block to a file of its own and check it with `safehub policy validate`."""
-    path = docs.tmp / "validate" / f"{block.page.replace('/', '-')}-{block.index}" / name
-    path.parent.mkdir(parents=True)
-    path.write_text(docs.mapped(block.text))
-    result = docs.shell().run(f"safehub policy validate {path}")[-1]
-    assert result.code == 0, f"{block.where}\n{result}"
-    return path
 
 
 @needs_torch
