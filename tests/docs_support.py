@@ -20,7 +20,7 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -154,7 +154,6 @@ class Shell:
     programs: Mapping[str, Program]
     #: Commands (as written in the doc) that are not run, each with why.
     skipped: Mapping[str, str] = field(default_factory=dict)
-    history: list[Result] = field(default_factory=list)
 
     def run(self, command: str) -> list[Result]:
         """Run one line (with ``&&``); return the result of each command that ran."""
@@ -167,7 +166,6 @@ class Shell:
             part, words = words[:cut], words[cut + 1:]
             result = self._one(part)
             results.append(result)
-            self.history.append(result)
             if result.code != 0:
                 break
         return results
@@ -272,6 +270,3 @@ def pythonpath(env: Mapping[str, str], *more: str | os.PathLike[str]) -> str:
     """PYTHONPATH with this checkout first (not an installed safehub)."""
     return os.pathsep.join([str(ROOT), *map(str, more), *filter(None, [env.get("PYTHONPATH")])])
 
-
-def only(items: Sequence[Block], lang: str) -> list[Block]:
-    return [b for b in items if b.lang == lang]

@@ -544,7 +544,6 @@ def test_fleet(docs: Docs) -> None:
 # -- docs/pinning.md -------------------------------------------------------------------------------
 
 
-@needs_torch
 def test_pinning(docs: Docs) -> None:
     commands, lockfile = page("docs/pinning.md")
     (docs.work / "hub-specs.txt").write_text("# reviewed hub repos\norg/repo:v1.2  # team A\n")
