@@ -275,3 +275,21 @@ def test_private_pki_certificate_chain(tmp_path: Path) -> None:
     (repo / "evil.py").write_text("x = 1\n")
     with pytest.raises(SignatureError):
         good.verify_tree(repo, (repo / "model.sig").read_bytes())
+
+
+def test_signing_refuses_a_key_inside_the_folder(tmp_path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from safehub.errors import SignatureError
+    from safehub.signatures import sign_directory
+
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo/hubconf.py").write_text("x = 1\n")
+    key = tmp_path / "repo/signing.pem"
+    key.write_bytes(ec.generate_private_key(ec.SECP256R1()).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    with pytest.raises(SignatureError, match="inside the folder being signed"):
+        sign_directory(tmp_path / "repo", key)
+    assert not (tmp_path / "repo/model.sig").exists()

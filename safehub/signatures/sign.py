@@ -20,6 +20,11 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
     if not directory.is_dir():
         raise SignatureError(f"cannot sign {directory}: it is not a folder",
                              hint="name the folder of the repo to sign")
+    if private_key.resolve().is_relative_to(directory.resolve()):
+        raise SignatureError(
+            f"the private key {private_key} is inside the folder being signed: it would be "
+            "signed and published with the code",
+            hint="keep signing keys outside the repo (for example in ~/), and sign again")
     try:
         key_bytes = private_key.read_bytes()
     except OSError as e:
