@@ -300,8 +300,8 @@ def _cmd_policy_init(args: argparse.Namespace) -> int:
             "the site policy needs an admin (sudo), " if args.flavour == "admin" else "")
             + "or write elsewhere with --path") from e
     _emit(args, {"written": str(target), "flavour": args.flavour},
-          f"wrote {target} (from policies/{name}); edit it, then check it with "
-          f"`safehub policy validate {target}`")
+          f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` says what "
+          f"a repo needs), then check it with `safehub policy validate {target}`")
     return EXIT_OK
 
 

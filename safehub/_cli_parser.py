@@ -110,12 +110,14 @@ def build(parser_class: type[argparse.ArgumentParser],
         prog="safehub", formatter_class=_FORMAT,
         description="Load torch.hub repos only after policy, pin, signature and trust "
         "checks.\nExit codes: 0 ok, 1 refused or failed, 2 usage error.",
-        epilog="A first pinned, policy-checked load:\n"
-        "  safehub policy init --for team     # a starter policy to edit\n"
-        "  safehub check owner/repo:v1.0      # would it load, and why\n"
-        "  safehub lock owner/repo:v1.0       # pin it in ./safehub.lock\n"
-        "  safehub load owner/repo:v1.0 ENTRYPOINT --trust\n"
-        "More: safehub docs")
+        epilog="A first pinned, policy-checked load (when a step refuses, its fix line says what "
+        "to do):\n"
+        "  safehub policy init --for team   # a starter policy; in a CI job: --for ci\n"
+        "  safehub check owner/repo:v1.0    # would it load, and why\n"
+        "  safehub lock owner/repo:v1.0     # pin its commit and content in ./safehub.lock\n"
+        "  safehub list owner/repo:v1.0     # its entrypoints (imports its hubconf.py)\n"
+        "  safehub load owner/repo:v1.0 ENTRYPOINT\n"
+        "More: safehub docs TOPIC, and safehub COMMAND --help")
     p.add_argument("--version", action="version", version=f"safehub {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            parser_class=parser_class)
