@@ -46,15 +46,18 @@ def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
                call: Callable[[], Any]) -> Any:
     """Run ``call``: a failure of the repo's own code (not safehub's) is named as such, and
     what the code prints goes to stderr (stdout carries the result, or its JSON, only)."""
+    streams = sys.stdout, sys.stderr
     try:
         with contextlib.redirect_stdout(sys.stderr):
             return call()
     except (SafehubError, KeyboardInterrupt):
         raise
-    except (Exception, SystemExit) as e:
+    except BaseException as e:  # whatever the repo's code raises, SystemExit included
         if not local and hub.last_report is None:
             raise  # nothing of the repo's ran: this is safehub's own failure
         raise text.RepoCodeError(e, spec, entrypoint, local) from e
+    finally:
+        sys.stdout, sys.stderr = streams  # the repo's code may have replaced them
 
 
 def _hub(args: argparse.Namespace) -> Any:
@@ -427,7 +430,7 @@ def _main(argv: list[str]) -> int:
     except Exception as e:
         if os.environ.get("SAFEHUB_DEBUG"):
             raise
-        return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {e}",
+        return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {text.said(e)}",
                      "this is a bug in safehub: run again with SAFEHUB_DEBUG=1 and report "
                      "the traceback", EXIT_REFUSED)
 
@@ -437,8 +440,13 @@ def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int
         text.out(json.dumps({"error": kind, "message": message, "hint": hint, "exit": code},
                         indent=2))
     label = "usage error" if kind == "usage" else kind
-    with contextlib.suppress(AttributeError, OSError):  # no stderr: the exit code still says
-        sys.stderr.write(f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else ""))
+    said = f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else "")
+    try:
+        sys.stderr.write(said)
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # no stderr object, or the repo's code
+        with contextlib.suppress(OSError):        # closed it: the descriptor, if there is one
+            os.write(2, said.encode("utf-8", "backslashreplace"))
     return code
 
 

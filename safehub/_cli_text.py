@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -17,7 +18,7 @@ from safehub._internal import fixes
 
 __all__ = ["OutputError", "RepoCodeError", "cache_checks", "cache_rows", "check",
            "detach_stdout", "flush", "lock_changes", "lock_statuses", "out", "policy",
-           "prefetched", "runtime"]
+           "prefetched", "runtime", "said"]
 
 
 class RepoCodeError(Exception):
@@ -25,25 +26,34 @@ class RepoCodeError(Exception):
 
     def __init__(self, error: BaseException, spec: str, entrypoint: str | None,
                  local: bool = False) -> None:
-        said = " ".join(str(error).split()) or "(no message)"
-        missing = said.partition("Missing dependencies:")[2].replace(",", " ").split()
+        told = said(error)
+        missing = told.partition("Missing dependencies:")[2].replace(",", " ").split()
         if isinstance(error, SystemExit):
-            message = f"the code of {spec} ended the process (sys.exit({error.code!r}))"
+            message = f"the code of {spec} ended the process (sys.exit({told}))"
             hint = "the repo's code does this, not safehub: see the repo's docs"
         elif missing:
             message = f"hubconf.py of {spec} needs packages that are not installed: " + \
                 ", ".join(missing)
-            hint = fixes.run("pip install " + " ".join(missing))
+            hint = fixes.run("pip install " + " ".join(shlex.quote(m) for m in missing))
         elif local:
-            message = f"the code of {spec} raised {type(error).__name__}: {said}"
+            message = f"the code of {spec} raised {type(error).__name__}: {told}"
             hint = f"the error is the folder's own code's, not safehub's: fix {spec}/hubconf.py"
         else:
-            message = f"the code of {spec} raised {type(error).__name__}: {said}"
+            message = f"the code of {spec} raised {type(error).__name__}: {told}"
             hint = "the error is the repo's own, not safehub's: " + (
                 f"check the arguments (`safehub help {spec} {entrypoint}` shows them) and "
                 "the repo's docs" if entrypoint else "see the repo's docs")
         super().__init__(message)
         self.message, self.hint = message, hint
+
+
+def said(error: BaseException, limit: int = 500) -> str:
+    """What ``error`` says, on one line and bounded (even if its ``__str__`` fails)."""
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # the repo's own exception class may break even that
+        text = "(its message cannot be shown)"
+    return (text[:limit] + " ...") if len(text) > limit else text or "(no message)"
 
 
 class OutputError(Exception):

@@ -125,6 +125,9 @@ CASES = [
     C("load acme/quits:v1.0 tiny --trust", 1, "sys.exit(0)"),
     C("load acme/needy:v1.0 tiny --trust", 1, "pip install no_such_module_xyz"),
     C("load acme/plain:v1.0 tiny --trust", 1, "has no hubconf.py"),
+    C("load acme/odd:v1.0 tiny --trust", 1, "raised Odd: no Exception"),
+    C("load acme/mute:v1.0 tiny --trust", 1, "raised Mute: (its message cannot be shown)"),
+    C("load acme/loud:v1.0 tiny --trust", 1, "loud loud"),
     # -- list and help -----------------------------------------------------------------------
     C("list", 2, "required: spec"),
     C("list x", 2, "exactly one '/'"),
@@ -132,6 +135,7 @@ CASES = [
     C("list {spec}", 1, "--trust", CI="true"),
     C("list acme/broken:v1.0 --trust", 1, "broken on purpose"),
     C("list acme/quits:v1.0 --trust", 1, "sys.exit(0)"),
+    C("list acme/odd:v1.0 --trust", 1, "raised Odd"),
     C("list acme/plain:v1.0 --trust", 1, "has no hubconf.py"),
     C("help {spec}", 2, "required: entrypoint"),
     C("help {spec} nosuch --trust", 1, "safehub list"),
@@ -164,6 +168,11 @@ CASES = [
     C("check {spec}", 2, "https://", SAFEHUB_GITHUB_API_URL="ftp://x"),
     C("check {spec}", 2, "SAFEHUB_TIMEOUT", SAFEHUB_TIMEOUT="soon"),
     C("check {spec}", 2, "SAFEHUB_TIMEOUT", SAFEHUB_TIMEOUT="-1"),
+    C("check {spec}", 2, "finite", SAFEHUB_TIMEOUT="inf"),
+    C("check {spec}", 2, "finite", SAFEHUB_TIMEOUT="nan"),
+    C("check {spec}", 2, "finite", SAFEHUB_TIMEOUT="1e400"),
+    C("check {spec}", 2, "https://", SAFEHUB_GITHUB_API_URL="https://[::1"),
+    C("check {spec}", 2, "https://", SAFEHUB_GITHUB_URL="https://"),
     C("check {spec}", 2, "SAFEHUB_MAX_FILES", SAFEHUB_MAX_FILES="1.5"),
     C("check {spec}", 2, "SAFEHUB_MAX_ARCHIVE_BYTES", SAFEHUB_MAX_ARCHIVE_BYTES="lots"),
     # -- trust and untrust -------------------------------------------------------------------
@@ -307,6 +316,12 @@ REPOS: dict[str, dict[str, str]] = {
     "needy": {"hubconf.py": "dependencies = ['no_such_module_xyz']\n\n\n"
               "def tiny():\n    'A model.'\n"},
     "chatty": {"hubconf.py": HUBCONF + "\nprint('hello from hubconf')\n"},
+    "odd": {"hubconf.py": "class Odd(BaseException):\n    pass\n\n\nraise Odd('no Exception')\n"},
+    "mute": {"hubconf.py": "class Mute(Exception):\n    def __str__(self):\n"
+             "        raise RuntimeError('no')\n\n\nraise Mute()\n"},
+    "loud": {"hubconf.py": "raise ValueError('loud ' * 100_000)\n"},
+    "mangler": {"hubconf.py": "import sys\nsys.stdout.close()\nsys.stderr = None\n\n\n"
+                "def tiny():\n    return 1\n"},
     "plain": {},
 }
 
@@ -432,6 +447,7 @@ def check_failure(case: Case, code: int, out: str, err: str, as_json: bool) -> N
     lines = err.splitlines()
     first = next(i for i, line in enumerate(lines)
                  if (m := ERROR_LINE.match(line)) and m.group(1) in KINDS)
+    assert len(lines[first]) < 1000, "one line, bounded"
     rest = lines[first + 1:]
     details = list(itertools.takewhile(lambda line: line.startswith("    "), rest))
     assert rest[len(details)].startswith("  fix: "), err
@@ -479,6 +495,32 @@ def test_what_the_repo_code_prints_does_not_spoil_the_json(
     captured = capsys.readouterr()
     assert json.loads(captured.out)["entrypoint"] == "tiny"  # nothing else on stdout
     assert "hello from hubconf" in captured.err
+
+
+def test_version_and_every_help(capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub import __version__
+    from safehub._cli import COMMANDS
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out == f"safehub {__version__}\n"
+    for name in ["", *COMMANDS, "fetch", "policy", "cache ls", "cache verify", "cache clear"]:
+        assert main([*name.split(), "--help"]) == 0, name
+        out = capsys.readouterr().out
+        assert out.startswith(f"usage: safehub {name}".rstrip()) and "Traceback" not in out
+
+
+@needs_torch
+def test_every_success_with_json_is_one_json_value(
+    mess: World, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for command in ["lock {spec}", "prefetch", "trust {spec}", "check {spec}", "list {spec}",
+                    "help {spec} tiny", "load {spec} tiny", "verify signed --key pub.pem",
+                    "sign adir --key priv.pem", "policy show", "policy validate deny.toml",
+                    "policy init --path new.toml", "cache ls", "cache verify", "untrust {spec}",
+                    "cache clear", "docs", "docs policy", "lock --check"]:
+        words = shlex.split(command.format(spec="acme/models:v1.0"))
+        assert main([*words, "--json"]) == 0, command
+        json.loads(capsys.readouterr().out)  # exactly one JSON value, nothing else
 
 
 # -- where stdin, stdout, stderr or the terminal matter: a real process ----------------------
@@ -534,6 +576,14 @@ def test_no_stdout_at_all_is_one_line_and_a_fix(args: tuple[str, ...]) -> None:
     assert proc.stderr.splitlines() == [
         "safehub: OutputError: cannot write the output (standard output is closed)",
         "  fix: check where standard output goes (a full disk, a closed pipe)"]
+
+
+def test_repo_code_that_breaks_stdout_and_stderr_spoils_nothing(mess: World) -> None:
+    proc = python_m("load", "acme/mangler:v1.0", "tiny", "--trust", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["result"] == {"type": "builtins.int"}
+    proc = python_m("load", "acme/mangler:v1.0", "nosuch", "--trust")
+    assert proc.returncode == 1 and "HubconfError" in proc.stderr and "  fix: " in proc.stderr
 
 
 def test_no_terminal_and_no_ci_refuses_at_once(mess: World, canary: Path) -> None:
