@@ -42,25 +42,30 @@ def _folder(value: str) -> str:
     return value
 
 
+def _makeable(value: str) -> None:
+    """The nearest existing folder above ``value`` is a folder (so ``value`` can be made)."""
+    parent = os.path.dirname(os.path.normpath(value))
+    while parent and not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{parent} is a file, so {value} cannot be made")
+
+
 def _file_to_be(value: str) -> str:
     """A file that may not exist yet: not a folder, in a folder that exists or can be made."""
     _path(value)
     if os.path.isdir(value):
         raise argparse.ArgumentTypeError(f"{value} is a folder; name a file (in it)")
-    parent = os.path.dirname(value)
-    while parent and not os.path.lexists(parent):
-        parent = os.path.dirname(parent)
-    if parent and not os.path.isdir(parent):
-        raise argparse.ArgumentTypeError(f"{parent} is a file, so {value} cannot be made")
+    _makeable(value)
     return value
 
 
 def _folder_to_be(value: str) -> str:
     """A folder that may not exist yet, but is not a file."""
     _path(value)
-    if os.path.lexists(value) and not os.path.isdir(value):
+    if os.path.lexists(os.path.normpath(value)) and not os.path.isdir(value):
         raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
-    _file_to_be(os.path.join(value, "x"))
+    _makeable(value)
     return value
 
 

@@ -285,6 +285,8 @@ CASES = [
     C("cache bogus", 2, "invalid choice"),
     C("cache ls extra", 2, "safehub cache ls --help"),
     C("cache ls --cache-dir empty", 2, "is a file"),
+    C("cache ls --cache-dir empty/", 2, "is a file"),
+    C("cache ls --cache-dir empty/sub", 2, "empty is a file"),
     C("cache ls", 1, "is a file", SAFEHUB_CACHE_DIR="empty"),
     C("cache verify", 1, "is a file", SAFEHUB_CACHE_DIR="empty"),
     C("cache clear", 1, "is a file", SAFEHUB_CACHE_DIR="empty"),
@@ -419,6 +421,7 @@ def mess(world: World, monkeypatch: pytest.MonkeyPatch, isolated: Path,
     (cwd / "badsig").mkdir()
     (cwd / "badsig/weights.txt").write_text("w\n")
     (cwd / "badsig/model.sig").write_bytes(b"\xff not a bundle")
+    (cwd / "holds/x/x").mkdir(parents=True)  # a folder named like nothing in particular
     (cwd / "blocked").mkdir()
     (cwd / "blocked/acme").write_text("a file where the mirror needs a folder\n")
     return world
@@ -516,6 +519,7 @@ def test_every_success_with_json_is_one_json_value(
     for command in ["lock {spec}", "prefetch", "trust {spec}", "check {spec}", "list {spec}",
                     "help {spec} tiny", "load {spec} tiny", "verify signed --key pub.pem",
                     "sign adir --key priv.pem", "policy show", "policy validate deny.toml",
+                    "cache ls --cache-dir adir", "cache ls --cache-dir holds/x",
                     "policy init --path new.toml", "cache ls", "cache verify", "untrust {spec}",
                     "cache clear", "docs", "docs policy", "lock --check"]:
         words = shlex.split(command.format(spec="acme/models:v1.0"))
