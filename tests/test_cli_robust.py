@@ -392,8 +392,7 @@ def world(tls: TLSFiles, tmp_path_factory: pytest.TempPathFactory) -> Iterator[W
 
 
 @pytest.fixture
-def mess(world: World, monkeypatch: pytest.MonkeyPatch, isolated: Path,
-         capsys: pytest.CaptureFixture[str]) -> World:
+def mess(world: World, monkeypatch: pytest.MonkeyPatch, isolated: Path) -> World:
     """This test's folder (the cwd), full of wrong things; safehub talks to the stand-in."""
     _serve(monkeypatch, world.server)
     cwd = Path.cwd()
