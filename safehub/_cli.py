@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from safehub import _cli_text as text
-from safehub.errors import SafehubError, SpecError
+from safehub.errors import CacheError, PolicyError, SafehubError, SpecError
 
 __all__ = ["main"]
 
@@ -42,6 +42,24 @@ class _Parser(argparse.ArgumentParser):
         raise _Usage(message, self.prog)
 
 
+def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
+               call: Callable[[], Any]) -> Any:
+    """Run ``call``: a failure of the repo's own code (not safehub's) is named as such, and
+    what the code prints goes to stderr (stdout carries the result, or its JSON, only)."""
+    streams = sys.stdout, sys.stderr
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return call()
+    except (SafehubError, KeyboardInterrupt):
+        raise
+    except BaseException as e:  # whatever the repo's code raises, SystemExit included
+        if not local and hub.last_report is None:
+            raise  # nothing of the repo's ran: this is safehub's own failure
+        raise text.RepoCodeError(e, spec, entrypoint, local) from e
+    finally:
+        sys.stdout, sys.stderr = streams  # the repo's code may have replaced them
+
+
 def _hub(args: argparse.Namespace) -> Any:
     from safehub.hub import Hub
 
@@ -55,9 +73,9 @@ def _hub(args: argparse.Namespace) -> Any:
 
 def _emit(args: argparse.Namespace, data: Any, shown: str) -> None:
     if getattr(args, "json", False):
-        print(json.dumps(data, indent=2, sort_keys=True, default=str))
+        text.out(json.dumps(data, indent=2, sort_keys=True, default=str))
     elif shown:
-        print(shown)
+        text.out(shown)
 
 
 def _specs_from(args: argparse.Namespace) -> list[str]:
@@ -66,10 +84,15 @@ def _specs_from(args: argparse.Namespace) -> list[str]:
         try:
             content = Path(args.from_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"cannot read {args.from_file}: {e}",
-                            hint="one spec per line; # starts a comment") from e
-        specs += [line.split("#", 1)[0].strip() for line in content.splitlines()
+            raise SpecError(f"cannot read --from {args.from_file} ({e})",
+                            hint="give a UTF-8 text file: one owner/name:ref per line; "
+                            "# starts a comment") from e
+        listed = [line.split("#", 1)[0].strip() for line in content.splitlines()
                   if line.split("#", 1)[0].strip()]
+        if not listed:
+            raise SpecError(f"--from {args.from_file} lists no specs",
+                            hint="write one owner/name:ref per line; # starts a comment")
+        specs += listed
     return specs
 
 
@@ -90,19 +113,20 @@ def _trust(args: argparse.Namespace) -> Any:
 
 def _cmd_load(args: argparse.Namespace) -> int:
     try:
-        kwargs = json.loads(args.kwargs) if args.kwargs else {}
-    except ValueError as e:
+        kwargs = json.loads(args.kwargs) if args.kwargs is not None else {}
+    except (ValueError, RecursionError) as e:
         raise _Usage(f"--kwargs is not JSON ({e}); e.g. --kwargs '{{\"pretrained\": false}}'",
                      "safehub load") from e
     if not isinstance(kwargs, dict):
         raise _Usage("--kwargs must be a JSON object, e.g. --kwargs '{\"n\": 2}'", "safehub load")
     hub = _hub(args)
     try:
-        obj = hub.load(args.spec, args.entrypoint, source=args.source, trust_repo=_trust(args),
-                       force_reload=args.force_reload, verbose=not args.quiet, **kwargs)
-    except SafehubError:
+        obj = _repo_code(hub, args.source == "local", args.spec, args.entrypoint, lambda: hub.load(
+            args.spec, args.entrypoint, source=args.source, trust_repo=_trust(args),
+            force_reload=args.force_reload, verbose=not args.quiet, **kwargs))
+    except (SafehubError, text.RepoCodeError):
         if args.report and hub.last_report is not None and not args.json:
-            print(text.runtime(hub.last_report.to_json()), file=sys.stderr)
+            sys.stderr.write(text.runtime(hub.last_report.to_json()) + "\n")
         raise
     info = _describe(obj)
     data: dict[str, Any] = {"spec": args.spec, "entrypoint": args.entrypoint, "result": info}
@@ -116,15 +140,18 @@ def _cmd_load(args: argparse.Namespace) -> int:
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
-    names = _hub(args).list(args.spec, force_reload=args.force_reload, trust_repo=_trust(args),
-                            verbose=not args.json)
+    hub = _hub(args)
+    names = _repo_code(hub, False, args.spec, None, lambda: hub.list(
+        args.spec, force_reload=args.force_reload, trust_repo=_trust(args),
+        verbose=not args.json))
     _emit(args, {"spec": args.spec, "entrypoints": names}, "\n".join(names))
     return EXIT_OK
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
-    doc = _hub(args).help(args.spec, args.entrypoint, force_reload=args.force_reload,
-                          trust_repo=_trust(args))
+    hub = _hub(args)
+    doc = _repo_code(hub, False, args.spec, args.entrypoint, lambda: hub.help(
+        args.spec, args.entrypoint, force_reload=args.force_reload, trust_repo=_trust(args)))
     _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "doc": doc},
           doc or f"({args.entrypoint} has no docstring)")
     return EXIT_OK
@@ -189,22 +216,33 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         raise _Usage("--identity and --issuer go together, e.g. --identity "
                      "'https://github.com/org/*' --issuer "
                      "https://token.actions.githubusercontent.com", "safehub verify")
+    _verify_target(args.target)
     sets = []
     if args.key or args.identity:
         signers = (Signer(args.issuer, args.identity),) if args.identity else ()
-        keys = []
-        for k in args.key:
-            path = Path(k)
-            if not path.is_file() or not path.stat().st_size:
-                raise SpecError(f"--key {k}: no such key file (or it is empty)",
-                                hint="give the publisher's PEM public key file")
-            keys.append(KeySigner(path))
-        sets.append(SignerSet("the command line", signers, tuple(keys),
+        keys = tuple(KeySigner(Path(k)) for k in args.key)
+        sets.append(SignerSet("the command line", signers, keys,
                               Path(args.trust_config) if args.trust_config else None))
     report = operations.verify(_hub(args), args.target, sets)
     _emit(args, report.to_json(),
           f"valid: {report.target} signed by {report.signer} ({report.files} files)")
     return EXIT_OK
+
+
+def _verify_target(target: str) -> None:
+    """A folder, or a spec: anything else is a usage error that says which it is not."""
+    from safehub.spec import RepoSpec
+
+    if os.path.isdir(target):
+        return
+    if os.path.lexists(target):
+        raise _Usage(f"{target} is a file; verify takes a folder (with model.sig) or "
+                     "owner/name[:ref]", "safehub verify")
+    try:
+        RepoSpec.parse(target)
+    except SpecError as e:
+        raise _Usage(f"{target} is no folder, nor a repo spec ({e.message})",
+                     "safehub verify") from e
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
@@ -230,7 +268,6 @@ def _cmd_policy_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_policy_validate(args: argparse.Namespace) -> int:
-    from safehub.errors import PolicyError
     from safehub.policy import validate_file
 
     results = []
@@ -239,9 +276,10 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
             policy = validate_file(Path(name))
             results.append({"file": name, "ok": True, "rules": len(policy.rules)})
         except PolicyError as e:
-            results.append({"file": name, "ok": False, "error": e.message})
+            results.append({"file": name, "ok": False, "error": e.message, "fix": e.hint})
     _emit(args, results, "\n".join(
-        f"ok   {r['file']} ({r['rules']} rules)" if r["ok"] else f"FAIL {r['error']}"
+        f"ok   {r['file']} ({r['rules']} rules)" if r["ok"] else
+        f"FAIL {r['error']}" + (f"\n  fix: {r['fix']}" if r["fix"] else "")
         for r in results))
     return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
 
@@ -252,19 +290,21 @@ def _cmd_policy_init(args: argparse.Namespace) -> int:
     name, origin = FLAVOURS[args.flavour]
     target = Path(args.path) if args.path else next(
         c.path for c in searched() if c.origin == origin)
-    if target.exists():
-        raise SpecError(f"{target} exists already; safehub policy init never overwrites",
-                        hint="edit it, or write elsewhere with --path (then point "
-                        "SAFEHUB_POLICY at it)")
+    if os.path.lexists(target):
+        raise PolicyError(f"{target} exists already; safehub policy init never overwrites",
+                          hint="edit it, or write elsewhere with --path (then point "
+                          "SAFEHUB_POLICY at it)")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes((DATA / "policies" / name).read_bytes())
+        with open(target, "xb") as f:  # never over a file that appeared meanwhile
+            f.write((DATA / "policies" / name).read_bytes())
     except OSError as e:
-        raise SpecError(f"cannot write {target} ({e.strerror})",
-                        hint="the site policy needs an admin (sudo); or choose --path") from e
+        raise PolicyError(f"cannot write {target} ({e.strerror or e})", hint=(
+            "the site policy needs an admin (sudo), " if args.flavour == "admin" else "")
+            + "or write elsewhere with --path") from e
     _emit(args, {"written": str(target), "flavour": args.flavour},
-          f"wrote {target} (from policies/{name}); edit it, then check it with "
-          f"`safehub policy validate {target}`")
+          f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` says what "
+          f"a repo needs), then check it with `safehub policy validate {target}`")
     return EXIT_OK
 
 
@@ -274,12 +314,19 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     from safehub import operations
 
     hub = _hub(args)
+    root = Path(hub.cache.root)
+    if os.path.lexists(root) and not root.is_dir():
+        raise CacheError(f"the cache {root} is a file, not a folder",
+                         hint="point --cache-dir or SAFEHUB_CACHE_DIR at a folder")
     if args.cache_command == "ls":
         rows = operations.cache_entries(hub)
         _emit(args, [r.to_json() for r in rows], text.cache_rows(rows, hub.cache.root))
         return EXIT_OK
     if args.cache_command == "verify":
         checks = operations.cache_verify(hub, args.commit)
+        if args.commit and not checks:
+            raise CacheError(f"no cached commit starts with {' or '.join(args.commit)}",
+                             hint="`safehub cache ls` lists the cached commits")
         _emit(args, [r.to_json() for r in checks], text.cache_checks(checks))
         return EXIT_OK if all(r.ok for r in checks) else EXIT_REFUSED
     operations.cache_clear(hub, args.commit)
@@ -314,27 +361,58 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_docs(args: argparse.Namespace) -> int:
     pages = sorted(p.stem for p in (DATA / "docs").glob("*.md"))
-    if not args.topic:
-        print("safehub docs TOPIC prints one of: " + ", ".join(pages))
+    if args.topic is None:
+        _emit(args, {"pages": pages}, "safehub docs TOPIC prints one of: " + ", ".join(pages))
         return EXIT_OK
     if args.topic not in pages:
         raise _Usage(f"no page {args.topic!r}; pages: {', '.join(pages)}", "safehub docs")
-    print((DATA / "docs" / f"{args.topic}.md").read_text(encoding="utf-8"))
+    page = (DATA / "docs" / f"{args.topic}.md").read_text(encoding="utf-8")
+    _emit(args, {"topic": args.topic, "text": page}, page)
     return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; return the exit code."""
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        text.flush()  # a failure to write shows here, not at exit
+        return code
+    except BrokenPipeError:  # `safehub ... | head`: the reader has gone, nothing to tell it
+        text.detach_stdout()
+        return EXIT_REFUSED
+    except text.OutputError as e:
+        text.detach_stdout()
+        return _fail(False, "OutputError", f"cannot write the output ({e})",
+                     "check where standard output goes (a full disk, a closed pipe)",
+                     EXIT_REFUSED)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
     from safehub._cli_parser import build
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    wants_json = "--json" in argv
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        raise _Usage(f"{argv[0]} is not an option of safehub itself; options go after the "
+                     f"command, e.g. safehub check owner/repo:v1.0 {argv[0]}")
+    args, extra = build(_Parser, COMMANDS).parse_known_args(argv)
+    if extra:  # named for the subcommand, whose --help shows what it takes
+        raise _Usage(f"unrecognized arguments: {' '.join(extra)}", getattr(args, "prog", ""))
+    return args
+
+
+def _main(argv: list[str]) -> int:
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    wants_json = "--json" in words
     try:
-        args = build(_Parser, COMMANDS).parse_args(argv)
+        args = _parse(argv)
+    except SystemExit as e:  # --help and --version
+        return e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else EXIT_OK
+    except _Usage as e:
+        return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
+                     "how it is used", EXIT_USAGE)
+    wants_json = bool(getattr(args, "json", False))
+    try:
         func: Callable[[argparse.Namespace], int] = args.func
         return func(args)
-    except SystemExit as e:  # --help and --version
-        return int(e.code or 0) if isinstance(e.code, int | None) else EXIT_USAGE
     except _Usage as e:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
@@ -342,23 +420,33 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(wants_json, type(e).__name__, e.message, e.hint, EXIT_USAGE)
     except SafehubError as e:
         return _fail(wants_json, type(e).__name__, e.message, e.hint, EXIT_REFUSED)
+    except text.RepoCodeError as e:
+        return _fail(wants_json, "RepoCodeError", e.message, e.hint, EXIT_REFUSED)
     except KeyboardInterrupt:
-        return _fail(wants_json, "interrupted", "interrupted", None, 130)
+        return _fail(wants_json, "interrupted", "interrupted (Ctrl-C)", "nothing half-done "
+                     "is kept (the cache installs atomically): run the command again", 130)
+    except (BrokenPipeError, text.OutputError):
+        raise
     except Exception as e:
         if os.environ.get("SAFEHUB_DEBUG"):
             raise
-        return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {e}",
-                     "if the repo's own code raised it, see its docs; otherwise it is a bug in "
-                     "safehub: run again with SAFEHUB_DEBUG=1 and report the traceback",
-                     EXIT_REFUSED)
+        return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {text.said(e)}",
+                     "this is a bug in safehub: run again with SAFEHUB_DEBUG=1 and report "
+                     "the traceback", EXIT_REFUSED)
 
 
 def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int) -> int:
     if wants_json:
-        print(json.dumps({"error": kind, "message": message, "hint": hint, "exit": code},
-                         indent=2))
+        text.out(json.dumps({"error": kind, "message": message, "hint": hint, "exit": code},
+                        indent=2))
     label = "usage error" if kind == "usage" else kind
-    sys.stderr.write(f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else ""))
+    said = f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else "")
+    try:
+        sys.stderr.write(said)
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # no stderr object, or the repo's code
+        with contextlib.suppress(OSError):        # closed it: the descriptor, if there is one
+            os.write(2, said.encode("utf-8", "backslashreplace"))
     return code
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Callable, Mapping
 
 __all__ = ["build"]
@@ -11,17 +12,90 @@ Command = Callable[[argparse.Namespace], int]
 _FORMAT = argparse.RawDescriptionHelpFormatter
 
 
+# -- argument types: what the command line itself can get wrong is a usage error (exit 2) --
+
+def _path(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("needs a path, not an empty string")
+    return value
+
+
+def _file(value: str) -> str:
+    """An existing file (its content is checked where it is read)."""
+    _path(value)
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+    if not os.path.isfile(value):
+        raise argparse.ArgumentTypeError(f"{value}: no such file"
+                                         + (" (a broken or looping link)"
+                                            if os.path.islink(value) else ""))
+    return value
+
+
+def _folder(value: str) -> str:
+    """An existing folder."""
+    _path(value)
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a folder"
+                                         if os.path.lexists(value) else
+                                         f"{value}: no such folder")
+    return value
+
+
+def _makeable(value: str) -> None:
+    """The nearest existing folder above ``value`` is a folder (so ``value`` can be made)."""
+    parent = os.path.dirname(os.path.normpath(value))
+    while parent and not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{parent} is a file, so {value} cannot be made")
+
+
+def _file_to_be(value: str) -> str:
+    """A file that may not exist yet: not a folder, in a folder that exists or can be made."""
+    _path(value)
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a folder; name a file (in it)")
+    _makeable(value)
+    return value
+
+
+def _folder_to_be(value: str) -> str:
+    """A folder that may not exist yet, but is not a file."""
+    _path(value)
+    if os.path.lexists(os.path.normpath(value)) and not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
+    _makeable(value)
+    return value
+
+
+def _commit_prefix(value: str) -> str:
+    if not 4 <= len(value) <= 40 or value.strip("0123456789abcdef"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a commit sha or a prefix of one (4 to 40 lowercase hex digits; "
+            "`safehub cache ls` lists the cached commits)")
+    return value
+
+
+def _entrypoint(value: str) -> str:
+    if not value.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an entrypoint name: entrypoints are Python function names in "
+            "the repo's hubconf.py, such as resnet18 (`safehub list SPEC` lists them)")
+    return value
+
+
 def _options(p: argparse.ArgumentParser, *names: str) -> None:
     """Add the shared options ``names`` (only where they apply)."""
     if "json" in names:
         p.add_argument("--json", action="store_true",
                        help="print one JSON object (errors too) for scripts and CI")
     if "cache" in names:
-        p.add_argument("--cache-dir", metavar="DIR",
+        p.add_argument("--cache-dir", metavar="DIR", type=_folder_to_be,
                        help="cache root (default: SAFEHUB_CACHE_DIR, the policy's cache_dir, "
                        "or the user cache dir)")
     if "lockfile" in names:
-        p.add_argument("--lockfile", metavar="FILE",
+        p.add_argument("--lockfile", metavar="FILE", type=_file_to_be,
                        help="lockfile (default: SAFEHUB_LOCKFILE, the policy's lockfile, or "
                        "./safehub.lock if present)")
     if "trust" in names:
@@ -41,12 +115,14 @@ def build(parser_class: type[argparse.ArgumentParser],
         prog="safehub", formatter_class=_FORMAT,
         description="Load torch.hub repos only after policy, pin, signature and trust "
         "checks.\nExit codes: 0 ok, 1 refused or failed, 2 usage error.",
-        epilog="A first pinned, policy-checked load:\n"
-        "  safehub policy init --for team     # a starter policy to edit\n"
-        "  safehub check owner/repo:v1.0      # would it load, and why\n"
-        "  safehub lock owner/repo:v1.0       # pin it in ./safehub.lock\n"
-        "  safehub load owner/repo:v1.0 ENTRYPOINT --trust\n"
-        "More: safehub docs")
+        epilog="A first pinned, policy-checked load (when a step refuses, its fix line says what "
+        "to do):\n"
+        "  safehub policy init --for team   # a starter policy; in a CI job: --for ci\n"
+        "  safehub check owner/repo:v1.0    # would it load, and why\n"
+        "  safehub lock owner/repo:v1.0     # pin its commit and content in ./safehub.lock\n"
+        "  safehub list owner/repo:v1.0     # its entrypoints (imports its hubconf.py)\n"
+        "  safehub load owner/repo:v1.0 ENTRYPOINT\n"
+        "More: safehub docs TOPIC, and safehub COMMAND --help")
     p.add_argument("--version", action="version", version=f"safehub {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            parser_class=parser_class)
@@ -75,20 +151,20 @@ class _Adder:
                                               description=description or help_text,
                                               formatter_class=_FORMAT)
         _options(cmd, *options)
-        cmd.set_defaults(func=self.commands[key or name])
+        cmd.set_defaults(func=self.commands[key or name], prog=cmd.prog)
         return cmd
 
 
 def _loading(add: _Adder) -> None:
     spec_help = SPEC_HELP
 
-    spec_help = "owner/name[:ref]; ref is a branch, a tag or a commit sha (4-40 hex digits)"
     load = add("load", "load an entrypoint, like torch.hub.load",
                "Check, fetch and verify SPEC, then run ENTRYPOINT through torch's loader.\n"
                "Example: safehub load pytorch/vision:v0.19.0 resnet18 --kwargs "
                "'{\"weights\": null}'", "json", "cache", "lockfile", "trust", "reload")
     load.add_argument("spec", help=spec_help + "; a folder with --source local")
-    load.add_argument("entrypoint", help="a callable in the repo's hubconf.py")
+    load.add_argument("entrypoint", type=_entrypoint,
+                      help="a callable in the repo's hubconf.py")
     load.add_argument("--source", default="github", choices=["github", "local"],
                       help="github (default) or local (a folder; no checks, as torch.hub)")
     load.add_argument("--kwargs", metavar="JSON",
@@ -106,14 +182,16 @@ def _loading(add: _Adder) -> None:
               "and print ENTRYPOINT's docstring.", "json", "cache", "lockfile", "trust",
               "reload")
     hlp.add_argument("spec", help=spec_help)
-    hlp.add_argument("entrypoint", help="a callable in the repo's hubconf.py")
+    hlp.add_argument("entrypoint", type=_entrypoint,
+                     help="a callable in the repo's hubconf.py")
 
     check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no)",
                 "Decide on SPEC as a load would (policy, pin, provenance, consent) without "
                 "downloading the archive or running any code. With --entrypoint, hubconf.py's "
                 "syntax tree says whether it defines it.", "json", "cache", "lockfile")
     check.add_argument("spec", help=spec_help)
-    check.add_argument("--entrypoint", help="the entrypoint a load would ask for")
+    check.add_argument("--entrypoint", type=_entrypoint,
+                       help="the entrypoint a load would ask for")
 
 
 def _pinning(add: _Adder) -> None:
@@ -133,7 +211,7 @@ def _pinning(add: _Adder) -> None:
                "to the lockfile (./safehub.lock). Locked loads need no API call and refuse "
                "other content.", "json", "cache", "lockfile")
     lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
-    lock.add_argument("--from", dest="from_file", metavar="FILE",
+    lock.add_argument("--from", dest="from_file", metavar="FILE", type=_file,
                       help="read specs from FILE, one per line (# comments)")
     lock.add_argument("--upgrade", action="store_true",
                       help="re-resolve these specs (all, if none given) and move their pins")
@@ -147,9 +225,9 @@ def _pinning(add: _Adder) -> None:
                   "and optionally into a mirror any static HTTPS server can serve as "
                   "SAFEHUB_GITHUB_URL.", "json", "cache", "lockfile", key="prefetch")
         pre.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
-        pre.add_argument("--from", dest="from_file", metavar="FILE",
+        pre.add_argument("--from", dest="from_file", metavar="FILE", type=_file,
                          help="read specs from FILE, one per line (# comments)")
-        pre.add_argument("--mirror", metavar="DIR",
+        pre.add_argument("--mirror", metavar="DIR", type=_folder_to_be,
                          help="also write archives laid out like GitHub's archive endpoint")
         pre.add_argument("--read-only", action="store_true",
                          help="seal the cache afterwards so many nodes can share it")
@@ -162,16 +240,18 @@ def _signing(add: _Adder) -> None:
                  "Verify an OpenSSF Model Signing signature over every file of a folder (with "
                  "model.sig) or of SPEC's verified tree.", "json", "cache", "lockfile")
     verify.add_argument("target", help="a folder with model.sig, or " + spec_help)
-    verify.add_argument("--key", action="append", default=[], metavar="PEM",
+    verify.add_argument("--key", action="append", default=[], metavar="PEM", type=_file,
                         help="a public key whose signature counts (repeatable)")
     verify.add_argument("--identity", help="keyless signer identity (exact or glob)")
     verify.add_argument("--issuer", help="OIDC issuer of the keyless signer")
-    verify.add_argument("--trust-config", metavar="JSON",
+    verify.add_argument("--trust-config", metavar="JSON", type=_file,
                         help="Sigstore ClientTrustConfig for a private Sigstore")
     sign = add("sign", "sign a folder with an EC key (OpenSSF Model Signing)", "", "json")
-    sign.add_argument("directory", help="the folder to sign (every file)")
-    sign.add_argument("--key", required=True, metavar="PEM", help="PEM EC private key")
-    sign.add_argument("--out", help="signature path (default: DIRECTORY/model.sig)")
+    sign.add_argument("directory", type=_folder, help="the folder to sign (every file)")
+    sign.add_argument("--key", required=True, metavar="PEM", type=_file,
+                      help="PEM EC private key")
+    sign.add_argument("--out", metavar="FILE", type=_file_to_be,
+                      help="signature path (default: DIRECTORY/model.sig)")
 
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -185,14 +265,16 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
         parent=psub, key="policy show")
     validate = add("validate", "check policy files (exit 1 names every fault)", "", "json",
                    parent=psub, key="policy validate")
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("files", nargs="+", metavar="FILE", type=_path,
+                          help="a policy file (TOML); every fault of each is listed")
     init = add("init", "write a commented starter policy (never overwrites)",
                "admin: the site policy (strict organisation); team: your user policy (an "
                "allowlist); ci: ./safehub.toml for a CI job.", "json", parent=psub,
                key="policy init")
     init.add_argument("--for", dest="flavour", choices=sorted(
         ("admin", "team", "ci")), default="team", help="which starter (default: team)")
-    init.add_argument("--path", help="write here instead of the usual place")
+    init.add_argument("--path", type=_file_to_be,
+                      help="write here instead of the usual place")
 
     cache = sub.add_parser("cache", help="list, re-hash or clear the cache")
     csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION",
@@ -201,12 +283,13 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     for name, what in (("verify", "re-hash cached trees fully"),
                        ("clear", "remove cached trees")):
         action = add(name, what, "", "json", "cache", parent=csub, key="cache")
-        action.add_argument("commit", nargs="*", help="commit sha prefixes (default: all)")
+        action.add_argument("commit", nargs="*", type=_commit_prefix,
+                            help="commit sha prefixes (default: all)")
 
     run = add("run", "run a program with torch.hub routed through safehub",
               "Every Python process COMMAND starts routes torch.hub.load/list/help through "
               "safehub. Example: safehub run -- python train.py")
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     add("demo", "run the whole pipeline on a shipped example (no network)")
-    docs = add("docs", "print a page of safehub's documentation")
+    docs = add("docs", "print a page of safehub's documentation", "", "json")
     docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...")

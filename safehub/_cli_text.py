@@ -1,16 +1,100 @@
 """How the ``safehub`` command shows the library's typed reports as text.
 
 Each function takes a report (or its JSON form) and returns the lines a person reads; the
-command prints them, or the JSON form with ``--json``. Nothing here decides anything.
+command prints them (:func:`out`), or the JSON form with ``--json``. Nothing here decides
+anything. :class:`RepoCodeError` words a failure of the repo's own code.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
+import sys
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["cache_checks", "cache_rows", "check", "lock_changes", "lock_statuses", "policy",
-           "prefetched", "runtime"]
+from safehub._internal import fixes
+
+__all__ = ["OutputError", "RepoCodeError", "cache_checks", "cache_rows", "check",
+           "detach_stdout", "flush", "lock_changes", "lock_statuses", "out", "policy",
+           "prefetched", "runtime", "said"]
+
+
+class RepoCodeError(Exception):
+    """The repo's own code (its hubconf.py, or a local folder's) failed while it ran."""
+
+    def __init__(self, error: BaseException, spec: str, entrypoint: str | None,
+                 local: bool = False) -> None:
+        told = said(error)
+        missing = told.partition("Missing dependencies:")[2].replace(",", " ").split()
+        if isinstance(error, SystemExit):
+            message = f"the code of {spec} ended the process (sys.exit({told}))"
+            hint = "the repo's code does this, not safehub: see the repo's docs"
+        elif missing:
+            message = f"hubconf.py of {spec} needs packages that are not installed: " + \
+                ", ".join(missing)
+            hint = fixes.run("pip install " + " ".join(shlex.quote(m) for m in missing))
+        elif local:
+            message = f"the code of {spec} raised {type(error).__name__}: {told}"
+            hint = f"the error is the folder's own code's, not safehub's: fix {spec}/hubconf.py"
+        else:
+            message = f"the code of {spec} raised {type(error).__name__}: {told}"
+            hint = "the error is the repo's own, not safehub's: " + (
+                f"check the arguments (`safehub help {spec} {entrypoint}` shows them) and "
+                "the repo's docs" if entrypoint else "see the repo's docs")
+        super().__init__(message)
+        self.message, self.hint = message, hint
+
+
+def said(error: BaseException, limit: int = 500) -> str:
+    """What ``error`` says, on one line and bounded (even if its ``__str__`` fails)."""
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # the repo's own exception class may break even that
+        text = "(its message cannot be shown)"
+    return (text[:limit] + " ...") if len(text) > limit else text or "(no message)"
+
+
+class OutputError(Exception):
+    """Standard output cannot be written (a full disk, a closed stream)."""
+
+
+def out(line: str) -> None:
+    """Print ``line`` on stdout, in whatever encoding it has; flushed, so errors show here."""
+    stream = sys.stdout
+    if stream is None:  # started with stdout closed (>&-)
+        raise OutputError("standard output is closed")
+    try:
+        try:
+            stream.write(line + "\n")
+        except UnicodeEncodeError:
+            encoding = getattr(stream, "encoding", None) or "ascii"
+            stream.write((line + "\n").encode(encoding, "backslashreplace").decode(encoding))
+    except BrokenPipeError:
+        raise
+    except OSError as e:
+        raise OutputError(e.strerror or str(e)) from e
+    flush()
+
+
+def flush() -> None:
+    """Flush stdout: :class:`BrokenPipeError` if the reader left, else :class:`OutputError`."""
+    try:
+        if sys.stdout is not None:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except (OSError, ValueError) as e:  # ValueError: stdout was closed
+        raise OutputError(getattr(e, "strerror", None) or str(e)) from e
+
+
+def detach_stdout() -> None:
+    """Point stdout at /dev/null, so that the flush at exit has nowhere to fail."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 def check(report: Any) -> str:

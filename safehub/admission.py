@@ -13,6 +13,7 @@ prefetch, so a rename, a default branch or a denial gets the same verdict everyw
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
@@ -93,8 +94,9 @@ class Admission:
         is_locked = lock is not None if locked is None else locked
         self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
         if missing is not None and locked is None:
+            where = shlex.quote(self._lockfile_path())  # the file named, wherever it came from
             raise PinError(missing.message, hint=fixes.either(
-                fixes.run(f"safehub lock {spec_key(spec)}"),
+                fixes.run(f"safehub lock {spec_key(spec)} --lockfile {where}"),
                 fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None
         if resolution == "online":
             resolved = self.resolver.online(spec)

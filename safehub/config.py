@@ -13,6 +13,7 @@ declared once, in :mod:`safehub.policy.keys`.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from collections.abc import Mapping
@@ -55,6 +56,8 @@ def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -
     except ValueError:
         raise SpecError(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number",
                         hint=f"unset {name}") from None
+    if not math.isfinite(value):
+        raise SpecError(f"{name}={raw!r} is not a finite number", hint=f"unset {name}")
     if value < 0 or (kind is int and value == 0):
         raise SpecError(f"{name}={raw!r} must be positive", hint=f"unset {name}")
     return value
@@ -62,8 +65,12 @@ def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -
 
 def _base_url(value: str | None, name: str, default: str) -> str:
     url = value or default
-    parts = urlsplit(url)
-    if parts.scheme != "https" or not parts.hostname:
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname
+    except ValueError:  # such as an unclosed [IPv6 address
+        host = None
+    if not host or parts.scheme != "https":
         raise SpecError(
             f"{name}={url!r} is not an https:// URL",
             hint="safehub only talks HTTPS; for a private CA set REQUESTS_CA_BUNDLE",

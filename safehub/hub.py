@@ -338,7 +338,9 @@ def load_lockfile(path: Path) -> Lockfile:
         return Lockfile.load(path)  # raises, naming the path
     except OSError as e:
         raise PinError(f"lockfile {path} cannot be read ({e})",
-                       hint="fix its permissions; no repo loads until then (fail closed)") from e
+                       hint="it must be a readable UTF-8 file: fix its permissions, or "
+                       "regenerate it with `safehub lock`; no repo loads until then "
+                       "(fail closed)") from e
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     hit = _LOCKFILES.get(key)
     if hit is None:

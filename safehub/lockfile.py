@@ -215,11 +215,12 @@ class Lockfile:
             raise missing from None
         except (OSError, UnicodeDecodeError) as e:
             raise PinError(f"lockfile {path} cannot be read ({e})",
-                           hint="fix its permissions; no repo loads until then (fail closed)"
-                           ) from e
+                           hint="it must be a readable UTF-8 file: fix its permissions, or "
+                           "regenerate it with `safehub lock`; no repo loads until then "
+                           "(fail closed)") from e
         try:
             raw = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as e:
+        except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
             raise PinError(f"lockfile {path} is not valid TOML ({e})",
                            hint="regenerate it with `safehub lock`; no repo loads until then "
                            "(fail closed)") from e

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from safehub.admission import Admitted
 from safehub.errors import (
+    CacheError,
     IntegrityError,
     PinError,
     PolicyDenied,
@@ -316,7 +317,11 @@ def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
     target = mirror / r.url_name / "zipball" / r.commit
     if target.is_file() and hub.fetcher.archive_digest(target, r.commit) == digest:
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheError(f"cannot write the mirror folder {target.parent} ({e.strerror or e})",
+                         hint="choose a --mirror folder you can write") from e
     tmp = target.with_name(f".{target.name}.partial")
     hub.fetcher.download(r, tmp, verbose=False)
     if hub.fetcher.archive_digest(tmp, r.commit) != digest:

@@ -76,7 +76,8 @@ def _file_key(path: Path, origin: str) -> _FileKey:
     except OSError as e:
         raise PolicyError(
             f"policy file {path} cannot be read ({e})",
-            hint="fix its permissions; until then no repo loads (fail closed)",
+            hint="check the path (it must name a readable file) and its permissions; until "
+            "then no repo loads (fail closed)",
         ) from e
     return (str(path), origin, st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
 
@@ -90,8 +91,8 @@ def _read(path: Path, key: _FileKey) -> FileSpec:
     except (OSError, UnicodeDecodeError) as e:
         raise PolicyError(
             f"policy file {path} cannot be read ({e})",
-            hint="fix its permissions or encoding (UTF-8); until then no repo loads (fail "
-            "closed)",
+            hint="it must be a readable UTF-8 text file, not a folder: fix the path, its "
+            "permissions or its encoding; until then no repo loads (fail closed)",
         ) from e
     spec = parse_text(text, str(path), origin=key[1])
     if len(_PARSED) > 64:

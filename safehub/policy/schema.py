@@ -212,7 +212,7 @@ def parse_text(text: str, source: str, *, origin: str = "user") -> FileSpec:
         import tomli as tomllib  # type: ignore[import-not-found,unused-ignore]
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as e:
+    except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
         raise PolicyError(f"policy file {source}: not valid TOML ({e})", hint=_FIX) from e
     return validate(data, source, origin=origin)
 

@@ -34,6 +34,7 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
         raise SignatureError(f"{private_key} is not a PEM private key",
                              hint="make one with `openssl ecparam -name prime256v1 -genkey "
                              "-noout -out key.pem`")
+    _require_ec(private_key, key_bytes, password)
     from model_signing import hashing, signing
 
     target = out or directory / DEFAULT_SIGNATURE
@@ -51,3 +52,19 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
         raise SignatureError(f"cannot sign {directory} with {private_key}: {e}",
                              hint="use a PEM EC private key (P-256, P-384 or P-521)") from e
     return target
+
+
+def _require_ec(path: Path, key_bytes: bytes, password: str | None) -> None:
+    """Model signing takes EC keys only: another kind of key is named (not a bare error)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        key = serialization.load_pem_private_key(
+            key_bytes, password.encode() if password is not None else None)
+    except (ValueError, TypeError):
+        return  # unreadable or encrypted: model_signing's own error says which
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise SignatureError(f"{path} is not an EC private key ({type(key).__name__})",
+                             hint="make one with `openssl ecparam -name prime256v1 -genkey "
+                             "-noout -out key.pem`")

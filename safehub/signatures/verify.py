@@ -86,12 +86,24 @@ def _pae(payload_type: str, payload: bytes) -> bytes:
     return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
 
 
+def _public_key(key_path: Path) -> Any:
+    """The public key in ``key_path``: a file that holds none is named, not the bundle."""
+    from cryptography.hazmat.primitives import serialization
+
+    try:
+        return serialization.load_pem_public_key(key_path.read_bytes())
+    except (OSError, ValueError, TypeError) as e:
+        raise fail(f"the key {key_path} is not a PEM public key ({type(e).__name__})",
+                   hint="name the publisher's public key file (-----BEGIN PUBLIC KEY-----), "
+                   "not a private key or a certificate") from e
+
+
 def _verify_with_key(envelope: dict[str, Any], key_path: Path) -> None:
     from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
-    key = serialization.load_pem_public_key(key_path.read_bytes())
+    key = _public_key(key_path)
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise fail(f"{key_path} is not an elliptic-curve public key",
                     hint="model-signing keys are ECDSA P-256, P-384 or P-521")
@@ -113,7 +125,7 @@ def _verify_with_key(envelope: dict[str, Any], key_path: Path) -> None:
 def _key_hint(path: Path) -> str:
     from cryptography.hazmat.primitives import serialization
 
-    key = serialization.load_pem_public_key(path.read_bytes())
+    key = _public_key(path)
     raw = key.public_bytes(serialization.Encoding.PEM,
                            serialization.PublicFormat.SubjectPublicKeyInfo)
     return hashlib.sha256(raw).hexdigest()
