@@ -24,7 +24,7 @@ from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog, Note
 from safehub.cache import Cache, CachedTree
 from safehub.config import Settings
-from safehub.errors import NotFoundError, OfflineError, PinError, SpecError
+from safehub.errors import HubconfError, NotFoundError, OfflineError, PinError, SpecError
 from safehub.fetch import TreeFetcher
 from safehub.github import GitHub
 from safehub.lockfile import Lockfile
@@ -269,6 +269,13 @@ class Hub:
         try:
             with torchhub.handling(handlers), guard.active():
                 return run(prepared.path)
+        except HubconfError as e:  # name the repo, not the cache folder
+            r = prepared.resolved
+            raise HubconfError(
+                e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "
+                                  f"{r.commit[:12]}"),
+                hint=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
+                               "to see its entrypoints")) from e
         finally:
             note.extra["runtime"] = guard.report.to_json()
 

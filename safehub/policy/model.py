@@ -257,8 +257,8 @@ class Policy:
             if unknown.value == "deny":
                 return self._refuse(
                     mode, f"no allow rule admits {spec.repo} and unknown_repos = 'deny' "
-                    f"({where})", fixes.add(unknown.source, ["[[allow]]",
-                                                             f'repo = "{spec.key}"']), reasons)
+                    f"({where})", self._admit_fix(spec, ref, unknown.source, locked),
+                    reasons)
             verdict = "allow" if unknown.value == "allow" else "prompt"
             reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = "
                            f"{unknown.value!r} ({where})")
@@ -273,6 +273,18 @@ class Policy:
                             fix=fixes.both(*dict.fromkeys(fix for _, fix in found)),
                             rules=matched)
         return Decision(verdict, tuple(reasons), reqs, mode, rules=matched)
+
+    def _admit_fix(self, spec: RepoSpec, ref: str | None, path: str, locked: bool) -> str:
+        """The rule that admits ``spec``, written the way the file's other rules are: where
+        they all pin commits, the new one does too (and the spec is locked as well)."""
+        theirs = [r for r in self.rules if r.kind == "allow" and r.source == path]
+        lines = ["[[allow]]", f'repo = "{spec.key}"']
+        if theirs and all(r.table.pin == "commit" for r in theirs):
+            lines.append('pin = "commit"')
+            if not locked and not (ref is not None and is_full_sha(ref)):
+                pinned = spec.key if ref is None else f"{spec.key}:{ref}"
+                return fixes.both(fixes.add(path, lines), fixes.run(f"safehub lock {pinned}"))
+        return fixes.add(path, lines)
 
     def names(self, key: str) -> bool:
         """True if an [[allow]] rule admits the repo ``key`` by name or glob (not merely
