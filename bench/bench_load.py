@@ -4,11 +4,14 @@
     python bench/bench_load.py --json out.json
 
 Measures, for a load by tag of a ~1,000-file hub repo:
-  * cold load time (nothing cached) and requests made;
+  * cold load time (nothing cached; torch.hub and safehub alternate, and who goes first
+    alternates too) and requests made;
   * warm load time (in-process, repeated) and requests made, by tag and pinned by sha;
   * N processes cold-loading at once: how many succeed and how many archive downloads.
 torch.hub runs its own code; only the github.com host in its URLs is rewritten to the
-stand-in (see bench/_loopback.py). Nothing here reaches the internet.
+stand-in (see bench/_loopback.py). Nothing here reaches the internet. The load average is
+printed before and after: on a shared machine, run it a few times. bench/bench_large.py
+does the same for a 5,000-file, ~100 MB repo of real shape.
 """
 
 from __future__ import annotations
@@ -104,6 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write the results here too")
     args = ap.parse_args(argv)
 
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-"))
     home = work / "home"
     env_home = {**home_env(home), "SAFEHUB_CACHE_DIR": str(home / "safehub")}
@@ -134,18 +138,31 @@ def main(argv: list[str] | None = None) -> int:
             safehub.load(spec, "tiny", trust_repo=True, verbose=False)
 
         res: dict[str, Any] = {"files": args.files}
-        cold_t, cold_s, req_t, req_s = [], [], [], []
-        for _ in range(args.cold):
+        cold_t: list[float] = []
+        cold_s: list[float] = []
+        req_t: list[int] = []
+        req_s: list[int] = []
+
+        def cold_torch() -> None:
             shutil.rmtree(torch_dir, ignore_errors=True)
             server.clear_log()
             cold_t.append(quiet(t_load))
             req_t.append(server.count())
+
+        def cold_safehub() -> None:
             safehub.Hub().cache.clear()
             server.clear_log()
             cold_s.append(quiet(s_load))
             req_s.append(server.count())
+
+        for n in range(args.cold):  # who goes first alternates
+            for step in ((cold_torch, cold_safehub) if n % 2 == 0
+                         else (cold_safehub, cold_torch)):
+                step()
         res["cold_ms"] = {"torch": statistics.median(cold_t) * 1e3,
                           "safehub": statistics.median(cold_s) * 1e3}
+        res["cold_all_ms"] = {"torch": [round(t * 1e3) for t in cold_t],
+                              "safehub": [round(t * 1e3) for t in cold_s]}
         res["cold_requests_by_tag"] = {"torch": max(req_t), "safehub": max(req_s)}
 
         warm_t, warm_s, warm_p = [], [], []
@@ -185,10 +202,15 @@ def main(argv: list[str] | None = None) -> int:
     c, w = res["cold_ms"], res["warm_ms"]
     cc = res["concurrent"]
     print(f"safehub vs torch.hub, {args.files}-file repo, loopback HTTPS, "
-          f"torch {torch.__version__}, Python {sys.version.split()[0]}")
+          f"torch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    res["loadavg"] = {"before": load_before, "after": load_after}
+    print(f"load average before {load_before}, after {load_after}")
     print(f"{'':34}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
     print(f"{'cold load by tag (median ms)':34}{c['torch']:12.1f}{c['safehub']:12.1f}"
           f"{c['safehub'] / c['torch']:9.2f}x")
+    print(f"{'  every run (ms)':34}   torch {res['cold_all_ms']['torch']}, "
+          f"safehub {res['cold_all_ms']['safehub']}")
     print(f"{'warm load by tag (median ms)':34}{w['torch']:12.2f}{w['safehub']:12.2f}"
           f"{w['safehub'] / w['torch']:9.2f}x   (+{w['safehub'] - w['torch']:.2f} ms)")
     pin = w["safehub_pinned"]

@@ -114,6 +114,7 @@ def survey(root: Path) -> Survey:
                     name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
     return Survey(scan.hexdigest(), dirs.hexdigest(), tuple(folders), latest)
 
+
 def scan_digest(root: Path) -> str:
     """One hash over every entry under ``root``: name, type, mode, size, times, inode.
 
