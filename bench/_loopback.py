@@ -149,6 +149,21 @@ def make_real_repo(git_dir: Path, files: int = 5000, megabytes: int = 100, *,
     return run_git(["rev-parse", "main"], cwd=git_dir).stdout.decode().strip()
 
 
+def filesystem(path: Path) -> str:
+    """Where ``path`` is and the type of its file system (from /proc/mounts, if any)."""
+    target, best, kind = str(path.resolve()), "", "?"
+    try:
+        mounts = Path("/proc/mounts").read_text().splitlines()
+    except OSError:
+        mounts = []
+    for line in mounts:
+        parts = line.split()
+        if len(parts) > 2 and len(parts[1]) >= len(best) and (
+                target == parts[1] or target.startswith(parts[1].rstrip("/") + "/")):
+            best, kind = parts[1], parts[2]
+    return f"{path.parent} ({kind})"
+
+
 def home_env(home: Path) -> dict[str, str]:
     """Point HOME, the XDG dirs and torch's hub dir into ``home`` (nothing of yours is used)."""
     return {

@@ -2,6 +2,7 @@
 
     python bench/bench_load.py            # ~1,000-file repo, prints a table with ratios
     python bench/bench_load.py --json out.json
+    python bench/bench_load.py --dir /dev/shm   # on a tmpfs: without the disk's cost
 
 Measures, for a load by tag of a ~1,000-file hub repo:
   * cold load time (nothing cached; torch.hub and safehub alternate, and who goes first
@@ -39,10 +40,13 @@ sys.path.insert(0, str(HERE))
 from _loopback import (  # noqa: E402
     ChildServer,
     env_for,
+    filesystem,
     home_env,
     make_big_repo,
     point_torch_hub_at,
 )
+
+from safehub._internal.fsutil import rmtree  # noqa: E402
 
 SPEC = "bench/hub"
 
@@ -106,10 +110,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm", type=int, default=100, help="warm loads of each (median)")
     ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--dir", help="where the caches, torch's hub dir and the repo go (default: "
+                    "the temp folder); a tmpfs such as /dev/shm leaves out the disk's cost")
     args = ap.parse_args(argv)
 
     load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    work = Path(tempfile.mkdtemp(prefix="safehub-bench-"))
+    work = Path(tempfile.mkdtemp(prefix="safehub-bench-", dir=args.dir))
+    written_to = filesystem(work)
     home = work / "home"
     env_home = {**home_env(home), "SAFEHUB_CACHE_DIR": str(home / "safehub")}
     sha = make_big_repo(work / "repo", args.files)
@@ -200,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        rmtree(work)  # the caches are read-only
 
     c, w = res["cold_ms"], res["warm_ms"]
     cc = res["concurrent"]
@@ -208,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
     load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
     res["loadavg"] = {"before": load_before, "after": load_after}
-    print(f"load average before {load_before}, after {load_after}")
+    res["written_to"] = written_to
+    print(f"load average before {load_before}, after {load_after}; files written to "
+          f"{written_to}")
     print(f"{'':34}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
     print(f"{'cold load by tag (median ms)':34}{c['torch']:12.1f}{c['safehub']:12.1f}"
           f"{c['safehub'] / c['torch']:9.2f}x")
