@@ -2,13 +2,18 @@
 
     python bench/bench_load.py            # ~1,000-file repo, prints a table with ratios
     python bench/bench_load.py --json out.json
+    python bench/bench_load.py --dir /dev/shm   # on a tmpfs: without the disk's cost
 
 Measures, for a load by tag of a ~1,000-file hub repo:
-  * cold load time (nothing cached) and requests made;
+  * cold load time (nothing cached; torch.hub and safehub alternate, and who goes first
+    alternates too) and requests made;
   * warm load time (in-process, repeated) and requests made, by tag and pinned by sha;
   * N processes cold-loading at once: how many succeed and how many archive downloads.
 torch.hub runs its own code; only the github.com host in its URLs is rewritten to the
-stand-in (see bench/_loopback.py). Nothing here reaches the internet.
+stand-in (see bench/_loopback.py), which runs in a child process. Nothing here reaches the
+internet. The load average is
+printed before and after: on a shared machine, run it a few times. bench/bench_large.py
+does the same for a 5,000-file, ~100 MB repo of real shape.
 """
 
 from __future__ import annotations
@@ -33,12 +38,15 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from _loopback import (  # noqa: E402
+    ChildServer,
     env_for,
+    filesystem,
     home_env,
     make_big_repo,
     point_torch_hub_at,
-    start_server,
 )
+
+from safehub._internal.fsutil import rmtree  # noqa: E402
 
 SPEC = "bench/hub"
 
@@ -102,20 +110,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warm", type=int, default=100, help="warm loads of each (median)")
     ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--dir", help="where the caches, torch's hub dir and the repo go (default: "
+                    "the temp folder); a tmpfs such as /dev/shm leaves out the disk's cost")
     args = ap.parse_args(argv)
 
-    work = Path(tempfile.mkdtemp(prefix="safehub-bench-"))
+    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    work = Path(tempfile.mkdtemp(prefix="safehub-bench-", dir=args.dir))
+    written_to = filesystem(work)
     home = work / "home"
     env_home = {**home_env(home), "SAFEHUB_CACHE_DIR": str(home / "safehub")}
-    server = start_server(work)
-    try:
-        sha = make_big_repo(work / "repo", args.files)
-        from tests.support import git
+    sha = make_big_repo(work / "repo", args.files)
+    from tests.support import git
 
-        git(work / "repo", "tag", "v1.0")
-        server.add_repo("bench", "hub", work / "repo")
+    git(work / "repo", "tag", "v1.0")
+    # The stand-in runs in a child process: serving does not compete with the measured
+    # loads for this interpreter's lock.
+    server = ChildServer(work, "bench", "hub", work / "repo")
+    try:
         os.environ.update(env_home)
-        os.environ.update(env_for(server))
+        os.environ.update(env_for(server))  # type: ignore[arg-type]
         os.environ["BENCH_DIR"] = str(HERE)
         os.environ.pop("CI", None)
 
@@ -134,18 +147,31 @@ def main(argv: list[str] | None = None) -> int:
             safehub.load(spec, "tiny", trust_repo=True, verbose=False)
 
         res: dict[str, Any] = {"files": args.files}
-        cold_t, cold_s, req_t, req_s = [], [], [], []
-        for _ in range(args.cold):
+        cold_t: list[float] = []
+        cold_s: list[float] = []
+        req_t: list[int] = []
+        req_s: list[int] = []
+
+        def cold_torch() -> None:
             shutil.rmtree(torch_dir, ignore_errors=True)
             server.clear_log()
             cold_t.append(quiet(t_load))
             req_t.append(server.count())
+
+        def cold_safehub() -> None:
             safehub.Hub().cache.clear()
             server.clear_log()
             cold_s.append(quiet(s_load))
             req_s.append(server.count())
+
+        for n in range(args.cold):  # who goes first alternates
+            for step in ((cold_torch, cold_safehub) if n % 2 == 0
+                         else (cold_safehub, cold_torch)):
+                step()
         res["cold_ms"] = {"torch": statistics.median(cold_t) * 1e3,
                           "safehub": statistics.median(cold_s) * 1e3}
+        res["cold_all_ms"] = {"torch": [round(t * 1e3) for t in cold_t],
+                              "safehub": [round(t * 1e3) for t in cold_s]}
         res["cold_requests_by_tag"] = {"torch": max(req_t), "safehub": max(req_s)}
 
         warm_t, warm_s, warm_p = [], [], []
@@ -160,18 +186,19 @@ def main(argv: list[str] | None = None) -> int:
         res["warm_ms"] = {"torch": statistics.median(warm_t) * 1e3,
                           "safehub": statistics.median(warm_s) * 1e3,
                           "safehub_pinned": statistics.median(warm_p) * 1e3}
-        res["warm_requests"] = {"torch": server.count() // args.warm if args.warm else 0,
-                                "safehub_total": server.count()}
+        warm_count = server.count()
+        res["warm_requests"] = {"torch": warm_count // args.warm if args.warm else 0,
+                                "safehub_total": warm_count}
 
         env = dict(os.environ)
         shutil.rmtree(torch_dir, ignore_errors=True)
         server.clear_log()
         outs = concurrent("torch", args.procs, tag, env)
-        t_dl = sum("/legacy.zip/" in r.path for r in server.requests_log)
+        t_dl = sum("/legacy.zip/" in p for p in server.paths())
         safehub.Hub().cache.clear()
         server.clear_log()
         outs_s = concurrent("safehub", args.procs, tag, env)
-        s_dl = sum("/legacy.zip/" in r.path for r in server.requests_log)
+        s_dl = sum("/legacy.zip/" in p for p in server.paths())
         res["concurrent"] = {
             "procs": args.procs,
             "torch_ok": sum(succeeded(o) for o in outs), "torch_downloads": t_dl,
@@ -180,15 +207,22 @@ def main(argv: list[str] | None = None) -> int:
         }
     finally:
         server.stop()
-        shutil.rmtree(work, ignore_errors=True)
+        rmtree(work)  # the caches are read-only
 
     c, w = res["cold_ms"], res["warm_ms"]
     cc = res["concurrent"]
     print(f"safehub vs torch.hub, {args.files}-file repo, loopback HTTPS, "
-          f"torch {torch.__version__}, Python {sys.version.split()[0]}")
+          f"torch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
+    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    res["loadavg"] = {"before": load_before, "after": load_after}
+    res["written_to"] = written_to
+    print(f"load average before {load_before}, after {load_after}; files written to "
+          f"{written_to}")
     print(f"{'':34}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
     print(f"{'cold load by tag (median ms)':34}{c['torch']:12.1f}{c['safehub']:12.1f}"
           f"{c['safehub'] / c['torch']:9.2f}x")
+    print(f"{'  every run (ms)':34}   torch {res['cold_all_ms']['torch']}, "
+          f"safehub {res['cold_all_ms']['safehub']}")
     print(f"{'warm load by tag (median ms)':34}{w['torch']:12.2f}{w['safehub']:12.2f}"
           f"{w['safehub'] / w['torch']:9.2f}x   (+{w['safehub'] - w['torch']:.2f} ms)")
     pin = w["safehub_pinned"]

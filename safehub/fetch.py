@@ -20,7 +20,7 @@ from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
 from safehub.archive import check_tree, drop_empty_dirs, extract
 from safehub.cache import Cache, CachedTree, Verdict
-from safehub.cache.tree import dir_scan, sealed_at, tamper
+from safehub.cache.tree import Survey, dir_scan, survey, tamper
 from safehub.config import Settings
 from safehub.errors import IntegrityError, NotFoundError
 from safehub.github import GitHub
@@ -31,21 +31,22 @@ from safehub.transport import Progress, Transport
 
 __all__ = ["TreeFetcher"]
 
-# (tree path, digest) -> (scan, folder scan, sealed) of trees this process verified: served
+# (tree path, digest) -> what this process found right after verifying the tree: served
 # again without re-hashing even where the user's records cannot be written.
-_SEEN: dict[tuple[str, str], tuple[str, str, int]] = {}
+_SEEN: dict[tuple[str, str], Survey] = {}
 
 
-def _dirs(tree: CachedTree) -> str:
+def _dirs(tree: CachedTree, folders: tuple[str, ...] | None) -> str:
+    """The folder scan, taking only the recorded ``folders`` where there is a record."""
     try:
-        return dir_scan(tree.path)
+        return dir_scan(tree.path, folders or None)
     except OSError as e:
         raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
 
 
-def _sealed(tree: CachedTree) -> int:
+def _survey(tree: CachedTree) -> Survey:
     try:
-        return sealed_at(tree.path)
+        return survey(tree.path)
     except OSError as e:
         raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
 
@@ -91,11 +92,12 @@ class TreeFetcher:
 
     def _remember(self, tree: CachedTree) -> CachedTree:
         """Record what this user verified (scans and sealed time); the tree with ``sealed``."""
-        scan, dirs, sealed = tree.scan(), _dirs(tree), _sealed(tree)
-        self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path), scan=scan,
-                             dirs=dirs, sealed=sealed)
-        _SEEN[(str(tree.path), tree.digest)] = (scan, dirs, sealed)
-        return dataclasses.replace(tree, sealed=sealed)
+        found = _survey(tree)
+        self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path),
+                             scan=found.scan, dirs=found.dirs, sealed=found.sealed,
+                             folders=found.folders)
+        _SEEN[(str(tree.path), tree.digest)] = found
+        return dataclasses.replace(tree, sealed=found.sealed)
 
     def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *, lockfile: str = "",
                   lazy: bool = False) -> CachedTree | None:
@@ -118,13 +120,13 @@ class TreeFetcher:
         seen = _SEEN.get((path, hit.digest))
         fast: int | None = None
         if known is not None and known.digest == hit.digest and path in known.sealed:
-            same = (known.dirs.get(path) == _dirs(hit) if lazy
+            same = (known.dirs.get(path) == _dirs(hit, known.folders.get(path)) if lazy
                     else known.scans.get(path) == hit.scan())
             if same:
                 fast = known.sealed[path]
         elif known is None and seen is not None and (
-                seen[1] == _dirs(hit) if lazy else seen[0] == hit.scan()):
-            fast = seen[2]
+                seen.dirs == _dirs(hit, seen.folders) if lazy else seen.scan == hit.scan()):
+            fast = seen.sealed
         if fast is None:
             hit.verify()
             if known is not None and known.digest != hit.digest:

@@ -156,7 +156,17 @@ class GitHub:
         branch, name = _field(data, "default_branch"), _field(data, "full_name")
         if not isinstance(branch, str) or not branch or not isinstance(name, str):
             raise FetchError(f"unexpected answer for repo {spec.repo}: no default_branch")
-        return branch, name
+        try:
+            spelled = RepoSpec.parse(name)
+        except ValueError:
+            spelled = None
+        # The name goes into URLs, mirror paths and the lockfile: it must be this repo's
+        # (a rename answers with a redirect, refused above), only spelled GitHub's way.
+        if spelled is None or spelled.ref is not None or spelled.key != spec.key:
+            raise FetchError(f"unexpected answer for repo {spec.repo}: full_name "
+                             f"{name[:120]!r} names another repo",
+                             hint="the API (or whatever answers for it) is broken; retry later")
+        return branch, spelled.repo
 
     def ref(self, spec: RepoSpec, kind: str, name: str) -> RefTarget | None:
         """The commit a branch (``heads``) or tag (``tags``) named exactly ``name`` points

@@ -225,7 +225,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False) -> list[
             changes.append(LockChange(old.spec, old.commit, "kept"))
             continue
         admitted = hub.admission.admit(spec, resolution="fresh", locked=True)
-        r = admitted.resolved
+        r = hub.resolver.spelled(admitted.resolved)  # the lockfile keeps GitHub's spelling
         tree = hub.fetcher.tree(r, None, verbose=False)
         signer = hub.signature(admitted, tree).signer
         entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
@@ -313,7 +313,7 @@ def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
 
 def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
     """Download the archive into the mirror, verified to hold exactly ``digest``."""
-    r = admitted.resolved
+    r = hub.resolver.spelled(admitted.resolved)  # static servers match names exactly
     target = mirror / r.url_name / "zipball" / r.commit
     if target.is_file() and hub.fetcher.archive_digest(target, r.commit) == digest:
         return target

@@ -23,7 +23,7 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -165,14 +165,16 @@ class SignatureRecords:
 @dataclass(frozen=True)
 class Verified:
     """What this user verified for one commit: per cache folder that served it, the stat
-    scan of every entry (``scans``), of every folder (``dirs``), and the latest ctime of
-    any entry right after verification (``sealed``)."""
+    scan of every entry (``scans``), of every folder (``dirs``), the latest ctime of
+    any entry right after verification (``sealed``), and the tree's folders (``folders``,
+    so that the folder scan need not list them)."""
 
     digest: str
     tree: str
     scans: dict[str, str]
     dirs: dict[str, str]
     sealed: dict[str, int]
+    folders: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class VerifiedRecords:
@@ -189,30 +191,35 @@ class VerifiedRecords:
         data = _read(_commit_file(self.root, commit))
         if not isinstance(data, dict):
             return None
-        maps = [data.get(k, {}) for k in ("scans", "dirs", "sealed")]
+        maps = [data.get(k, {}) for k in ("scans", "dirs", "sealed", "folders")]
         if not (is_digest(data.get("digest")) and is_full_sha(str(data.get("tree")))
                 and all(isinstance(m, dict) for m in maps)
                 and all(isinstance(k, str) and isinstance(v, str)
                         for m in maps[:2] for k, v in m.items())
-                and all(isinstance(k, str) and type(v) is int for k, v in maps[2].items())):
+                and all(isinstance(k, str) and type(v) is int for k, v in maps[2].items())
+                and all(isinstance(k, str) and type(v) is list
+                        and all(isinstance(d, str) for d in v) for k, v in maps[3].items())):
             return None  # malformed: as if never verified, so the tree is re-hashed
-        return Verified(data["digest"], data["tree"], *maps)
+        return Verified(data["digest"], data["tree"], maps[0], maps[1], maps[2],
+                        {k: tuple(v) for k, v in maps[3].items()})
 
     def record(self, commit: str, digest: str, tree: str, path: str, *, scan: str,
-               dirs: str, sealed: int) -> None:
+               dirs: str, sealed: int, folders: tuple[str, ...] = ()) -> None:
         """Remember that ``path`` held verified content with these scans (if they changed)."""
         known = self.get(commit)
         same = known is not None and known.digest == digest
-        maps = [dict(m) if same else {} for m in
-                ((known.scans, known.dirs, known.sealed) if known else ({}, {}, {}))]
-        new = (scan, dirs, sealed)
+        maps: list[dict[str, Any]] = [dict(m) if same else {} for m in (
+            (known.scans, known.dirs, known.sealed, known.folders) if known
+            else ({}, {}, {}, {}))]
+        new = (scan, dirs, sealed, folders)
         if same and all(m.get(path) == v for m, v in zip(maps, new, strict=True)):
             return
         for m, v in zip(maps, new, strict=True):
             m[path] = v
         _write(_commit_file(self.root, commit),
                {"digest": digest, "tree": tree, "scans": maps[0], "dirs": maps[1],
-                "sealed": maps[2]}, required=False, what="a verification")
+                "sealed": maps[2], "folders": {k: list(v) for k, v in maps[3].items()}},
+               required=False, what="a verification")
 
 
 class WeightPins:

@@ -25,6 +25,7 @@ annotated tag 3, a branch 3, no ref 3 (repo, ``git/ref``, ``git/commits``), a fu
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -208,6 +209,15 @@ class Resolver:
             return Resolved(spec, found.ref, found.commit, found.tree,
                             f"{found.proof} (moved from {spec.repo}; the policy names "
                             f"{new.repo})", moved_to=new, name=found.name or new.repo)
+
+    def spelled(self, resolved: Resolved) -> Resolved:
+        """``resolved`` with ``owner/name`` as GitHub spells it (the API's ``full_name``,
+        asked only if not yet known): what a lockfile records and a mirror is laid out by,
+        for static servers that match names case-sensitively."""
+        if resolved.name:
+            return resolved
+        _, name = self._github().repo_info(resolved.location)
+        return dataclasses.replace(resolved, name=name)
 
     def cached(self, spec: RepoSpec) -> Resolved | None:
         """An earlier resolution from the cache's record, or None."""

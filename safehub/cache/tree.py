@@ -6,6 +6,7 @@ import contextlib
 import hashlib
 import os
 import stat
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,10 +16,15 @@ from safehub.cache.records import FORMAT, Verdict
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_tree_id, parents
 from safehub.errors import IntegrityError
 
-__all__ = ["CachedTree", "dir_scan", "scan_digest", "sealed_at", "tamper"]
+__all__ = ["CachedTree", "Survey", "dir_scan", "scan_digest", "sealed_at", "survey", "tamper"]
 
 
-def dir_scan(root: Path) -> str:
+def _folder_line(top: str, st: os.stat_result) -> bytes:
+    return b"d %s\0%d %d %d %d\n" % (
+        top.encode(), st.st_mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
+
+
+def dir_scan(root: Path, folders: Sequence[str] | None = None) -> str:
     """One hash over the folders under ``root``: their names, modes, times and inodes.
 
     Adding, removing, renaming or replacing any entry changes its folder's mtime and ctime,
@@ -26,14 +32,28 @@ def dir_scan(root: Path) -> str:
     not per file; what a file holds is checked as it is opened (see
     :func:`sealed_at`). Entries are taken in directory order, stable for an unchanged
     folder.
+
+    ``folders``: the folders :func:`survey` found when the tree was verified (relative,
+    in its order). Then the folders are not listed at all, only ``lstat``-ed, and the hash
+    is the same as long as they are unchanged: any entry added, removed or replaced
+    anywhere changes a folder of that list (its parent's), and a listed folder that is
+    gone or replaced changes the hash.
     """
     h = hashlib.sha256()
+    if folders is not None:
+        base = str(root)
+        os.lstat(base)  # the tree itself must be there (an OSError, as for a listing)
+        for rel in folders:
+            top = os.path.join(base, rel) if rel else base
+            try:
+                h.update(_folder_line(top, os.lstat(top)))
+            except (FileNotFoundError, NotADirectoryError):
+                h.update(b"gone %s\n" % top.encode())
+        return h.hexdigest()
     stack = [str(root)]
     while stack:
         top = stack.pop()
-        st = os.lstat(top)
-        h.update(b"d %s\0%d %d %d %d\n" % (
-            top.encode(), st.st_mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        h.update(_folder_line(top, os.lstat(top)))
         with os.scandir(top) as it:
             stack.extend(e.path for e in it if e.is_dir(follow_symlinks=False))
     return h.hexdigest()
@@ -51,6 +71,49 @@ def sealed_at(root: Path) -> int:
         for name in (*dirnames, *filenames):
             latest = max(latest, os.lstat(os.path.join(dirpath, name)).st_ctime_ns)
     return latest
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What a verified tree looks like on disk, taken in one walk (see :func:`survey`)."""
+
+    scan: str
+    """:func:`scan_digest`: every entry's stat data."""
+    dirs: str
+    """:func:`dir_scan`: every folder's stat data."""
+    folders: tuple[str, ...]
+    """The folders, relative (``""`` is the tree), in the order :func:`dir_scan` takes them."""
+    sealed: int
+    """:func:`sealed_at`: the latest ctime of any entry."""
+
+
+def survey(root: Path) -> Survey:
+    """:func:`scan_digest`, :func:`dir_scan`, its folder list and :func:`sealed_at` of
+    ``root``, in one walk (one ``lstat`` per entry) instead of three."""
+    scan, dirs = hashlib.sha256(), hashlib.sha256()
+    base = str(root)
+    folders: list[str] = []
+    latest = 0
+    stack = [base]
+    while stack:
+        top = stack.pop()
+        st = os.lstat(top)
+        dirs.update(_folder_line(top, st))
+        latest = max(latest, st.st_ctime_ns)
+        folders.append(top[len(base) + 1:])  # "" for the tree itself
+        with os.scandir(top) as it:
+            for entry in it:
+                name = entry.name.encode()
+                if entry.is_dir(follow_symlinks=False):
+                    scan.update(b"d %s\0" % name)
+                    stack.append(entry.path)
+                    continue
+                st = entry.stat(follow_symlinks=False)
+                latest = max(latest, st.st_ctime_ns)
+                scan.update(b"f %s\0%d %d %d %d %d\n" % (
+                    name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+    return Survey(scan.hexdigest(), dirs.hexdigest(), tuple(folders), latest)
+
 
 def scan_digest(root: Path) -> str:
     """One hash over every entry under ``root``: name, type, mode, size, times, inode.
