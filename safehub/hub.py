@@ -270,6 +270,8 @@ class Hub:
             with torchhub.handling(handlers), guard.active():
                 return run(prepared.path)
         except HubconfError as e:  # name the repo, not the cache folder
+            if repr(str(prepared.path)) not in e.message:
+                raise
             r = prepared.resolved
             raise HubconfError(
                 e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from safehub import errors
 from safehub._cli import main
 from safehub.signatures import sign_directory
-from tests.conftest import HUBCONF, needs_torch, runs
+from tests.conftest import HAVE_TORCH, HUBCONF, needs_torch, runs
 from tests.support import GitHubStandIn, TLSFiles, git, make_repo
 
 ROOT = Path(__file__).parents[1]
@@ -475,6 +475,8 @@ def test_every_failure_is_one_line_a_fix_and_an_exit_code(
     for as_json in (False, True) if case.json else (False,):
         code = main([*words, "--json"] if as_json else words)
         captured = capsys.readouterr()
+        if not HAVE_TORCH and "torch cannot be imported" in captured.err + captured.out:
+            pytest.skip("needs torch (not installed)")
         check_failure(case, code, captured.out, captured.err, as_json or "--json" in words)
     if "--trust" not in words:
         assert runs(canary) == 0  # nobody agreed: no repo code ran
@@ -547,8 +549,8 @@ def test_a_reader_that_went_away_is_no_traceback(args: tuple[str, ...]) -> None:
     finally:
         os.close(write)
     assert proc.stderr == ""  # not even "Exception ignored"
-    # argparse ignores a failed write of its help text
-    assert proc.returncode == (0 if args == ("--help",) else 1)
+    # argparse ignores a failed write of its help text on 3.11+ (3.10 reports it: exit 1)
+    assert proc.returncode in ((0, 1) if args == ("--help",) else (1,))
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
@@ -581,6 +583,7 @@ def test_no_stdout_at_all_is_one_line_and_a_fix(args: tuple[str, ...]) -> None:
         "  fix: check where standard output goes (a full disk, a closed pipe)"]
 
 
+@needs_torch
 def test_repo_code_that_breaks_stdout_and_stderr_spoils_nothing(mess: World) -> None:
     proc = python_m("load", "acme/mangler:v1.0", "tiny", "--trust", "--json")
     assert proc.returncode == 0, proc.stderr
