@@ -108,7 +108,7 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
                                  verbose=False)
             say(f"  loaded {type(model).__name__} with "
                 f"{sum(p.numel() for p in model.parameters())} parameters; "
-                f"{len(server.log)} requests (tag, archive, redirect)")
+                f"{len(server.log)} requests (tag, its commit, archive, redirect)")
             entry = hub.cache.lookup(sha)
             assert entry is not None
             say(f"  verified: zip comment names {sha[:12]}, git tree {entry.tree[:12]} "
