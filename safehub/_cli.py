@@ -119,6 +119,11 @@ def _cmd_load(args: argparse.Namespace) -> int:
                      "safehub load") from e
     if not isinstance(kwargs, dict):
         raise _Usage("--kwargs must be a JSON object, e.g. --kwargs '{\"n\": 2}'", "safehub load")
+    reserved = sorted(set(kwargs) & {"source", "trust_repo", "force_reload", "verbose",
+                                     "skip_validation", "repo_or_dir", "model"})
+    if reserved:
+        raise _Usage(f"--kwargs may not set {', '.join(reserved)}: those are safehub load's own "
+                     "(use its options)", "safehub load")
     hub = _hub(args)
     try:
         obj = _repo_code(hub, args.source == "local", args.spec, args.entrypoint, lambda: hub.load(

@@ -34,8 +34,15 @@ APP = "safehub"
 
 
 def env_flag(environ: Mapping[str, str], name: str) -> bool:
-    """True if ``name`` is set to a yes-like value (``1``, ``true``, ``yes``, ``on``)."""
-    return environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+    """True for ``1``, ``true``, ``yes``, ``on``; false for unset, empty, ``0``, ``false``,
+    ``no``, ``off``; anything else is a :class:`SpecError` (a typo never means "off")."""
+    value = environ.get(name, "").strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("", "0", "false", "no", "off"):
+        return False
+    raise SpecError(f"{name}={environ[name]!r} is not a yes or no",
+                    hint=f"set {name}=1 to turn it on, or unset it")
 
 
 
@@ -134,7 +141,8 @@ class Settings:
             return resolve_setting(policy, name, env)[0]
 
         offline, offline_source = resolve_setting(policy, "offline", env)
-        noninteractive = (value("noninteractive") or env_flag(env, "CI")
+        ci = env.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+        noninteractive = (value("noninteractive") or ci
                           or not _stdin_is_tty())
         hosts_raw = value("allowed_hosts") or ()
         if isinstance(hosts_raw, str):

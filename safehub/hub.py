@@ -8,7 +8,6 @@ trust, audit). The operations that are not loads (check, verify, lock, prefetch)
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import inspect
 import os
@@ -154,7 +153,7 @@ class Hub:
         """Run every check on ``repo`` and return its verified tree; nothing is imported."""
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(repo)                                               # 1. parse
-        with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
+        with self.audit.note(spec.key, spec.ref, entrypoint) as note, runtime.suspended():
             return self._prepare(spec, note, entrypoint, trust_repo, force_reload, verbose)
 
     def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
@@ -220,6 +219,9 @@ class Hub:
              source: str = "github", trust_repo: Any = "check", force_reload: bool = False,
              verbose: bool = True, skip_validation: bool = False, **kwargs: Any) -> Any:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
+        if not isinstance(model, str) or not model.isidentifier():
+            raise SpecError(f"model={model!r} is not the name of an entrypoint",
+                            hint="pass the entrypoint's name as a string, e.g. 'resnet18'")
         return self._run(repo_or_dir, source, model, trust_repo, force_reload, verbose,
                          lambda path: torchhub.call_entrypoint(path, model, args, kwargs))
 
@@ -249,7 +251,7 @@ class Hub:
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(str(repo_or_dir))                                   # 1. parse
         with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
-            with runtime.suspended() if nested else contextlib.nullcontext():  # our own work
+            with runtime.suspended():  # safehub's own work, nested or not
                 prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
                                          verbose)
             return self._delegate(prepared, note, run)                            # 9. delegate
@@ -265,6 +267,10 @@ class Hub:
                     **{name: self._nested(name) for name in ("load", "list", "help")}}
         guard = guards.runtime_guard(prepared.spec, prepared.decision, prepared.tree,
                                      mode=self.settings.runtime)
+        # The repo's code may call torch.hub after its load returns (model.forward, its
+        # threads): those calls keep this load's routing.
+        torchhub.remember((str(prepared.path) + os.sep,
+                           os.path.realpath(prepared.path) + os.sep), handlers)
         self.last_report = guard.report
         try:
             with torchhub.handling(handlers), guard.active():

@@ -174,9 +174,20 @@ class Resolver:
         """The lockfile's answer, else the cache's, else the API's (recorded)."""
         if lock is not None and not force:
             where = f"locked in {lockfile}" if lockfile else "locked"
+            moved_to = None
+            if lock.repo and lock.repo.lower() != spec.key:
+                # The lockfile says the code comes from another repo (a rename when it was
+                # locked): the same rule as a rename found online, and its rules apply.
+                if not self.may_follow(lock.repo.lower()):
+                    raise RepoMovedError(
+                        f"{lockfile or 'the lockfile'} locks {spec} to code from {lock.repo}, "
+                        f"and no [[allow]] rule names {lock.repo}",
+                        old=spec.key, new=lock.repo, hint=moved_fix(lock.repo))
+                moved_to = RepoSpec.parse(lock.repo if spec.ref is None
+                                          else f"{lock.repo}:{spec.ref}")
             return Resolved(spec, lock.ref or spec.ref or "", lock.commit, lock.tree,
                             f"{where}: {lock.proof}" if lock.proof else where,
-                            name=lock.repo)
+                            moved_to=moved_to, name=lock.repo)
         if not force:
             hit = self.cached(spec)
             if hit is not None:

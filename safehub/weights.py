@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
+from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
@@ -65,6 +65,12 @@ class WeightsGuard:
 
     def check_url(self, url: str) -> None:
         parts = urlparse(url)
+        if {".", ".."} & {unquote(seg) for seg in parts.path.split("/")}:
+            raise PolicyDenied(
+                f"hubconf.py of {self.repo} tried to download {url!r}: a URL with '.' or "
+                "'..' path segments is refused (the client would remove them after the "
+                "weights patterns matched)",
+                hint="download weights from a plain https://host/path URL")
         if parts.username or parts.password or parts.fragment or not parts.hostname:
             raise PolicyDenied(
                 f"hubconf.py of {self.repo} tried to download {url!r}: URLs with credentials, "

@@ -135,8 +135,37 @@ def _handler(name: str) -> Callable[..., Any] | None:
     return None
 
 
+_TREES: dict[str, Mapping[str, Callable[..., Any]]] = {}  # tree folder -> its load's handlers
+
+
+def remember(prefixes: tuple[str, ...], handlers: Mapping[str, Callable[..., Any]]) -> None:
+    """Keep ``handlers`` for calls made by code of these tree folders after their load
+    returned (``model.forward``, a thread the repo started): such calls are the repo's."""
+    with _LOCK:
+        for prefix in prefixes:
+            _TREES[prefix] = handlers
+
+
+def _tree_handler(name: str) -> Callable[..., Any] | None:
+    if not _TREES:
+        return None
+    prefixes = tuple(_TREES)
+    frame = sys._getframe(3)
+    for _ in range(256):
+        if frame is None:
+            return None
+        filename = frame.f_code.co_filename
+        if filename.startswith(prefixes):
+            handlers = next(h for p, h in _TREES.items() if filename.startswith(p))
+            found: Callable[..., Any] | None = handlers.get(name)
+            return found
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
 def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    target = _handler(name) or _INSTALLED.get(name) or original(name)
+    target = (_handler(name) or _tree_handler(name) or _INSTALLED.get(name)
+              or original(name))
     return target(*args, **kwargs)
 
 

@@ -156,6 +156,11 @@ def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
                     settings[key.name] = Setting(key.default, spec.source, True)  # a floor
                 continue
             value = section[key.name]
+            if held is None and spec.origin == "project" and key.merge == "strictest":
+                # A project's file arrives with whatever was cloned: it may only tighten,
+                # so the default counts as a floor for it (no `mode = "warn"`, no
+                # `runtime = "off"`, no `unknown_repos = "allow"` from a project).
+                held = Setting(key.default, "default")
             if held is None:
                 settings[key.name] = Setting(value, spec.source, section.final)
             elif key.merge == "strictest":

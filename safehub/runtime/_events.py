@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from safehub.runtime import sealed
 from safehub.runtime._read import (
     Opaque,
     command_line,
@@ -88,8 +87,6 @@ def _open(args: tuple[Any, ...]) -> tuple[Action, ...]:
     if not writing and type(mode) is str:
         writing = any(c in mode for c in "wax+")
     if not writing:
-        if sealed.PREFIXES and type(name) is str and name.startswith(sealed.PREFIXES):
-            return (Action("read", "open", name, paths=(name,)),)
         return _NONE
     resolved = path(name)
     if resolved is None:  # an fd opened earlier

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
 from safehub.errors import RuntimeGuardError
+from safehub.runtime import sealed
 from safehub.runtime._events import EVENTS, Action
 
 __all__ = ["SUSPENDED", "Entry", "Guarded", "install", "no_bytecode", "pop", "push",
@@ -51,6 +52,7 @@ Entry = Guarded | _Suspended
 class _State(threading.local):
     stack: tuple[Entry, ...] = ()
     busy: bool = False
+    own: int = 0  # inside suspended(): safehub's own work, which may read tree files
 
 
 _STATE = _State()
@@ -62,8 +64,43 @@ _wrapped: dict[tuple[object, str], Callable[..., Any]] = {}
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
+    if event == "open" and sealed.PREFIXES:
+        _check_tree_read(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
+
+
+def _check_tree_read(args: tuple[Any, ...]) -> None:
+    """A file of a verified tree, opened for reading, guarded or not (sealed.py)."""
+    state = _STATE
+    if state.busy or state.own:
+        return
+    try:
+        path = sealed.opened(args)
+        if path is None or (not state.stack and not _from_a_tree()):
+            return  # after a load, only the repo's own code is held to its tree
+        refusal = sealed.check_read(path)
+    except Exception:  # a path the check cannot read is the guard's business, not this one
+        return
+    if refusal is None:
+        return
+    for entry in state.stack:
+        if entry is not SUSPENDED:
+            entry.record(Action("read", "open", path or ""), refusal)  # type: ignore[union-attr]
+    raise refusal
+
+
+def _from_a_tree() -> bool:
+    """Some frame on this thread's stack runs code of a watched tree (the repo's code,
+    after its load returned: a lazy import in ``model.forward``)."""
+    frame = sys._getframe(3)
+    for _ in range(256):
+        if frame is None:
+            return False
+        if frame.f_code.co_filename.startswith(sealed.PREFIXES):
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
 
 
 def _dispatch(event: str, args: tuple[Any, ...]) -> None:
@@ -126,21 +163,26 @@ def pop(entry: Entry) -> None:
 
 @contextlib.contextmanager
 def suspended() -> Iterator[None]:
-    """safehub's own work inside a guarded load: neither recorded nor refused.
+    """safehub's own work (inside a guarded load or not): neither recorded nor refused, and
+    it may read a cached tree's files (to verify them again).
 
-    Costs one thread-local read when no guard is active in this thread.
+    Costs a thread-local counter when no guard is active in this thread.
 
     >>> with suspended():
     ...     pass
     """
-    if not _STATE.stack:
-        yield
-        return
-    push(SUSPENDED)
+    _STATE.own += 1
     try:
-        yield
+        if not _STATE.stack:
+            yield
+            return
+        push(SUSPENDED)
+        try:
+            yield
+        finally:
+            pop(SUSPENDED)
     finally:
-        pop(SUSPENDED)
+        _STATE.own -= 1
 
 
 _bytecode_users = 0

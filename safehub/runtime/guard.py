@@ -176,7 +176,7 @@ class RuntimeGuard:
         self._refuse_shadowing()
         before = set(sys.modules)
         if self.sealed_ns is not None:
-            sealed.watch(self._watch, self.sealed_ns, True)
+            sealed.watch(self._watch, self.sealed_ns, self.repo)
         with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
             _hook.push(self)
             try:
@@ -189,8 +189,6 @@ class RuntimeGuard:
             finally:
                 problems = _hook.tampered(self)
                 _hook.pop(self)
-                if self.sealed_ns is not None:
-                    sealed.watch(self._watch, self.sealed_ns, False)
                 self.report.leftovers = leftovers(self.tree, before)
                 if problems:
                     self._refuse_now(
@@ -228,8 +226,6 @@ class RuntimeGuard:
         kind = action.kind
         if action.opaque:
             return self._decide_opaque(action)
-        if kind == "read":
-            return sealed.check_read(action.target, self.repo)
         if kind == "write":
             return self._decide_write(action)
         if kind in ("lookup", "connect"):

@@ -21,27 +21,48 @@ __all__ = ["PREFIXES", "check_read", "watch"]
 
 #: Watched tree folders (each ending in a separator). Empty: reads cost nothing.
 PREFIXES: tuple[str, ...] = ()
-_SEALED: dict[str, tuple[int, int]] = {}  # folder -> (sealed time, guards watching it)
+_SEALED: dict[str, tuple[int, str]] = {}  # folder -> (sealed time, repo)
 
 
-def watch(prefixes: tuple[str, ...], sealed: int, on: bool) -> None:
-    """Start or stop checking reads under ``prefixes`` against ``sealed`` (ctime, ns)."""
+def watch(prefixes: tuple[str, ...], sealed: int, repo: str) -> None:
+    """Check reads under ``prefixes`` against ``sealed`` (ctime, ns) from now on, for the
+    rest of the process: the repo's modules stay importable after its load returns, and a
+    module imported later (lazily, from ``model.forward``) is checked as well."""
     global PREFIXES
     for prefix in prefixes:
-        _, count = _SEALED.get(prefix, (sealed, 0))
-        count += 1 if on else -1
-        if count > 0:
-            _SEALED[prefix] = (sealed, count)
-        else:
-            _SEALED.pop(prefix, None)
+        _SEALED[prefix] = (sealed, repo)
     PREFIXES = tuple(_SEALED)
 
 
-def check_read(path: str, repo: str) -> TamperedError | None:
-    """The refusal if ``path``, in a watched tree, is not the file that was verified."""
-    sealed = next((s for prefix, (s, _) in _SEALED.items() if path.startswith(prefix)), None)
-    if sealed is None:
+def opened(args: tuple[object, ...]) -> str | None:
+    """The path an ``open`` audit event reads under a watched tree, or None.
+
+    Only reads: writes are the guard's. Relative and bytes paths are made absolute, so
+    ``chdir`` into the tree and ``open(b"file")`` are seen too.
+    """
+    name, mode, flags = (*args, None, None, None)[:3]
+    if isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
+                                           | os.O_TRUNC):
         return None
+    if isinstance(mode, str) and any(c in mode for c in "wax+"):
+        return None
+    if type(name) is bytes:
+        name = os.fsdecode(name)
+    if type(name) is not str:
+        return None  # an fd, or an object the guard does not read
+    if not name.startswith(PREFIXES):
+        name = os.path.abspath(name)
+        if not name.startswith(PREFIXES):
+            return None
+    return name
+
+
+def check_read(path: str, repo: str = "") -> TamperedError | None:
+    """The refusal if ``path``, in a watched tree, is not the file that was verified."""
+    found = next((v for prefix, v in _SEALED.items() if path.startswith(prefix)), None)
+    if found is None:
+        return None
+    sealed, repo = found[0], repo or found[1]
     try:
         st = os.stat(path)
     except OSError:
