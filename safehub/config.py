@@ -45,8 +45,6 @@ def env_flag(environ: Mapping[str, str], name: str) -> bool:
                     hint=f"set {name}=1 to turn it on, or unset it")
 
 
-
-
 def _user_dir(kind: str) -> Path:
     import platformdirs
 

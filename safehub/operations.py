@@ -263,6 +263,14 @@ def lock_check(hub: Hub) -> list[LockStatus]:
         entry = lockfile.entries[key]
         try:
             now = hub.admission.admit(RepoSpec.parse(entry.spec), resolution="online").resolved
+            where = now.url_name.lower()
+            if entry.repo and entry.repo.lower() != where:
+                # The entry locks code from another repo than the spec names today.
+                results.append(LockStatus(key, entry.commit, None, False,
+                                          f"locked to code from {entry.repo}, but {entry.spec} "
+                                          f"is {now.url_name} now; run `safehub lock "
+                                          f"{entry.spec}` after checking why"))
+                continue
             ok = now.commit == entry.commit and now.tree == entry.tree
             results.append(LockStatus(key, entry.commit, now.commit, ok))
         except SafehubError as e:
