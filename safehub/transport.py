@@ -34,6 +34,7 @@ from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
 from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
+from safehub.limits import DEFAULTS
 
 __all__ = ["HTTPError", "Reply", "Transport", "TransportConfig"]
 
@@ -55,17 +56,14 @@ class TransportConfig:
 
     allowed_hosts: frozenset[str] = frozenset()
     """Hosts a request (or a redirect) may go to, unless the caller checks hops itself."""
-    connect_timeout: float = 10.0
-    stall_timeout: float = 30.0
+    connect_timeout: float = DEFAULTS.connect_timeout
+    stall_timeout: float = DEFAULTS.read_timeout
     """Seconds without a byte that end a request (at most :attr:`deadline`)."""
-    deadline: float = 300.0
-    """Seconds one request may take, connection to last byte (``SAFEHUB_TIMEOUT``)."""
-    retries: int = 3
-    """Extra attempts after a 5xx answer, a dropped connection, a stall or a short body."""
-    backoff: float = 0.5
-    """First pause before a retry in seconds, doubling each time (``SAFEHUB_BACKOFF``)."""
+    deadline: float = DEFAULTS.deadline
+    retries: int = DEFAULTS.retries
+    backoff: float = DEFAULTS.backoff
     max_redirects: int = 5
-    max_json_bytes: int = 32 * 1024 * 1024
+    max_json_bytes: int = DEFAULTS.max_api_bytes
     offline: bool = False
     offline_source: str = "SAFEHUB_OFFLINE=1"
     """Where offline mode was switched on, for the error message."""

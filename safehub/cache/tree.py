@@ -123,20 +123,7 @@ def scan_digest(root: Path) -> str:
     touched. Entries are taken in directory order, which is stable for an unchanged
     folder; if it ever differs, the full check runs and records the new scan.
     """
-    h = hashlib.sha256()
-    stack = [str(root)]
-    while stack:
-        with os.scandir(stack.pop()) as it:
-            for entry in it:
-                name = entry.name.encode()
-                if entry.is_dir(follow_symlinks=False):
-                    h.update(b"d %s\0" % name)
-                    stack.append(entry.path)
-                    continue
-                st = entry.stat(follow_symlinks=False)
-                h.update(b"f %s\0%d %d %d %d %d\n" % (
-                    name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-    return h.hexdigest()
+    return survey(root).scan
 
 
 def tamper(path: Path, why: str) -> IntegrityError:
