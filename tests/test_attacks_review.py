@@ -85,6 +85,11 @@ def as_bytes():
 def lazy():
     import lazypkg
     return lazypkg.Model()
+
+
+def beside():
+    with open(_os.path.join(_here, "..", "beside.txt")) as f:  # outside the tree
+        return f.read()
 '''
 
 LAZY = {
@@ -132,6 +137,16 @@ def test_an_untouched_warm_cache_reads_and_imports_as_before(reader: HubRepo) ->
     for entrypoint in ("absolute", "relative", "as_bytes"):
         assert safehub.load("acme/models:v1.0", entrypoint, verbose=False) == "good\n"
     assert safehub.load("acme/models:v1.0", "lazy", verbose=False).forward() == "good"
+
+
+def test_a_path_that_leaves_the_tree_through_dot_dot_is_not_the_trees(
+    reader: HubRepo, isolated: Path
+) -> None:
+    safehub.load("acme/models:v1.0", "absolute", verbose=False)
+    outside = cache_tree(isolated).parent / "beside.txt"
+    outside.parent.chmod(0o755)
+    outside.write_text("mine\n")  # written after the tree was sealed: not a tree file
+    assert safehub.load("acme/models:v1.0", "beside", verbose=False) == "mine\n"
 
 
 # -- 2. torch.hub calls after load returned stay routed through safehub -----------------------

@@ -50,8 +50,8 @@ def opened(args: tuple[object, ...]) -> str | None:
         name = os.fsdecode(name)
     if type(name) is not str:
         return None  # an fd, or an object the guard does not read
-    if not name.startswith(PREFIXES):
-        name = os.path.abspath(name)
+    if not name.startswith(PREFIXES) or "/." in name:
+        name = os.path.abspath(name)  # relative, or "tree/../x" (which is not in the tree)
         if not name.startswith(PREFIXES):
             return None
     return name
