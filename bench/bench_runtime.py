@@ -135,6 +135,19 @@ def measure(root: Path) -> dict[str, float]:
     results["open for writing, no guard (ns)"] = per_event(
         lambda: open(written, "wb").close(), n=20_000)
 
+    # After a load, its verified tree stays watched for the process's lifetime: every
+    # read is matched against it (and a read of a tree file from outside the repo's code
+    # looks at the stack first).
+    from safehub.runtime import sealed
+
+    other = root / "other.txt"
+    other.write_text("x")
+    sealed.watch((f"{tree}{os.sep}",), time.time_ns(), "bench/yolo")
+    results["open for reading, a tree watched, other file (ns)"] = per_event(
+        lambda: open(other, "rb").close(), n=20_000)
+    results["open for reading, a tree watched, its file (ns)"] = per_event(
+        lambda: open(readable, "rb").close(), n=20_000)
+
     def block() -> None:
         with RuntimeGuard(RuntimeRules(mode="enforce"), repo="bench/yolo", tree=tree).active():
             pass
