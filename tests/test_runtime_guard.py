@@ -590,17 +590,60 @@ def test_a_refusal_inside_a_nested_load_fails_the_outer_load(place: Place) -> No
     assert info.value.repo == "acme/inner" and outer.report.refused == [info.value]
 
 
-def test_suspended_is_neither_recorded_nor_refused(place: Place, port: int) -> None:
+@pytest.fixture
+def as_safehub() -> Iterator[Callable[[Callable[[], Any]], Any]]:
+    """Run a callable suspended, as safehub's own code does (a function of one of its
+    modules, in that module): the only caller suspended() honours."""
+    namespace = vars(_hook)
+    exec(compile("def _test_own_work(f):\n    with suspended():\n        return f()\n",
+                 _hook.__file__, "exec"), namespace)
+    yield namespace["_test_own_work"]
+    del namespace["_test_own_work"]
+
+
+def test_suspended_is_neither_recorded_nor_refused(place: Place, port: int,
+                                                   as_safehub: Callable[..., Any]) -> None:
+    def own() -> None:
+        (place.outside / "safehub-own").write_text("x")
+        raw_connect("127.0.0.1", port)
+
     def code() -> None:
-        with suspended():
-            (place.outside / "safehub-own").write_text("x")
-            raw_connect("127.0.0.1", port)
+        as_safehub(own)
         attempt(lambda: (place.outside / "repo").write_text("x"))
 
     report, error = guarded(place, code, "enforce")
     assert (place.outside / "safehub-own").exists()
     assert error is not None and report.hosts == []
     assert [e.target for e in report.refused] == [str((place.outside / "repo").resolve())]
+
+
+@pytest.mark.parametrize("mode", ["observe", "enforce"])
+def test_the_guarded_code_cannot_suspend_the_guard(place: Place, port: int, mode: str) -> None:
+    def code() -> None:
+        def inside() -> None:
+            with suspended():
+                (place.outside / "unseen").write_text("x")
+        attempt(inside)  # swallowed, as a careless or hostile repo would
+
+    report, error = guarded(place, code, mode)
+    assert not (place.outside / "unseen").exists()
+    assert error is not None and "only safehub's own code may pause" in error.message
+    assert [e.action for e in report.refused] == ["guard"]
+
+
+def test_suspended_outside_a_load_grants_nothing() -> None:
+    with pytest.raises(RuntimeGuardError, match="only safehub's own code"), suspended():
+        pass
+    assert _hook._STATE.own == 0
+
+
+def test_the_wrappers_do_not_hand_out_the_originals(place: Place) -> None:
+    import _thread
+    import threading
+
+    guarded(place, lambda: None)  # installs the wrappers
+    for function in (threading._start_new_thread, _thread.start_new_thread):  # type: ignore[attr-defined]
+        assert not hasattr(function, "__wrapped__")
 
 
 def test_off_does_nothing(place: Place, port: int) -> None:

@@ -161,28 +161,61 @@ def pop(entry: Entry) -> None:
         _set_stack(stack[:index])
 
 
-@contextlib.contextmanager
-def suspended() -> Iterator[None]:
+_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _safehubs(frame: Any) -> bool:
+    """``frame`` runs safehub's own code: a function of one of its modules, in that module."""
+    name = frame.f_globals.get("__name__")
+    module = sys.modules.get(name) if isinstance(name, str) else None
+    return (module is not None and (name == "safehub" or name.startswith("safehub."))
+            and module.__dict__ is frame.f_globals
+            and frame.f_code.co_filename.startswith(_OWN_DIR))
+
+
+class suspended:  # used as a function: ``with suspended():``
     """safehub's own work (inside a guarded load or not): neither recorded nor refused, and
     it may read a cached tree's files (to verify them again).
 
-    Costs a thread-local counter when no guard is active in this thread.
+    Only safehub's own code may suspend the guard: called from anywhere else (a repo's
+    code), it refuses with :class:`RuntimeGuardError`, and every guard of the thread
+    records the refusal, so the load fails even if the caller swallows it. Costs a
+    thread-local counter when no guard is active in this thread.
 
     >>> with suspended():
     ...     pass
     """
-    _STATE.own += 1
-    try:
-        if not _STATE.stack:
-            yield
-            return
-        push(SUSPENDED)
-        try:
-            yield
-        finally:
+
+    __slots__ = ("_pushed",)
+
+    def __init__(self) -> None:
+        self._pushed = False
+
+    def __enter__(self) -> None:
+        caller = sys._getframe(1)
+        if not _safehubs(caller):
+            _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+        _STATE.own += 1
+        if _STATE.stack:
+            push(SUSPENDED)
+            self._pushed = True
+
+    def __exit__(self, *exc: object) -> None:
+        if self._pushed:
             pop(SUSPENDED)
-    finally:
+            self._pushed = False
         _STATE.own -= 1
+
+
+def _refuse_suspend(where: str) -> None:
+    refusal = RuntimeGuardError(
+        f"{where} called safehub.runtime.suspended(): only safehub's own code may pause "
+        "the runtime guard, and nothing was paused",
+        hint="remove the call; what a repo's code does is always held to the policy")
+    for entry in _STATE.stack:
+        if entry is not SUSPENDED:
+            entry.record(Action("guard", "suspend", where), refusal)  # type: ignore[union-attr]
+    raise refusal
 
 
 _bytecode_users = 0
@@ -229,7 +262,6 @@ def _carrying(start: Callable[..., Any]) -> Callable[..., Any]:
             function = _Carried(function, stack)
         return start(function, *args, **kwargs)
 
-    start_thread.__wrapped__ = start  # type: ignore[attr-defined]
     return start_thread
 
 
@@ -239,7 +271,6 @@ def _announcing(fork_exec: Callable[..., Any]) -> Callable[..., Any]:
             sys.audit("safehub.fork_exec", args[1], args[0], args[5], args[4])
         return fork_exec(*args, **kwargs)
 
-    announce_fork_exec.__wrapped__ = fork_exec  # type: ignore[attr-defined]
     return announce_fork_exec
 
 
