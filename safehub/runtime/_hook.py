@@ -182,8 +182,12 @@ class suspended:  # used as a function: ``with suspended():``
     records the refusal, so the load fails even if the caller swallows it. Costs a
     thread-local counter when no guard is active in this thread.
 
-    >>> with suspended():
-    ...     pass
+    >>> try:
+    ...     with suspended():
+    ...         pass
+    ... except RuntimeGuardError as refused:
+    ...     print(refused.args[0].split(": ")[1])
+    only safehub's own code may pause the runtime guard, and nothing was paused
     """
 
     __slots__ = ("_pushed",)
