@@ -154,6 +154,9 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
             continue
         final = ", final" if info["final"] else ""
         lines.append(f"  {name} = {info['value']!r}  (from {info['from']}{final})")
+    for held in data.get("local_dirs", ()):
+        dirs = "no local folder" if held["value"] is None else held["value"]
+        lines.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
     lines.append("rules:" if data["rules"] else "rules: (none)")
     for rule in data["rules"]:
         extra = {k: v for k, v in rule.items()

@@ -75,6 +75,20 @@ class Admission:
                  + "; ".join(decision.violations))
         return decision
 
+    def decide_local(self, folder: str) -> Decision:
+        """The policy's answer on a ``source="local"`` folder (``local_dirs``); a denial
+        raises :class:`PolicyDenied`."""
+        decision = self.policy.decide_local(folder)
+        if decision.verdict == "deny":
+            denied = PolicyDenied("policy refuses a local load: " + "; ".join(decision.reasons),
+                                  hint=decision.fix or "see `safehub policy show`")
+            denied.reasons = decision.reasons
+            raise denied
+        if decision.violations:
+            warn(f"policy violation for the local folder {folder} (mode = 'warn', loading "
+                 "anyway): " + "; ".join(decision.violations))
+        return decision
+
     def admit(self, spec: RepoSpec, *, entrypoint: str | None = None,
               resolution: Resolution = "normal", locked: bool | None = None) -> Admitted:
         """Decide, resolve, decide again (see the module docstring).

@@ -74,6 +74,7 @@ class Hub:
                  transport: Transport | None = None, surface: str = "api",
                  **overrides: Any) -> None:
         self.policy = load_policy() if policy is None else policy
+        self._ran: dict[str, str] = {}  # verified trees whose code ran: real path -> repo
         base = settings or Settings.from_env(policy=self.policy)
         for name in ("cache_dir", "data_dir", "log_dir", "audit_log", "lockfile"):
             if overrides.get(name) is not None:
@@ -243,7 +244,7 @@ class Hub:
         """Prepare, then run the repo's code (step 9) under the guards; audit (step 10)."""
         source = source.lower() if isinstance(source, str) else source
         if source == "local":
-            return run(Path(os.fspath(repo_or_dir)))  # your own code, as torch.hub does
+            return self._run_local(Path(os.fspath(repo_or_dir)), entrypoint, run)
         if source != "github":
             raise SpecError(
                 f'Unknown source: "{source}". Allowed values: "github" | "local".',
@@ -255,6 +256,23 @@ class Hub:
                 prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
                                          verbose)
             return self._delegate(prepared, note, run)                            # 9. delegate
+
+    def _run_local(self, folder: Path, entrypoint: str | None,
+                   run: Callable[[Path], Any]) -> Any:
+        """A folder on this machine: code you vouch for, run as torch.hub runs it (no fetch,
+        no consent), if the policy's ``local_dirs`` admit it; audited like any load."""
+        real = os.path.realpath(folder)
+        with self.audit.note(real, None, entrypoint) as note:
+            note.extra["source"] = "local"
+            verified = next((repo for tree, repo in self._ran.items()
+                             if real == tree or real.startswith(tree + os.sep)), None)
+            if verified is not None:  # a repo's code loading its own verified folder
+                note.decision, note.reasons = "allow", [f"in the verified tree of {verified}"]
+            else:
+                decision = self.admission.decide_local(real)
+                note.decision = "warn" if decision.violations else "local"
+                note.reasons = list(decision.reasons)
+            return run(folder)
 
     def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any]) -> Any:
         """Run the repo's code under the weights guard, the runtime guard and nested-load
@@ -271,6 +289,7 @@ class Hub:
         # threads): those calls keep this load's routing.
         torchhub.remember((str(prepared.path) + os.sep,
                            os.path.realpath(prepared.path) + os.sep), handlers)
+        self._ran[os.path.realpath(prepared.path)] = prepared.spec.repo
         self.last_report = guard.report
         try:
             with torchhub.handling(handlers), guard.active():

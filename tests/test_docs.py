@@ -72,6 +72,7 @@ STAND_INS: dict[str, str] = {
     "/etc/xdg/safehub/policy.toml": "the site policy file under the test's XDG_CONFIG_DIRS",
     "/home/runner": "HOME of the CI job's machine, in tmp_path",
     "/shared/hub": "tmp_path/root/shared/hub",
+    "/srv/models": "tmp_path/root/srv/models",
     "/shared/safehub-cache": "tmp_path/root/shared/safehub-cache",
     "/srv/mirror": "tmp_path/root/srv/mirror",
     "/srv/hub-mirror": "tmp_path/root/srv/hub-mirror",
@@ -103,7 +104,8 @@ LAYOUT: dict[str, list[tuple[str, str]]] = {
     "docs/digest.md": [("", "checked"), ("", "checked")],
     "docs/fleet.md": [("bash", "run")] * 5,
     "docs/pinning.md": [("bash", "run"), ("toml", "checked")],
-    "docs/policy.md": [("", "checked"), ("toml", "checked"), ("json", "checked"),
+    "docs/policy.md": [("", "checked"), ("toml", "checked"), ("toml", "checked"),
+                       ("json", "checked"),
                        ("bash", "run")],
     "docs/runtime.md": [("toml", "checked"), ("json", "checked"), ("", "checked")],
     "docs/signing.md": [("yaml", "not run"), ("toml", "checked"), ("bash", "run"),
@@ -236,7 +238,8 @@ def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[n
         "/etc/xdg/safehub/policy.toml": str(isolated / "site/safehub/policy.toml"),
         "/job/": f"{world.work}/",
         **{shown: str(root / shown.lstrip("/")) for shown in (
-            "/shared/hub", "/shared/safehub-cache", "/srv/mirror", "/srv/hub-mirror")},
+            "/shared/hub", "/shared/safehub-cache", "/srv/mirror", "/srv/hub-mirror",
+            "/srv/models")},
     })
     yield world
     assert server.server_errors == []
@@ -586,8 +589,9 @@ def test_pinning(docs: Docs) -> None:
 def test_policy(docs: Docs) -> None:
     import safehub
 
-    invalid, runtime_rule, audit_line, commands = page("docs/policy.md")
+    invalid, local, runtime_rule, audit_line, commands = page("docs/policy.md")
     validate(docs, runtime_rule)
+    validate(docs, local)
     site = docs.path("/etc/xdg/safehub/policy.toml")
     site.parent.mkdir(parents=True, exist_ok=True)
     site.write_text('[safehub]\nfinal = "yes"\n\n[[allow]]\nrepo = "org/*"\npin = "sha"\n\n'
@@ -595,6 +599,16 @@ def test_policy(docs: Docs) -> None:
     with pytest.raises(safehub.PolicyError) as refused:
         safehub.load("org/repo:v1.2", "resnet_tiny")
     assert_shows(docs.mapped(invalid.text), str(refused.value), invalid.where, whole=True)
+
+    # local_dirs as the page shows them: a folder under one loads, another is refused.
+    site.write_text(docs.mapped(local.text))
+    hubconf_text = hubconf("org/repo", ["resnet_tiny"])
+    for folder in (docs.path("/srv/models") / "team", docs.tmp / "elsewhere"):
+        folder.mkdir(parents=True)
+        (folder / "hubconf.py").write_text(hubconf_text)
+    assert safehub.load(str(docs.path("/srv/models") / "team"), "resnet_tiny", source="local")
+    with pytest.raises(safehub.PolicyDenied, match="not in local_dirs"):
+        safehub.load(str(docs.tmp / "elsewhere"), "resnet_tiny", source="local")
     site.unlink()
 
     # The audit line has the keys of a real one (a load the user consented to).

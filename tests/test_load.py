@@ -520,3 +520,121 @@ def test_a_warm_load_writes_nothing_but_its_audit_line(
     load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=trust)
     assert _snapshot(isolated) == before
     assert len(audit.read_text().splitlines()) == lines + 1
+
+
+# -- source="local": a folder on this machine, held to local_dirs ----------------------
+
+def _local(tmp_path: Path, name: str = "local") -> Path:
+    from tests.conftest import HUBCONF
+
+    folder = tmp_path / name
+    folder.mkdir(parents=True)
+    (folder / "hubconf.py").write_text(HUBCONF)
+    return folder
+
+
+def _policy(isolated: Path, where: str, text: str) -> Path:
+    path = isolated / where / "safehub/policy.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _apply(fix: str) -> None:
+    """Apply a refusal's fix as written: 'in FILE, under [safehub], set: LINE'."""
+    import re
+
+    found = re.search(r"in (\S+)[^\n]*\n?\s*(local_dirs = \[.*\])", fix)
+    assert found, fix
+    path = Path(found[1].rstrip(":,"))
+    text = path.read_text()
+    lines = [ln for ln in text.splitlines() if not ln.startswith("local_dirs")]
+    out = []
+    for ln in lines:
+        out.append(ln)
+        if ln.strip() == "[safehub]":
+            out.append(found[2])
+    if "[safehub]" not in text:
+        out = ["[safehub]", found[2], *out]
+    path.write_text("\n".join(out) + "\n")
+
+
+def test_a_strict_policy_refuses_a_local_folder_and_its_fix_works(
+    tmp_path: Path, isolated: Path, canary: Path
+) -> None:
+    folder = _local(tmp_path)
+    _policy(isolated, "site", '[safehub]\nunknown_repos = "deny"\n')
+    with pytest.raises(safehub.PolicyDenied, match="local load") as refused:
+        safehub.load(str(folder), "tiny", source="local")
+    assert runs(canary) == 0
+    assert str(folder.resolve()) in str(refused.value)
+    _apply(refused.value.hint or "")
+    assert isinstance(safehub.load(str(folder), "tiny", source="local"), torch.nn.Linear)
+
+
+def test_local_dirs_admit_subfolders_and_resolve_symlinks(
+    tmp_path: Path, isolated: Path, canary: Path
+) -> None:
+    allowed = tmp_path / "models"
+    inside = _local(allowed, "team/net")
+    outside = _local(tmp_path, "elsewhere")
+    _policy(isolated, "config", f'[safehub]\nlocal_dirs = ["{allowed}"]\n')
+    assert isinstance(safehub.load(str(inside), "tiny", source="local"), torch.nn.Linear)
+    link = allowed / "link"
+    link.symlink_to(outside)  # a link inside the allowed folder to code outside it
+    for spelled in (outside, link, allowed / "team/../../elsewhere"):
+        with pytest.raises(safehub.PolicyDenied, match="not in local_dirs"):
+            safehub.load(str(spelled), "tiny", source="local")
+    sibling = _local(tmp_path, "models-evil")  # a prefix of the name is not a subfolder
+    with pytest.raises(safehub.PolicyDenied, match="not in local_dirs"):
+        safehub.load(str(sibling), "tiny", source="local")
+    assert runs(canary) == 1
+
+
+def test_a_final_site_deny_is_not_loosened_by_a_users_local_dirs(
+    tmp_path: Path, isolated: Path, canary: Path
+) -> None:
+    folder = _local(tmp_path)
+    site = _policy(isolated, "site", '[safehub]\nfinal = true\nunknown_repos = "deny"\n')
+    _policy(isolated, "config", f'[safehub]\nlocal_dirs = ["{tmp_path}"]\n')
+    with pytest.raises(safehub.PolicyDenied, match="local load") as refused:
+        safehub.load(str(folder), "tiny", source="local")
+    assert str(site) in (refused.value.hint or "")
+    assert runs(canary) == 0
+    # Both files must admit it: the site's own local_dirs, then the user's.
+    site.write_text(f'[safehub]\nfinal = true\nunknown_repos = "deny"\n'
+                    f'local_dirs = ["{tmp_path / "other"}"]\n')
+    with pytest.raises(safehub.PolicyDenied, match="not in local_dirs"):
+        safehub.load(str(folder), "tiny", source="local")
+    site.write_text(f'[safehub]\nfinal = true\nlocal_dirs = ["{tmp_path}"]\n')
+    assert isinstance(safehub.load(str(folder), "tiny", source="local"), torch.nn.Linear)
+
+
+def test_a_local_load_is_audited(tmp_path: Path, isolated: Path) -> None:
+    import json
+
+    folder = _local(tmp_path)
+    safehub.load(str(folder), "tiny", source="local")
+    audit = next(isolated.rglob("audit.jsonl"))
+    line = json.loads(audit.read_text().splitlines()[-1])
+    assert line["source"] == "local" and str(folder.resolve()) in json.dumps(line)
+
+
+def test_a_repo_may_load_its_own_verified_folder_locally(
+    make_hub_repo: object, isolated: Path, canary: Path
+) -> None:
+    """MiDaS-like: hubconf calls torch.hub.load(its own dir, source="local"); a strict
+    policy that refuses other local folders lets the verified tree load itself."""
+    nested = (
+        "import os, torch\n"
+        "def outer(*a, **k):\n"
+        "    return torch.hub.load(os.path.dirname(__file__), 'tiny', 2, source='local')\n")
+    repo: HubRepo = make_hub_repo("acme", "selfload")  # type: ignore[operator]
+    from tests.conftest import HUBCONF
+
+    repo.commit({"hubconf.py": HUBCONF + nested})
+    repo.tag("v1")
+    _policy(isolated, "site", '[safehub]\nunknown_repos = "deny"\n'
+            f'[[allow]]\nrepo = "{repo.spec}"\n')
+    model = safehub.load(f"{repo.spec}:v1", "outer", trust_repo=True)
+    assert isinstance(model, torch.nn.Linear) and model.in_features == 2

@@ -256,7 +256,8 @@ class Tables(ValueType):
 
 #: How a [safehub] setting merges across files: ``strictest`` (by the Choice order),
 #: ``any-true`` / ``any-false`` (either side can tighten), ``latest`` (a later file, then the
-#: environment, override; a ``final`` file holds), ``per-file`` (not merged).
+#: environment, override; a ``final`` file holds), ``per-file`` (not merged), ``each``
+#: (every file that sets it must allow: ``local_dirs``, see ``Policy.decide_local``).
 #: How matching [[allow]] rules combine: ``each`` (every rule's list must allow it),
 #: ``strictest``, ``signer-set`` (each rule that asks for a signature adds a signer set
 #: that must accept it), ``match`` (selects the rule), ``note`` (for humans).
@@ -326,6 +327,10 @@ _DECLARED: tuple[Key, ...] = (
     Key("safehub", "runtime", _RUNTIME, "observe", "the runtime guard while hubconf runs: "
         "`observe` records and refuses what a rule's keys forbid; `enforce` also refuses "
         "what no key allows; `off`", "strictest"),
+    Key("safehub", "local_dirs", PathList(), None, "folders `source=\"local\"` loads may "
+        "come from (subfolders included, symlinks resolved); unset: any folder, unless "
+        "`unknown_repos = \"deny\"`; every file that sets it must admit the folder",
+        "each", project=False),
     # [[allow]]
     Key("allow", "repo", GlobValue(repo=True), None, "which repos the rule covers; ASCII, "
         "compared case-insensitively", "match", required=True,

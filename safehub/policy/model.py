@@ -15,6 +15,8 @@ docs/policy.md, "How files merge"):
 
 from __future__ import annotations
 
+import json
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -147,8 +149,8 @@ def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
     for spec in files:
         section = spec.safehub
         for key in KEYS["safehub"].values():
-            if key.merge == "per-file":
-                continue
+            if key.merge in ("per-file", "each"):
+                continue  # read from each file where used (Policy.decide_local)
             held = settings.get(key.name)
             if key.name not in section.given:
                 if (spec.safehub.final and key.merge == "strictest" and held is None
@@ -279,6 +281,45 @@ class Policy:
                             rules=matched)
         return Decision(verdict, tuple(reasons), reqs, mode, rules=matched)
 
+    def decide_local(self, folder: str) -> Decision:
+        """Decide on a ``source="local"`` load of ``folder`` (symlinks resolved).
+
+        Every file that sets ``local_dirs`` must list a folder holding it; a ``final``
+        file that says ``unknown_repos = "deny"`` and sets no ``local_dirs`` admits none
+        (later files cannot add one); otherwise ``unknown_repos = "deny"`` without any
+        ``local_dirs`` admits none. Without such settings any folder loads, as in torch.hub.
+        """
+        real = os.path.realpath(folder)
+        holders = self._local_holders()
+        for source, dirs in holders:
+            if any(_inside(real, os.path.realpath(d)) for d in dirs or ()):
+                continue
+            why = (f"the local folder {real} is not in local_dirs of {source}"
+                   if dirs is not None else
+                   f"no local folder loads: {source} says unknown_repos = 'deny' and sets "
+                   "no local_dirs")
+            return self._refuse(self.mode, why, fixes.change(
+                source, "[safehub]", [f"local_dirs = {_toml_list((*(dirs or ()), real))}"]))
+        return Decision("allow", (f"local folder {real}" + (" (in local_dirs)" if holders
+                                                             else ""),), Requirements(),
+                        self.mode)
+
+    def _local_holders(self) -> list[tuple[str, tuple[str, ...] | None]]:
+        """The files a local folder must satisfy, each with its ``local_dirs`` (None: it
+        sets none and admits no folder)."""
+        holders: list[tuple[str, tuple[str, ...] | None]] = []
+        for spec in self.layers:
+            table = spec.safehub
+            if "local_dirs" in table.given:
+                holders.append((spec.source, tuple(table.local_dirs)))
+            elif table.final and "unknown_repos" in table.given and \
+                    table.unknown_repos == "deny":
+                holders.append((spec.source, None))
+        unknown = self.setting("unknown_repos")
+        if not holders and unknown.value == "deny":
+            holders.append((unknown.source, None))
+        return holders
+
     def _admit_fix(self, spec: RepoSpec, ref: str | None, path: str, locked: bool) -> str:
         """The rule that admits ``spec``, written the way the file's other rules are: where
         they all pin commits, the new one does too (and the spec is locked as well)."""
@@ -317,8 +358,10 @@ class Policy:
             "unknown_repos": {"value": unknown.value, "from": unknown.source},
             "settings": {name: {"value": _plain(s.value), "from": s.source, "final": s.final}
                          for name in KEYS["safehub"]
-                         if KEYS["safehub"][name].merge != "per-file"
+                         if KEYS["safehub"][name].merge not in ("per-file", "each")
                          for s in (self.setting(name),)},
+            "local_dirs": [{"from": source, "value": None if dirs is None else list(dirs)}
+                           for source, dirs in self._local_holders()],
             "rules": [
                 {"kind": r.kind, "from": r.source, "index": r.index + 1,
                  "admits": r.admits if r.kind == "allow" else None,
@@ -402,7 +445,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
 
 
 def _toml_list(values: Iterable[str]) -> str:
-    return "[" + ", ".join(f'"{v}"' for v in values) + "]"
+    return "[" + ", ".join(json.dumps(v) for v in values) + "]"  # TOML basic strings
 
 
 def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:
@@ -417,3 +460,7 @@ def _any_ref(globs: Iterable[Glob], ref: str) -> bool:
     """A ref matches if any way of writing it does (``tags/v2`` is ``v2``)."""
     globs = tuple(globs)
     return any(_any(globs, name) for name in ref_names(ref))
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
