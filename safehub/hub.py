@@ -264,14 +264,7 @@ class Hub:
         real = os.path.realpath(folder)
         with self.audit.note(real, None, entrypoint) as note:
             note.extra["source"] = "local"
-            verified = next((repo for tree, repo in self._ran.items()
-                             if real == tree or real.startswith(tree + os.sep)), None)
-            if verified is not None:  # a repo's code loading its own verified folder
-                note.decision, note.reasons = "allow", [f"in the verified tree of {verified}"]
-            else:
-                decision = self.admission.decide_local(real)
-                note.decision = "warn" if decision.violations else "local"
-                note.reasons = list(decision.reasons)
+            note.decision, note.reasons = _local_verdict(self.admission, self._ran, real)
             return run(folder)
 
     def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any]) -> Any:
@@ -382,3 +375,15 @@ def load_lockfile(path: Path) -> Lockfile:
         _LOCKFILES.clear()
         _LOCKFILES[key] = hit
     return hit
+
+
+def _local_verdict(admission: Admission, ran: dict[str, str], real: str
+                   ) -> tuple[str, list[str]]:
+    """The audit verdict on a local folder: inside a verified tree whose code ran (a repo
+    loading its own folder), else the policy's ``local_dirs`` (a denial raises)."""
+    verified = next((repo for tree, repo in ran.items()
+                     if real == tree or real.startswith(tree + os.sep)), None)
+    if verified is not None:
+        return "allow", [f"in the verified tree of {verified}"]
+    decision = admission.decide_local(real)
+    return ("warn" if decision.violations else "local"), list(decision.reasons)
