@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextvars
 import errno
+import ipaddress
 import json
 import socket
 import threading
@@ -113,6 +114,40 @@ def _host(url: str) -> str:
         return (urlsplit(url).hostname or "").lower()
     except ValueError:
         return ""
+
+
+#: Request-level proxies that override the environment's (requests drops ``None`` keys).
+_DIRECT = {"http": None, "https": None, "all": None}
+
+
+def _loopback(host: str) -> bool:
+    """A name or address of this machine: never sent through a proxy (a proxy cannot reach
+    the caller's loopback, and ``NO_PROXY`` rarely names it)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _proxy_for(url: str) -> str | None:
+    """The proxy the environment sends ``url`` through, if any (credentials removed)."""
+    if _loopback(_host(url)):
+        return None
+    import requests.utils
+
+    try:
+        proxy = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
+    except (ValueError, OSError):
+        return None
+    if not proxy:
+        return None
+    try:
+        parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:
+        return "a proxy"
 
 
 def _cause(exc: BaseException) -> BaseException | None:
@@ -245,17 +280,23 @@ class Transport:
                 resp = self._get_session().get(
                     url, headers={"Accept": accept, **(headers(url) if headers else {})},
                     allow_redirects=False, stream=True,
-                    timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)))
+                    timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
+                    **({"proxies": _DIRECT} if _loopback(_host(url)) else {}))
             except requests.exceptions.SSLError as e:
                 raise FetchError(f"TLS to {_host(url)} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
                 reason = _cause(e)
                 if reason is not None:
+                    proxy = _proxy_for(url)
+                    via = f" through the proxy {proxy} (from HTTPS_PROXY/ALL_PROXY)" \
+                        if proxy else ""
                     raise UnreachableError(
-                        f"the network is unreachable: cannot connect to {_host(url)} for "
-                        f"{what} ({reason})",
-                        hint="check the network or proxy. Without one, a cold load needs "
+                        f"the network is unreachable: cannot connect to {_host(url)}{via} "
+                        f"for {what} ({reason})",
+                        hint=(f"check that the proxy {proxy} runs, or add {_host(url)} to "
+                              "NO_PROXY. " if proxy else "check the network or proxy. ") +
+                        "Without a network, a cold load needs "
                         "the code on this machine already: a mirror (SAFEHUB_GITHUB_URL), a "
                         "cache filled by `safehub prefetch`, or a lockfile with "
                         "SAFEHUB_OFFLINE=1 and a filled cache",

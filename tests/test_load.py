@@ -419,6 +419,30 @@ def test_server_down(monkeypatch: pytest.MonkeyPatch, server: GitHubStandIn) -> 
     assert "prefetch" in str(err.value)  # the fixes that work without a network
 
 
+def test_loopback_is_never_sent_through_a_proxy(
+    hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy cannot reach this machine's loopback (the demo, a local mirror): with
+    HTTPS_PROXY set and NO_PROXY not naming it, the stand-in is still reached directly."""
+    for var in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    for var in ("NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(var, raising=False)
+    assert isinstance(load(f"{hub_repo.spec}:v1.0"), torch.nn.Linear)
+
+
+def test_an_unreachable_proxy_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HTTPS_PROXY", "http://someone:secret@127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", "https://api.github.invalid")
+    with pytest.raises(safehub.UnreachableError) as err:
+        load("acme/models:v1.0")
+    text = str(err.value)
+    assert "through the proxy http://127.0.0.1:9" in text and "NO_PROXY" in text
+    assert "secret" not in text
+
+
 def test_token_goes_to_the_api_host_only(
     hub_repo: HubRepo, server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
 ) -> None:
