@@ -307,6 +307,8 @@ def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
         raise SpecError(f"nothing to prefetch: no specs given and no lockfile at "
                         f"{hub.lockfile_path}",
                         hint="safehub prefetch owner/name:ref ..., or `safehub lock` first")
+    if read_only and hub.cache.sealed:
+        hub.cache.unseal()  # adding to a shared cache: sealed again below
     done = []
     for spec in items:
         admitted = hub.admission.admit(spec)

@@ -220,6 +220,31 @@ def test_read_only_shared_cache_read_by_32_processes(
     subprocess.run(["chmod", "-R", "u+w", str(shared)], check=True)
 
 
+def test_a_sealed_cache_is_only_read_even_by_root(
+    hub_repo: HubRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Folder modes do not stop root: the seal marker does. Its owner adds to it with
+    `prefetch --read-only`, which seals it again."""
+    shared = tmp_path / "shared-cache"
+    hub_repo.commit({"more.py": "x = 1\n"})
+    hub_repo.tag("v2.0")
+    assert main(["prefetch", "--cache-dir", str(shared), "--read-only",
+                 f"{hub_repo.spec}:v1.0"]) == 0
+    before = _snapshot(shared)
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(shared))
+    with pytest.raises(safehub.CacheError, match="sealed") as refused:
+        safehub.load(f"{hub_repo.spec}:v2.0", "echo", trust_repo=True)
+    assert "prefetch --read-only" in (refused.value.hint or "")
+    assert main(["cache", "clear"]) == 1
+    assert _snapshot(shared) == before  # not a byte written, whoever runs it
+    assert safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True) == ((), {})
+    assert main(["prefetch", "--cache-dir", str(shared), "--read-only",
+                 f"{hub_repo.spec}:v2.0"]) == 0
+    assert safehub.load(f"{hub_repo.spec}:v2.0", "echo", trust_repo=True) == ((), {})
+    assert (shared / "v1/SEALED").exists() and not (shared / "v1").stat().st_mode & 0o222
+    subprocess.run(["chmod", "-R", "u+w", str(shared)], check=True)
+
+
 def test_untrusted_mirror_is_checked_against_the_lockfile(
     hub_repo: HubRepo, server: GitHubStandIn, tmp_path: Path, canary: Path,
     monkeypatch: pytest.MonkeyPatch,

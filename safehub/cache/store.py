@@ -8,6 +8,7 @@ Layout under the cache root (``SAFEHUB_CACHE_DIR``, default: the user cache dir)
     v1/repos/<owner>/<name>.json    refs resolved and commits proven to belong to the repo
     v1/locks/                       cross-process locks (filelock)
     v1/tmp/                         staging; a broken download never leaves it
+    v1/SEALED                       written by :meth:`Cache.seal`: loads only read the cache
 
 A commit folder appears in one ``rename`` of a fully verified staging folder, under a
 lock, so readers never see half a tree and any number of processes can load at once:
@@ -37,6 +38,7 @@ from safehub.spec import RepoSpec, is_full_sha
 __all__ = ["Cache"]
 
 _LAYOUT = "v1"
+_SEALED = "SEALED"
 
 class Cache:
     """The cache root: lookups without locks, installs under a per-commit lock."""
@@ -62,7 +64,19 @@ class Cache:
 
     # -- locking and staging ----------------------------------------------------------
 
+    @property
+    def sealed(self) -> bool:
+        """Sealed for sharing (:meth:`seal`): nothing writes here, root included (whom
+        the folders' modes do not stop)."""
+        return os.path.lexists(self.base / _SEALED)
+
     def _writable_dir(self, path: Path) -> Path:
+        if self.sealed:
+            raise CacheError(
+                f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
+                "--read-only`): loads only read it, and it does not hold what this needs",
+                hint="load what it holds (a lockfile with SAFEHUB_OFFLINE=1), or add to it "
+                f"as its owner: safehub prefetch --read-only --cache-dir {self.root} SPEC")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -198,6 +212,10 @@ class Cache:
         """
         for part in ("locks", "tmp"):
             rmtree(self.base / part)
+        marker = self.base / _SEALED
+        if not os.path.lexists(marker):
+            marker.write_text("sealed by `safehub prefetch --read-only`: safehub only reads "
+                              "this cache (`safehub prefetch --read-only` adds to it)\n")
         for dirpath, dirnames, filenames in os.walk(self.base):
             if os.path.basename(dirpath) == "tree":
                 dirnames[:] = []  # verified trees are read-only since install
@@ -207,11 +225,31 @@ class Cache:
                 if mode & 0o222 and not stat.S_ISLNK(mode):
                     os.chmod(path, mode & 0o555)
         for dirpath, _dirnames, _ in os.walk(self.base, topdown=False):
-            if "/tree" not in dirpath.removeprefix(str(self.base)):
+            if not self._in_tree(dirpath):
                 os.chmod(dirpath, 0o555)
+
+    def _in_tree(self, dirpath: str) -> bool:
+        """``dirpath`` is a verified tree or inside one (``commits/<sha>/tree/...``)."""
+        parts = Path(dirpath).relative_to(self.base).parts
+        return len(parts) >= 3 and parts[0] == "commits" and parts[2] == "tree"
+
+    def unseal(self) -> None:
+        """Undo :meth:`seal` (the owner adding to a shared cache): folders outside the
+        trees writable by the owner again, the marker removed."""
+        try:
+            for dirpath, _dirnames, _ in os.walk(self.base):
+                if not self._in_tree(dirpath):
+                    os.chmod(dirpath, 0o755)
+            (self.base / _SEALED).unlink(missing_ok=True)
+        except OSError as e:
+            raise CacheError(f"cannot unseal the cache {str(self.root)!r} to add to it "
+                             f"({e.strerror or e})",
+                             hint="run this as the cache's owner") from e
 
     def clear(self) -> None:
         """Remove everything safehub cached (locks stay, they may be held)."""
+        if self.sealed:
+            self._writable_dir(self.base)  # refuses, saying how to change a sealed cache
         for part in ("commits", "repos", "tmp"):
             rmtree(self.base / part)
 
