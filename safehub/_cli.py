@@ -334,8 +334,10 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                              hint="`safehub cache ls` lists the cached commits")
         _emit(args, [r.to_json() for r in checks], text.cache_checks(checks))
         return EXIT_OK if all(r.ok for r in checks) else EXIT_REFUSED
-    operations.cache_clear(hub, args.commit)
-    _emit(args, {"cleared": args.commit or "all"}, f"cleared {hub.cache.root}")
+    removed = operations.cache_clear(hub, args.commit)
+    _emit(args, {"cleared": args.commit or "all", "removed": removed},
+          f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} from "
+          f"{hub.cache.root}" + "".join(f"\n  {c}" for c in removed))
     return EXIT_OK
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -390,11 +391,24 @@ def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
     return results
 
 
-def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> None:
-    """Remove cached trees (all, or those whose commit starts with a prefix)."""
+def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
+    """Remove cached trees (all, or those whose commit starts with a prefix of 4 to 40
+    hex digits); returns the commits removed (all of them: every cached commit)."""
+    bad = [p for p in prefixes if not re.fullmatch(r"[0-9a-fA-F]{4,40}", p)]
+    if bad:
+        raise SpecError(f"{bad[0]!r} is not a commit prefix (4 to 40 hex digits)",
+                        hint="`safehub cache ls` lists the cached commits; `safehub cache "
+                        "clear` with no argument removes them all")
     if not prefixes:
+        removed = [entry.commit for entry in hub.cache.entries()]
         hub.cache.clear()
-        return
-    for entry in list(hub.cache.entries()):
-        if any(entry.commit.startswith(p) for p in prefixes):
-            hub.cache.remove(entry.commit)
+        return removed
+    wanted = [p.lower() for p in prefixes]
+    removed = [entry.commit for entry in list(hub.cache.entries())
+               if any(entry.commit.startswith(p) for p in wanted)]
+    if not removed:
+        raise CacheError(f"no cached commit starts with {' or '.join(prefixes)}",
+                         hint="`safehub cache ls` lists the cached commits")
+    for commit in removed:
+        hub.cache.remove(commit)
+    return removed
