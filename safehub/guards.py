@@ -28,11 +28,11 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
                   mode: str) -> RuntimeGuard:
     """The runtime guard for one load: the policy's runtime keys, merged."""
     reqs = decision.requirements
-    network, programs, writes = reqs.runtime.merged()
+    network, programs, writes = reqs.runtime.merged(mode)
     rules = RuntimeRules(
         mode=mode,  # type: ignore[arg-type]
         network=network, subprocess=programs, writes=writes,
-        weights_hosts=hosts_of_urls(p.pattern for patterns in reqs.weights for p in patterns),
+        weights_hosts=hosts_of_urls(reqs.runtime.weights_patterns()),
         shadowing=reqs.runtime.shadowing,
         source="; ".join(reqs.runtime.rules) or "the policy",
         edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),

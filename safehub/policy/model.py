@@ -87,9 +87,16 @@ class RuntimeRequirements:
     rules: tuple[str, ...] = ()
     edit: tuple[str, str] = ("", "")
     """(file, table) where an admin would change these keys: the first matching rule."""
+    weights: tuple[tuple[str, ...], ...] = ()
+    """The ``weights`` patterns of each rule whose weights hosts may be connected to."""
+    floor: frozenset[str] = frozenset()
+    """Keys that only rules which cannot admit the repo set (rules after a ``final`` file,
+    a project's): they narrow, never widen. Under ``enforce`` such a key stays at
+    enforce's default (nothing allowed) whatever they list."""
 
-    def merged(self) -> tuple[tuple[str, ...] | None, bool | tuple[str, ...] | None,
-                              tuple[str, ...] | None]:
+    def merged(self, mode: str = "observe"
+               ) -> tuple[tuple[str, ...] | None, bool | tuple[str, ...] | None,
+                          tuple[str, ...] | None]:
         """(network, subprocess, writes) as one rule would say them (None: unset)."""
         programs: bool | tuple[str, ...] | None = None
         for value in self.subprocess:
@@ -99,7 +106,25 @@ class RuntimeRequirements:
                 programs = True if programs is None else programs
             else:
                 programs = value if programs in (None, True) else _common((programs, value))
-        return _common(self.network), programs, _common(self.writes)
+        network, writes = _common(self.network), _common(self.writes)
+        if mode == "enforce":  # unset in every admitting rule: nothing, whatever others say
+            network = () if "network" in self.floor else network
+            programs = False if "subprocess" in self.floor else programs
+            writes = () if "writes" in self.floor else writes
+        return network, programs, writes
+
+    def weights_patterns(self) -> tuple[str, ...]:
+        """The weights patterns whose hosts the code may connect to: those every rule that
+        sets ``weights`` shares by host; none if only narrowing rules set it."""
+        if "weights" in self.floor or not self.weights:
+            return ()
+        from urllib.parse import urlsplit
+
+        def host(pattern: str) -> str:
+            return urlsplit(pattern).netloc.rsplit("@", 1)[-1].lower()
+
+        shared = set.intersection(*({host(p) for p in ps} for ps in self.weights))
+        return tuple(p for p in self.weights[0] if host(p) in shared)
 
 
 def _common(lists: Sequence[Any]) -> tuple[str, ...] | None:
@@ -391,6 +416,9 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
     network: list[tuple[str, ...]] = []
     programs: list[bool | tuple[str, ...]] = []
     writes: list[tuple[str, ...]] = []
+    floor = {key for key in ("network", "subprocess", "writes", "weights")
+             if any(getattr(r.table, key) is not None for r in allows)
+             and not any(getattr(r.table, key) is not None for r in allows if r.admits)}
     for rule in allows:
         t = rule.table
         if rule.refs is not None and ref is not None and not _any_ref(rule.refs, ref):
@@ -438,7 +466,9 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
             tuple(network), tuple(programs), tuple(writes),
             _strictest("allow", "shadowing", (t.shadowing for t in tables)),
             tuple(r.where for r in allows),
-            (allows[0].source, allows[0].label) if allows else ("", "")),
+            (allows[0].source, allows[0].label) if allows else ("", ""),
+            tuple(tuple(t.weights) for t in tables if t.weights is not None),
+            frozenset(floor)),
         weights_rules=tuple(weights_rules),
     )
     return reqs, violations
