@@ -61,9 +61,11 @@ class Admission:
         return lockfile.get(spec) if lockfile is not None else None
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None, ref: str | None = None,
-               locked: bool = False, warn_violations: bool = True) -> Decision:
+               locked: bool = False, warn_violations: bool = True,
+               full_ref: str = "") -> Decision:
         """The policy's answer; a denial raises :class:`PolicyDenied`."""
-        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref, locked=locked)
+        decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref, locked=locked,
+                                      full_ref=full_ref)
         if decision.verdict == "deny":
             denied = PolicyDenied(
                 f"policy refuses {spec}: " + "; ".join(decision.reasons),
@@ -119,5 +121,5 @@ class Admission:
                 spec, lock if locked is None else None, force=resolution == "fresh",
                 lockfile=self._lockfile_path())
         decision = self.decide(resolved.location, entrypoint=entrypoint, ref=resolved.ref,
-                               locked=is_locked)
+                               locked=is_locked, full_ref=resolved.full_ref)
         return Admitted(spec, resolved, decision, lock)

@@ -55,6 +55,9 @@ class Resolved:
     """Where the repo lives now, if it was renamed and the policy names the new name."""
     name: str = ""
     """``owner/name`` as GitHub spells it, where known (URLs keep that spelling)."""
+    full_ref: str = ""
+    """The branch or tag resolved, in full (``refs/tags/v1.0``), where known: what the
+    policy's ``refs`` are matched against once resolved."""
 
     @property
     def location(self) -> RepoSpec:
@@ -83,7 +86,8 @@ def resolve_online(github: GitHub, spec: RepoSpec) -> Resolved:
         if target is None:
             raise NotFoundError(f"{spec.repo} has no default branch {default!r}")
         return Resolved(spec, default, target.commit, github.commit_tree(spec, target.commit),
-                        f"head of default branch {default}", name=name)
+                        f"head of default branch {default}", name=name,
+                        full_ref=f"refs/heads/{default}")
     if looks_like_sha(ref):
         sha = ref.lower()
         if len(sha) < 40:
@@ -99,7 +103,7 @@ def resolve_online(github: GitHub, spec: RepoSpec) -> Resolved:
         if target is not None:
             what = "tag" if kind == "tags" else "branch"
             return Resolved(spec, ref, target.commit, github.commit_tree(spec, target.commit),
-                            f"{what} {name} of {spec.repo}")
+                            f"{what} {name} of {spec.repo}", full_ref=f"refs/{kind}/{name}")
     raise NotFoundError(
         f"{spec.repo} has no branch or tag named {ref!r} (or the repo does not exist)",
         hint="check the ref and the repo name; a commit is named by its hex sha; for a "
@@ -219,7 +223,8 @@ class Resolver:
             found = resolve_online(self._github(), new)
             return Resolved(spec, found.ref, found.commit, found.tree,
                             f"{found.proof} (moved from {spec.repo}; the policy names "
-                            f"{new.repo})", moved_to=new, name=found.name or new.repo)
+                            f"{new.repo})", moved_to=new, name=found.name or new.repo,
+                            full_ref=found.full_ref)
 
     def spelled(self, resolved: Resolved) -> Resolved:
         """``resolved`` with ``owner/name`` as GitHub spells it (the API's ``full_name``,
@@ -235,12 +240,12 @@ class Resolver:
         record = self.cache.read_repo(spec.key)
         ref = spec.ref
         if ref is not None and is_full_sha(ref):
-            commit, label = ref, ref
+            commit, label, full = ref, ref, ""
         else:
             hit = record.refs.get(ref or "")
             if hit is None:
                 return None
-            commit, label = hit.commit, hit.ref
+            commit, label, full = hit.commit, hit.ref, hit.full
         proof = record.commits.get(commit)
         if proof is None:
             return None
@@ -254,12 +259,13 @@ class Resolver:
             moved_to = RepoSpec.parse(record.moved_to if spec.ref is None
                                       else f"{record.moved_to}:{spec.ref}")
         return Resolved(spec, label, commit, proof.tree, proof.proof, moved_to=moved_to,
-                        name=record.name)
+                        name=record.name, full_ref=full)
 
     def _record(self, spec: RepoSpec, resolved: Resolved) -> None:
         record = self.cache.read_repo(spec.key)
         if not (spec.ref and is_full_sha(spec.ref)):
-            record.refs[spec.ref or ""] = RefRecord(resolved.ref, resolved.commit)
+            record.refs[spec.ref or ""] = RefRecord(resolved.ref, resolved.commit,
+                                                    resolved.full_ref)
         record.commits[resolved.commit] = CommitProof(resolved.tree, resolved.proof)
         if resolved.moved_to is not None:
             record.moved_to = resolved.moved_to.key

@@ -125,4 +125,42 @@ def test_weights_hosts_open_the_network_only_where_every_rule_allows_them(
            'weights = ["https://download.pytorch.org/*"]\n', "config")
     with pytest.raises(safehub.RuntimeGuardError, match=f"127.0.0.1:{port}"):
         safehub.load("acme/models:v1.0", "connect", port, verbose=False)
-    assert runs  # imported for the canary helpers below
+
+
+# -- 5. refs written in full match the ref however it is asked --------------------------------
+
+@pytest.fixture
+def branches(hub_repo, isolated: Path) -> Path:  # type: ignore[no-untyped-def]
+    hub_repo.git("branch", "dev")
+    hub_repo.git("branch", "vnext")
+    return policy(isolated, "", "config")
+
+
+@pytest.mark.parametrize("asked", ["dev", "heads/dev", "refs/heads/dev"])
+def test_a_deny_rule_written_in_full_denies_the_short_names(branches: Path, asked: str,
+                                                             canary: Path) -> None:
+    branches.write_text('[[deny]]\nrepo = "acme/models"\nrefs = ["refs/heads/dev"]\n'
+                        'reason = "dev is not reviewed"\n')
+    for _ in range(2):  # cold, then from the cache's record of the ref
+        with pytest.raises(safehub.PolicyDenied, match="dev is not reviewed"):
+            safehub.load(f"acme/models:{asked}", "echo", trust_repo=True, verbose=False)
+    assert runs(canary) == 0
+
+
+def test_a_deny_rule_for_branches_leaves_tags_alone(branches: Path, canary: Path) -> None:
+    branches.write_text('[[deny]]\nrepo = "acme/models"\nrefs = ["refs/heads/*"]\n')
+    assert safehub.load("acme/models:v1.0", "echo", trust_repo=True, verbose=False) == ((), {})
+    with pytest.raises(safehub.PolicyDenied):
+        safehub.load("acme/models:dev", "echo", trust_repo=True, verbose=False)
+    assert runs(canary) == 1
+
+
+def test_an_allow_rule_for_tags_admits_tags_asked_short_and_no_branch(branches: Path,
+                                                                     canary: Path) -> None:
+    branches.write_text('[safehub]\nunknown_repos = "deny"\n'
+                        '[[allow]]\nrepo = "acme/models"\nrefs = ["refs/tags/v*"]\n')
+    assert safehub.load("acme/models:v1.0", "echo", verbose=False) == ((), {})
+    for _ in range(2):
+        with pytest.raises(safehub.PolicyDenied, match="vnext"):
+            safehub.load("acme/models:vnext", "echo", verbose=False)
+    assert runs(canary) == 1

@@ -21,6 +21,7 @@ from safehub.spec import RepoSpec, is_full_sha
 __all__ = ["FORMAT", "LEVELS", "CommitProof", "RefRecord", "RepoRecord", "Verdict"]
 
 FORMAT = 1
+_FULL_REF = re.compile(r"refs/(heads|tags)/[^\x00-\x20\x7f]{1,250}")
 
 @dataclass(frozen=True)
 class Verdict:
@@ -105,6 +106,8 @@ def _file_entry(row: Any) -> FileEntry:
 class RefRecord:
     ref: str
     commit: str
+    full: str = ""
+    """The branch or tag as ``refs/heads/NAME`` or ``refs/tags/NAME`` (policy ``refs``)."""
 
 
 @dataclass
@@ -134,7 +137,10 @@ class RepoRecord:
             if not (isinstance(hit, dict) and isinstance(hit.get("ref"), str)
                     and is_full_sha(hit.get("commit"))):
                 raise ValueError(f"malformed ref {str(ref)[:80]!r}")
-            record.refs[str(ref)] = RefRecord(hit["ref"], hit["commit"])
+            full = hit.get("full", "")
+            if not (isinstance(full, str) and (not full or _FULL_REF.fullmatch(full))):
+                raise ValueError(f"malformed full name of ref {str(ref)[:80]!r}")
+            record.refs[str(ref)] = RefRecord(hit["ref"], hit["commit"], full)
         for sha, proof in commits.items():
             if not (is_full_sha(sha) and isinstance(proof, dict)
                     and is_full_sha(proof.get("tree")) and isinstance(proof.get("proof"), str)):
@@ -151,7 +157,8 @@ class RepoRecord:
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
-            "refs": {k: {"ref": v.ref, "commit": v.commit} for k, v in self.refs.items()},
+            "refs": {k: {"ref": v.ref, "commit": v.commit, **({"full": v.full} if v.full else {})}
+                     for k, v in self.refs.items()},
             "commits": {k: {"tree": v.tree, "proof": v.proof} for k, v in self.commits.items()},
         }
         if self.moved_to:

@@ -27,7 +27,7 @@ from safehub._internal.globs import Glob
 from safehub.policy.keys import KEYS, Choice, Table
 from safehub.policy.schema import FileSpec, parse_text
 from safehub.signatures.signers import KeySigner, Signer, SignerSet
-from safehub.spec import RepoSpec, is_full_sha, ref_names
+from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 
 __all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
 
@@ -257,17 +257,24 @@ class Policy:
     # -- deciding -----------------------------------------------------------------------
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None,
-               ref: str | None = None, locked: bool = False) -> Decision:
+               ref: str | None = None, locked: bool = False, full_ref: str = "") -> Decision:
         """Decide on a spec. ``ref`` overrides ``spec.ref`` (the resolved default branch);
-        ``locked`` says a lockfile pins this spec (which satisfies ``pin = "commit"``).
+        ``locked`` says a lockfile pins this spec (which satisfies ``pin = "commit"``);
+        ``full_ref``: the branch or tag it resolved to (``refs/heads/dev``), once known.
+
+        ``refs`` patterns match any way of writing the ref (``v1``, ``tags/v1``,
+        ``refs/tags/v1``). Before resolution a short name's kind is unknown: a deny pattern
+        written for a kind (``refs/heads/dev``) waits for the resolved name, and an allow
+        pattern written for a kind admits it until then (decided again once resolved).
         """
         key = spec.key
         ref = spec.ref if ref is None else ref
         mode = self.mode
+        names = _ref_forms(ref, full_ref)
         for rule in self.rules:
             if rule.kind != "deny" or not rule.matches(key):
                 continue
-            if rule.refs is not None and (ref is None or not _any_ref(rule.refs, ref)):
+            if rule.refs is not None and not any(_any(rule.refs, n) for n in names[0]):
                 continue
             why = f"denied by {rule.where}" + (f": {rule.table.reason}" if rule.table.reason
                                                else "")
@@ -294,7 +301,7 @@ class Policy:
             verdict = "allow" if unknown.value == "allow" else "prompt"
             reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = "
                            f"{unknown.value!r} ({where})")
-        reqs, found = _requirements(allows, spec, ref, entrypoint, locked)
+        reqs, found = _requirements(allows, spec, ref, names[1], entrypoint, locked)
         matched = tuple(r.where for r in allows)
         violations = [why for why, _ in found]
         if violations:
@@ -405,7 +412,7 @@ def _plain(value: Any) -> Any:
 
 
 def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
-                  entrypoint: str | None, locked: bool
+                  forms: Sequence[str], entrypoint: str | None, locked: bool
                   ) -> tuple[Requirements, list[tuple[str, str]]]:
     """Combine every matching allow rule (each key by its declared merge); the violations,
     each with the fix that gets past it."""
@@ -421,7 +428,8 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
              and not any(getattr(r.table, key) is not None for r in allows if r.admits)}
     for rule in allows:
         t = rule.table
-        if rule.refs is not None and ref is not None and not _any_ref(rule.refs, ref):
+        if rule.refs is not None and ref is not None and not any(
+                _any(rule.refs, n) for n in forms):
             violations.append((
                 f"ref {ref!r} is not one of {list(t.refs)} allowed by {rule.where}",
                 fixes.either(fixes.say(f"ask for a ref that matches {list(t.refs)}"),
@@ -486,10 +494,27 @@ def _any(globs: Iterable[Glob], text: str) -> bool:
     return any(g.match(text) for g in globs)
 
 
-def _any_ref(globs: Iterable[Glob], ref: str) -> bool:
-    """A ref matches if any way of writing it does (``tags/v2`` is ``v2``)."""
-    globs = tuple(globs)
-    return any(_any(globs, name) for name in ref_names(ref))
+def _ref_forms(ref: str | None, full_ref: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names a ref is matched by: (for deny rules, for allow rules).
+
+    >>> _ref_forms("dev", "refs/heads/dev")[0]
+    ('refs/heads/dev', 'heads/dev', 'dev')
+    >>> _ref_forms("dev", "")
+    (('dev',), ('dev', 'refs/heads/dev', 'heads/dev', 'refs/tags/dev', 'tags/dev'))
+    """
+    if ref is None:
+        return (), ()
+    for kind in ("heads", "tags"):  # asked with its kind: as good as resolved
+        for prefix in (f"refs/{kind}/", f"{kind}/"):
+            if not full_ref and ref.startswith(prefix):
+                full_ref = f"refs/{kind}/{ref[len(prefix):]}"
+    if full_ref:
+        kind, bare = full_ref.split("/", 2)[1:]
+        known = (full_ref, f"{kind}/{bare}", bare)
+        return known, known
+    if looks_like_sha(ref):
+        return (ref,), (ref,)
+    return (ref,), (ref, *(f"{p}{k}/{ref}" for k in ("heads", "tags") for p in ("refs/", "")))
 
 
 def _inside(path: str, folder: str) -> bool:
