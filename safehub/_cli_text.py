@@ -103,6 +103,8 @@ def check(report: Any) -> str:
         lines.append(f"  commit   {report.commit}  ({report.proof})")
     if report.digest:
         lines.append(f"  digest   {report.digest} (cached, re-checked)")
+    if report.signature and not report.signature.startswith("not checked (no policy"):
+        lines.append(f"  signed   {report.signature}")
     if report.entrypoint_note:
         lines.append(f"  note     {report.entrypoint_note}")
     for reason in report.reasons:
