@@ -265,7 +265,13 @@ def _cmd_policy_show(args: argparse.Namespace) -> int:
     from safehub.policy import load_policy, searched
 
     places = searched()
-    data = load_policy().describe()
+    try:
+        data = load_policy().describe()
+    except PolicyError as e:  # one line and the fix (validate lists every fault)
+        first, *faults = e.message.split("\n")
+        more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
+        raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
+                          hint=e.hint) from e
     data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
                         for c in places]
     _emit(args, data, text.policy(data, places))
@@ -278,7 +284,7 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
     results = []
     for name in args.files:
         try:
-            policy = validate_file(Path(name))
+            policy = validate_file(Path(name), origin=args.role or _role(Path(name)))
             results.append({"file": name, "ok": True, "rules": len(policy.rules)})
         except PolicyError as e:
             results.append({"file": name, "ok": False, "error": e.message, "fix": e.hint})
@@ -287,6 +293,17 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
         f"FAIL {r['error']}" + (f"\n  fix: {r['fix']}" if r["fix"] else "")
         for r in results))
     return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
+
+
+def _role(path: Path) -> str:
+    """The role a policy file has where safehub looks for it, else by its name."""
+    from safehub.policy import searched
+
+    for place in searched():
+        with contextlib.suppress(OSError):
+            if place.exists and place.path.samefile(path):
+                return place.origin
+    return "project" if path.name == "safehub.toml" else "extra"
 
 
 def _cmd_policy_init(args: argparse.Namespace) -> int:

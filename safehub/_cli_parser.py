@@ -267,6 +267,11 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                    parent=psub, key="policy validate")
     validate.add_argument("files", nargs="+", metavar="FILE", type=_path,
                           help="a policy file (TOML); every fault of each is listed")
+    validate.add_argument("--as", dest="role", choices=("project", "site", "user", "extra"),
+                          help="validate by the rules of this role (default: the role the "
+                          "file has where safehub looks for it; a file named safehub.toml "
+                          "is a project's: only the keys a project may set, paths inside "
+                          "its folder)")
     init = add("init", "write a commented starter policy (never overwrites)",
                "admin: the site policy (strict organisation); team: your user policy (an "
                "allowlist); ci: ./safehub.toml for a CI job.", "json", parent=psub,

@@ -58,3 +58,50 @@ def test_check_of_a_required_signature(server, tmp_path: Path, isolated: Path,  
     report = json.loads(out)
     assert (rc, report["outcome"]) == (code, outcome), report
     assert cli(capsys, "load", spec, "tiny")[0] == code  # check said what the load does
+
+
+# -- N3: policy validate checks a file by the rules of its role ----------------------------
+
+PROJECT_FAULTS = "[safehub]\ncache_dir = '/tmp/elsewhere'\n"  # a project may not set it
+OUTSIDE = "[[allow]]\nrepo = 'a/*'\nsignature = 'required'\nkeys = ['../k.pub']\n"
+
+
+@pytest.mark.parametrize(("name", "text", "role", "code", "said"), [
+    ("safehub.toml", PROJECT_FAULTS, None, 1, "cannot be set in a project's"),
+    ("safehub.toml", OUTSIDE, None, 1, "leads outside the project folder"),
+    ("safehub.toml", PROJECT_FAULTS, "user", 0, ""),
+    ("safehub.toml", OUTSIDE, "site", 0, ""),
+    ("team.toml", PROJECT_FAULTS, None, 0, ""),
+    ("team.toml", PROJECT_FAULTS, "project", 1, "cannot be set in a project's"),
+], ids=["project-key", "project-path", "as-user", "as-site", "other-name", "as-project"])
+def test_policy_validate_by_role(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 name: str, text: str, role: str | None, code: int,
+                                 said: str) -> None:
+    folder = tmp_path / "work" / "proj"
+    folder.mkdir(parents=True)
+    (folder.parent / "k.pub").write_bytes(new_key(tmp_path / "k.pem"))
+    path = folder / name
+    path.write_text(text)
+    words = ["policy", "validate", str(path), "--json"] + (["--as", role] if role else [])
+    rc, out, _ = cli(capsys, *words)
+    result = json.loads(out)[0]
+    assert rc == code, result
+    if code:
+        assert said in result["error"]
+        # The fix's command reports the same faults (the role is in it where needed).
+        command = result["fix"].split("`")[1].split()[1:]
+        rc2, out2, _ = cli(capsys, *command, "--json")
+        assert (rc2, json.loads(out2)[0]["error"]) == (1, result["error"])
+
+
+def test_a_project_file_that_validate_passes_loads(hub_repo, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+                                                  ) -> None:
+    Path("safehub.toml").write_text(PROJECT_FAULTS)
+    assert cli(capsys, "policy", "validate", "safehub.toml")[0] == 1  # as the load sees it
+    rc, out, err = cli(capsys, "policy", "show")
+    assert rc == 1 and out == ""
+    message, fix = err.splitlines()  # one line, and the fix
+    assert "cannot be set in a project's" in message and fix.startswith("  fix: ")
+    Path("safehub.toml").write_text("[[allow]]\nrepo = 'acme/*'\n")
+    assert cli(capsys, "policy", "validate", "safehub.toml")[0] == 0
+    assert cli(capsys, "check", "acme/models:v1.0")[0] == 0
