@@ -191,12 +191,14 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 
     hub = _hub(args)
     if args.check:
-        if args.specs or args.upgrade or args.from_file:
-            raise _Usage("--check takes no specs, --from or --upgrade", "safehub lock")
+        if args.specs or args.upgrade or args.from_file or args.rewrite:
+            raise _Usage("--check takes no specs, --from, --upgrade or --rewrite",
+                         "safehub lock")
         results = operations.lock_check(hub)
         _emit(args, [r.to_json() for r in results], text.lock_statuses(results))
         return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
-    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade)
+    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
+                              rewrite=args.rewrite)
     _emit(args, [c.to_json() for c in changes], text.lock_changes(changes, hub.lockfile_path))
     return EXIT_OK
 

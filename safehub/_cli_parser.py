@@ -215,6 +215,9 @@ def _pinning(add: _Adder) -> None:
                       help="read specs from FILE, one per line (# comments)")
     lock.add_argument("--upgrade", action="store_true",
                       help="re-resolve these specs (all, if none given) and move their pins")
+    lock.add_argument("--rewrite", action="store_true",
+                      help="write the lockfile afresh with only these specs, without reading "
+                      "it (the fix for an invalid one)")
     lock.add_argument("--check", action="store_true",
                       help="ask GitHub whether every locked ref still names its commit")
 

@@ -143,9 +143,9 @@ class Hub:
             self._lockfile = load_lockfile(path)
         return self._lockfile
 
-    def forget_lockfile(self) -> None:
-        """Read the lockfile again at the next use (after ``safehub lock`` wrote it)."""
-        self._lockfile, self._no_lockfile = None, False
+    def forget_lockfile(self, instead: Lockfile | None = None) -> None:
+        """Read the lockfile again at the next use (or use ``instead``, unread: --rewrite)."""
+        self._lockfile, self._no_lockfile = instead, False
 
     # -- the pipeline ---------------------------------------------------------------------
 
@@ -373,8 +373,8 @@ def load_lockfile(path: Path) -> Lockfile:
     except OSError as e:
         raise PinError(f"lockfile {path} cannot be read ({e})",
                        hint="it must be a readable UTF-8 file: fix its permissions, or "
-                       "regenerate it with `safehub lock`; no repo loads until then "
-                       "(fail closed)") from e
+                       "write it afresh with `safehub lock --rewrite SPEC...`; no repo "
+                       "loads until then (fail closed)") from e
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     hit = _LOCKFILES.get(key)
     if hit is None:

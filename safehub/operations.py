@@ -245,13 +245,22 @@ class LockChange(_Report):
         return data
 
 
-def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False) -> list[LockChange]:
+def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
+         rewrite: bool = False) -> list[LockChange]:
     """Pin ``specs`` in the lockfile (fetching and verifying each); return what changed.
 
     Specs already locked are kept unless ``upgrade`` (which, with no specs, re-resolves
-    every entry). Policy denials still apply; nothing is trusted or run.
+    every entry). ``rewrite`` starts the file afresh, without reading it (an invalid one
+    too): only ``specs`` are in it afterwards. Policy denials still apply; nothing is
+    trusted or run.
     """
-    lockfile = Lockfile.load(hub.lockfile_path, missing_ok=True)
+    if rewrite and not specs:
+        raise SpecError("--rewrite needs the specs to write", hint="safehub lock --rewrite "
+                        "owner/name:ref ... (every spec the lockfile should pin)")
+    lockfile = Lockfile(hub.lockfile_path) if rewrite else Lockfile.load(
+        hub.lockfile_path, missing_ok=True)
+    if rewrite:
+        hub.forget_lockfile(instead=lockfile)  # admission must not read the old file either
     targets = list(specs) or (list(lockfile.entries) if upgrade else [])
     if not targets:
         raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")

@@ -105,3 +105,41 @@ def test_a_project_file_that_validate_passes_loads(hub_repo, capsys: pytest.Capt
     Path("safehub.toml").write_text("[[allow]]\nrepo = 'acme/*'\n")
     assert cli(capsys, "policy", "validate", "safehub.toml")[0] == 0
     assert cli(capsys, "check", "acme/models:v1.0")[0] == 0
+
+
+# -- N4: an invalid lockfile's fix writes a valid one (it looped: `safehub lock` re-read it) --
+
+SHA, DIGEST = "a" * 40, "sha256:" + "c" * 64
+
+
+@pytest.mark.parametrize(("text", "named"), [
+    ("version = 1\n[[repo]]\nspec = 'acme/models:v1.0'\ncommit = 'abc'\ntree = 'x'\n"
+     "digest = 'y'\n", "repo[0].commit"),
+    ("version = 1\n[[repo]\nspec = \"acme/models:v1.0\"\n", "line 2"),
+    (f"version = 1\n[[repo]]\nspec = 'Acme/Models:v1.0'\ncommit = '{SHA}'\ntree = '{SHA}'\n"
+     f"digest = '{DIGEST}'\n", "must be written 'acme/models:v1.0'"),
+    ("version = 3\n", "version"),
+], ids=["bad-sha", "bad-toml", "not-canonical", "no-specs"])
+@pytest.mark.parametrize("named_by", ["cwd", "--lockfile"])
+def test_an_invalid_lockfiles_fix_writes_a_valid_one(
+        hub_repo, capsys: pytest.CaptureFixture[str], tmp_path: Path,  # type: ignore[no-untyped-def]
+        text: str, named: str, named_by: str) -> None:
+    path = Path("safehub.lock") if named_by == "cwd" else tmp_path / "team.lock"
+    path.write_text(text)
+    extra = [] if named_by == "cwd" else ["--lockfile", str(path)]
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json", *extra)
+    report = json.loads(out)
+    assert rc == 1 and report["error"] == "PinError" and named in report["why"]
+    if "[[repo" not in text:  # nothing to re-lock: the fix says what to write
+        assert "safehub lock --rewrite" in report["fix"] and "SPEC..." in report["fix"]
+        return
+    apply_hint(report["fix"])  # the first alternative: `safehub lock --rewrite ...`
+    capsys.readouterr()
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json", *extra)
+    assert rc == 1 and json.loads(out)["error"] is None  # past the lockfile: not trusted yet
+    assert f"commit = \"{hub_repo.sha}\"" in path.read_text()
+
+
+def test_lock_rewrite_needs_specs(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = cli(capsys, "lock", "--rewrite")
+    assert rc == 2 and "--rewrite needs the specs" in err
