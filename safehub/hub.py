@@ -170,9 +170,9 @@ class Hub:
                                      lazy=self.settings.runtime != "off")
         except OfflineError as e:
             raise OfflineError(e.message, hint=fixes.either(
-                fixes.run(f"safehub prefetch {spec}", "on a machine with network, then share "
-                          "its cache (SAFEHUB_CACHE_DIR) with this one"),
-                fixes.say(f"turn offline mode off ({self.settings.offline_source})"))) from e
+                fixes.run(f"safehub prefetch {spec}", f"{self.settings.network_machine}, then "
+                          "share its cache (SAFEHUB_CACHE_DIR) with this one"),
+                fixes.say(self.settings.offline_off))) from e
         note.digest = tree.digest
         signature = self.signature(admitted, tree)                        # 7
         decision = admitted.decision

@@ -143,3 +143,31 @@ def test_an_invalid_lockfiles_fix_writes_a_valid_one(
 def test_lock_rewrite_needs_specs(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = cli(capsys, "lock", "--rewrite")
     assert rc == 2 and "--rewrite needs the specs" in err
+
+
+# -- N11: offline messages say where offline mode came from, and how to turn it off ----------
+
+@pytest.mark.parametrize(("source", "named", "off"), [
+    ("env", "SAFEHUB_OFFLINE=1", "unset SAFEHUB_OFFLINE"),
+    ("hub", "Hub(offline=True)", "build the Hub without offline=True"),
+    ("project", "offline in ", "remove offline = true from"),
+])
+def test_offline_says_where_it_came_from(hub_repo, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                         source: str, named: str, off: str) -> None:
+    import safehub
+    from safehub.errors import OfflineError
+
+    kwargs = {}
+    if source == "env":
+        monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    elif source == "hub":
+        kwargs["offline"] = True
+    else:
+        Path("safehub.toml").write_text("[safehub]\noffline = true\n")
+    with pytest.raises(OfflineError) as err:
+        safehub.Hub(**kwargs).load("acme/models:v1.0", "echo", trust_repo=True, verbose=False)
+    assert f"offline mode ({named}" in err.value.message and "(default)" not in err.value.message
+    hint = err.value.hint or ""
+    assert off in hint and "off (SAFEHUB_OFFLINE" not in hint  # no "off (on)" any more
+    where = parse(hint)[0][0].where
+    assert "network" in where and ("does not apply" in where) == (source == "project")
