@@ -183,7 +183,7 @@ class Settings:
     def offline_off(self) -> str:
         """How to turn offline mode off, by where it was turned on (for messages).
 
-        >>> Settings(offline=True, offline_source="SAFEHUB_OFFLINE=1").offline_off
+        >>> Settings.from_env({"SAFEHUB_OFFLINE": "1"}).offline_off
         'turn offline mode off: unset SAFEHUB_OFFLINE (it is SAFEHUB_OFFLINE=1 now)'
         """
         source = self.offline_source
