@@ -66,7 +66,7 @@ def _check_ref(ref: str, spec: str) -> None:
     def bad(why: str) -> SpecError:
         return SpecError(
             f"invalid ref {ref!r} in {spec!r}: {why}",
-            hint="use a branch name, a tag name or a commit sha (7 to 40 hex digits)",
+            hint="use a branch name, a tag name or a commit sha (4 to 40 hex digits)",
         )
 
     if not ref:

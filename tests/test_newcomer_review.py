@@ -171,3 +171,24 @@ def test_offline_says_where_it_came_from(hub_repo, monkeypatch: pytest.MonkeyPat
     assert off in hint and "off (SAFEHUB_OFFLINE" not in hint  # no "off (on)" any more
     where = parse(hint)[0][0].where
     assert "network" in where and ("does not apply" in where) == (source == "project")
+
+
+# -- N12: the error types are importable from safehub; the sha rule is stated as it is -------
+
+@pytest.mark.parametrize("name", ["TamperedError", "RepoMovedError", "OfflineError"])
+def test_error_types_are_exported(name: str) -> None:
+    import safehub
+    from safehub import errors
+
+    assert name in safehub.__all__ and getattr(safehub, name) is getattr(errors, name)
+
+
+@pytest.mark.parametrize("ref", ["v1..0", "a b"])
+def test_an_invalid_refs_hint_states_the_sha_rule(ref: str) -> None:
+    from safehub.errors import SpecError
+    from safehub.spec import RepoSpec, looks_like_sha
+
+    with pytest.raises(SpecError) as err:
+        RepoSpec.parse(f"acme/models:{ref}")
+    assert "4 to 40 hex digits" in (err.value.hint or "")
+    assert looks_like_sha("abcd") and not looks_like_sha("abc")  # the rule it states
