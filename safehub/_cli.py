@@ -154,11 +154,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
-    hub = _hub(args)
-    doc = _repo_code(hub, False, args.spec, args.entrypoint, lambda: hub.help(
-        args.spec, args.entrypoint, force_reload=args.force_reload, trust_repo=_trust(args)))
-    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "doc": doc},
-          doc or f"({args.entrypoint} has no docstring)")
+    import inspect
+
+    from safehub._internal import torchhub
+
+    hub = _hub(args)  # as hub.help, with the signature line too (torch's help has none)
+    line, doc = _repo_code(hub, False, args.spec, args.entrypoint, lambda: hub._run(
+        args.spec, "github", args.entrypoint, _trust(args), args.force_reload, True,
+        lambda path: torchhub.described(path, args.entrypoint)))
+    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "signature": line,
+                 "doc": doc}, f"{line}\n\n" + (inspect.cleandoc(doc) if doc else "(no docstring)"))
     return EXIT_OK
 
 

@@ -192,3 +192,18 @@ def test_an_invalid_refs_hint_states_the_sha_rule(ref: str) -> None:
         RepoSpec.parse(f"acme/models:{ref}")
     assert "4 to 40 hex digits" in (err.value.hint or "")
     assert looks_like_sha("abcd") and not looks_like_sha("abc")  # the rule it states
+
+
+# -- N13: safehub help shows how to call the entrypoint, not only its docstring -------------
+
+@pytest.mark.parametrize(("entrypoint", "line", "doc"), [
+    ("tiny", "tiny(n=2, bias=True)", "A tiny linear model."),
+    ("echo", "echo(*args, **kwargs)", "Return what it was given."),
+])
+def test_help_shows_the_signature(hub_repo, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                  entrypoint: str, line: str, doc: str) -> None:
+    rc, out, _ = cli(capsys, "help", "acme/models:v1.0", entrypoint, "--trust")
+    assert rc == 0 and out.splitlines()[:3] == [line, "", doc]
+    rc, out, _ = cli(capsys, "help", "acme/models:v1.0", entrypoint, "--trust", "--json")
+    shown = json.loads(out)
+    assert (shown["signature"], shown["doc"]) == (line, doc)
