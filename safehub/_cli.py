@@ -236,8 +236,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         sets.append(SignerSet("the command line", signers, keys,
                               Path(args.trust_config) if args.trust_config else None))
     report = operations.verify(_hub(args), args.target, sets)
-    _emit(args, report.to_json(),
-          f"valid: {report.target} signed by {report.signer} ({report.files} files)")
+    _emit(args, report.to_json(), text.verified(report, [str(Path(k).resolve()) for k in
+                                                         args.key], args.issuer, args.identity))
     return EXIT_OK
 
 

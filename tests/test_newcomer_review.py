@@ -207,3 +207,73 @@ def test_help_shows_the_signature(hub_repo, capsys: pytest.CaptureFixture[str], 
     rc, out, _ = cli(capsys, "help", "acme/models:v1.0", entrypoint, "--trust", "--json")
     shown = json.loads(out)
     assert (shown["signature"], shown["doc"]) == (line, doc)
+
+
+# -- N14: small ones ------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("https://github.com/acme/models", "acme/models"),
+    ("https://github.com/acme/models.git", "acme/models"),
+    ("https://github.com/acme/models/tree/v1.0", "acme/models:v1.0"),
+    ("git@github.com:acme/models.git", "acme/models"),
+])
+def test_a_url_gets_the_spec_it_means(hub_repo, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                      typed: str, meant: str) -> None:
+    rc, out, err = cli(capsys, "check", typed, "--json")
+    error = json.loads(out)  # JSON only on stdout, for errors too
+    assert (rc, error["error"]) == (2, "SpecError") and "fix:" in err
+    suggested = error["hint"].split("'")[1]
+    assert suggested == meant
+    assert cli(capsys, "check", suggested, "--json")[0] == 1  # a spec now: untrusted, not bad
+
+
+@pytest.mark.parametrize("asked", ["nosuch", "dependencies", "os"])
+def test_check_entrypoint_lists_the_real_ones(hub_repo, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                              asked: str) -> None:
+    Path("safehub.toml").write_text("[[allow]]\nrepo = 'acme/*'\n")
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--entrypoint", asked, "--json")
+    report = json.loads(out)
+    assert (rc, report["entrypoint_found"]) == (1, False)
+    assert report["why"].endswith("it defines: echo, tiny")  # no dependencies, no modules
+    assert cli(capsys, "check", "acme/models:v1.0", "--entrypoint", "tiny")[0] == 0
+
+
+@pytest.mark.parametrize("words", [["run", "--", "no_such_program_x"],
+                                   ["check", "not a spec", "--json"],
+                                   ["verify", "nosuchdir/", "--key", "k.pub", "--json"]])
+def test_errors_are_one_line_and_the_fix(capsys: pytest.CaptureFixture[str],
+                                         words: list[str]) -> None:
+    rc, out, err = cli(capsys, *words)
+    assert rc in (1, 2) and "Traceback" not in out + err
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("safehub: ") and lines[1].startswith("  fix: ")
+    if "--json" in words:
+        assert json.loads(out)["exit"] == rc
+    else:
+        assert out == ""
+
+
+def test_verify_with_a_key_says_how_to_require_it(hub_repo, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                  isolated: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from safehub.signatures import sign_directory
+
+    folder = tmp_path / "signed"
+    folder.mkdir()
+    (folder / "hubconf.py").write_text("dependencies = []\n")
+    pub = tmp_path / "k.pub"
+    pub.write_bytes(new_key(tmp_path / "k.pem"))
+    sign_directory(folder, tmp_path / "k.pem")
+    rc, out, _ = cli(capsys, "verify", str(folder), "--key", str(pub))
+    assert rc == 0
+    lines = out.splitlines()
+    assert "[[allow]] rule" in lines[1]
+    rule = "\n".join(line.strip() for line in lines[2:])
+    policy = isolated / "config/safehub/policy.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(f"[[allow]]\nrepo = 'acme/*'\n{rule}\n")  # as printed, in a real rule
+    assert cli(capsys, "policy", "validate", str(policy))[0] == 0
+    monkeypatch.setenv("CI", "true")
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json")
+    assert json.loads(out)["requirements"]["signature"] == "required"
