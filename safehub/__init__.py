@@ -36,6 +36,7 @@ from safehub.errors import (
     SafehubError,
     SignatureError,
     SpecError,
+    TamperedError,
     UnreachableError,
     UntrustedRepoError,
 )
@@ -64,6 +65,7 @@ __all__ = [
     "SafehubError",
     "SignatureError",
     "SpecError",
+    "TamperedError",
     "UnreachableError",
     "UntrustedRepoError",
     "download_url_to_file",

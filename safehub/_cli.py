@@ -154,11 +154,16 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 
 def _cmd_help(args: argparse.Namespace) -> int:
-    hub = _hub(args)
-    doc = _repo_code(hub, False, args.spec, args.entrypoint, lambda: hub.help(
-        args.spec, args.entrypoint, force_reload=args.force_reload, trust_repo=_trust(args)))
-    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "doc": doc},
-          doc or f"({args.entrypoint} has no docstring)")
+    import inspect
+
+    from safehub._internal import torchhub
+
+    hub = _hub(args)  # as hub.help, with the signature line too (torch's help has none)
+    line, doc = _repo_code(hub, False, args.spec, args.entrypoint, lambda: hub._run(
+        args.spec, "github", args.entrypoint, _trust(args), args.force_reload, True,
+        lambda path: torchhub.described(path, args.entrypoint)))
+    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "signature": line,
+                 "doc": doc}, f"{line}\n\n" + (inspect.cleandoc(doc) if doc else "(no docstring)"))
     return EXIT_OK
 
 
@@ -191,12 +196,14 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 
     hub = _hub(args)
     if args.check:
-        if args.specs or args.upgrade or args.from_file:
-            raise _Usage("--check takes no specs, --from or --upgrade", "safehub lock")
+        if args.specs or args.upgrade or args.from_file or args.rewrite:
+            raise _Usage("--check takes no specs, --from, --upgrade or --rewrite",
+                         "safehub lock")
         results = operations.lock_check(hub)
         _emit(args, [r.to_json() for r in results], text.lock_statuses(results))
         return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
-    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade)
+    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
+                              rewrite=args.rewrite)
     _emit(args, [c.to_json() for c in changes], text.lock_changes(changes, hub.lockfile_path))
     return EXIT_OK
 
@@ -229,8 +236,8 @@ def _cmd_verify(args: argparse.Namespace) -> int:
         sets.append(SignerSet("the command line", signers, keys,
                               Path(args.trust_config) if args.trust_config else None))
     report = operations.verify(_hub(args), args.target, sets)
-    _emit(args, report.to_json(),
-          f"valid: {report.target} signed by {report.signer} ({report.files} files)")
+    _emit(args, report.to_json(), text.verified(report, [str(Path(k).resolve()) for k in
+                                                         args.key], args.issuer, args.identity))
     return EXIT_OK
 
 
@@ -265,7 +272,13 @@ def _cmd_policy_show(args: argparse.Namespace) -> int:
     from safehub.policy import load_policy, searched
 
     places = searched()
-    data = load_policy().describe()
+    try:
+        data = load_policy().describe()
+    except PolicyError as e:  # one line and the fix (validate lists every fault)
+        first, *faults = e.message.split("\n")
+        more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
+        raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
+                          hint=e.hint) from e
     data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
                         for c in places]
     _emit(args, data, text.policy(data, places))
@@ -278,7 +291,7 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
     results = []
     for name in args.files:
         try:
-            policy = validate_file(Path(name))
+            policy = validate_file(Path(name), origin=args.role or _role(Path(name)))
             results.append({"file": name, "ok": True, "rules": len(policy.rules)})
         except PolicyError as e:
             results.append({"file": name, "ok": False, "error": e.message, "fix": e.hint})
@@ -287,6 +300,17 @@ def _cmd_policy_validate(args: argparse.Namespace) -> int:
         f"FAIL {r['error']}" + (f"\n  fix: {r['fix']}" if r["fix"] else "")
         for r in results))
     return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
+
+
+def _role(path: Path) -> str:
+    """The role a policy file has where safehub looks for it, else by its name."""
+    from safehub.policy import searched
+
+    for place in searched():
+        with contextlib.suppress(OSError):
+            if place.exists and place.path.samefile(path):
+                return place.origin
+    return "project" if path.name == "safehub.toml" else "extra"
 
 
 def _cmd_policy_init(args: argparse.Namespace) -> int:

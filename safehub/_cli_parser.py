@@ -215,6 +215,9 @@ def _pinning(add: _Adder) -> None:
                       help="read specs from FILE, one per line (# comments)")
     lock.add_argument("--upgrade", action="store_true",
                       help="re-resolve these specs (all, if none given) and move their pins")
+    lock.add_argument("--rewrite", action="store_true",
+                      help="write the lockfile afresh with only these specs, without reading "
+                      "it (the fix for an invalid one)")
     lock.add_argument("--check", action="store_true",
                       help="ask GitHub whether every locked ref still names its commit")
 
@@ -267,6 +270,11 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                    parent=psub, key="policy validate")
     validate.add_argument("files", nargs="+", metavar="FILE", type=_path,
                           help="a policy file (TOML); every fault of each is listed")
+    validate.add_argument("--as", dest="role", choices=("project", "site", "user", "extra"),
+                          help="validate by the rules of this role (default: the role the "
+                          "file has where safehub looks for it; a file named safehub.toml "
+                          "is a project's: only the keys a project may set, paths inside "
+                          "its folder)")
     init = add("init", "write a commented starter policy (never overwrites)",
                "admin: the site policy (strict organisation); team: your user policy (an "
                "allowlist); ci: ./safehub.toml for a CI job.", "json", parent=psub,

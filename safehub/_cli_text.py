@@ -18,7 +18,7 @@ from safehub._internal import fixes
 
 __all__ = ["OutputError", "RepoCodeError", "cache_checks", "cache_rows", "check",
            "detach_stdout", "flush", "lock_changes", "lock_statuses", "out", "policy",
-           "prefetched", "runtime", "said"]
+           "prefetched", "runtime", "said", "verified"]
 
 
 class RepoCodeError(Exception):
@@ -103,6 +103,8 @@ def check(report: Any) -> str:
         lines.append(f"  commit   {report.commit}  ({report.proof})")
     if report.digest:
         lines.append(f"  digest   {report.digest} (cached, re-checked)")
+    if report.signature and not report.signature.startswith("not checked (no policy"):
+        lines.append(f"  signed   {report.signature}")
     if report.entrypoint_note:
         lines.append(f"  note     {report.entrypoint_note}")
     for reason in report.reasons:
@@ -110,6 +112,24 @@ def check(report: Any) -> str:
     if report.fix:
         lines.append(f"  fix      {report.fix}")
     return "\n".join(lines)
+
+
+def verified(report: Any, keys: Sequence[str], issuer: str | None,
+             identity: str | None) -> str:
+    """A valid signature; for signers given on the command line, the policy lines that
+    would require them at every load (``verify --key`` checks this once)."""
+    line = f"valid: {report.target} signed by {report.signer} ({report.files} files)"
+    import json  # a JSON string is a TOML string
+
+    wanted = [f"keys = {json.dumps(list(keys))}"] if keys else []
+    if identity:
+        wanted.append(f"signers = [{{ issuer = {json.dumps(issuer)}, identity = "
+                      f"{json.dumps(identity)} }}]")
+    if not wanted:
+        return line
+    return "\n".join([line, "  to require this signature at every load, set in the repo's "
+                       "[[allow]] rule of your policy (`safehub policy show` lists them):",
+                       '    signature = "required"', *(f"    {w}" for w in wanted)])
 
 
 def lock_statuses(results: Sequence[Any]) -> str:

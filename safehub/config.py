@@ -175,7 +175,32 @@ class Settings:
 
     def with_changes(self, **changes: object) -> Settings:
         """A copy with some fields replaced (``Hub(**overrides)`` uses this)."""
+        if changes.get("offline") and "offline_source" not in changes:
+            changes["offline_source"] = "Hub(offline=True)"
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def offline_off(self) -> str:
+        """How to turn offline mode off, by where it was turned on (for messages).
+
+        >>> Settings.from_env({"SAFEHUB_OFFLINE": "1"}).offline_off
+        'turn offline mode off: unset SAFEHUB_OFFLINE (it is SAFEHUB_OFFLINE=1 now)'
+        """
+        source = self.offline_source
+        if source.startswith("Hub("):
+            return f"turn offline mode off: build the Hub without {source[4:-1]}"
+        if source.startswith("offline in "):
+            return f"turn offline mode off: remove offline = true from {source[11:]}"
+        return f"turn offline mode off: unset {source.partition('=')[0]} (it is {source} now)"
+
+    @property
+    def network_machine(self) -> str:
+        """Where a command that needs the network can run (offline mode may come with
+        a policy file, which that machine must not read)."""
+        if self.offline_source.startswith("offline in "):
+            return (f"on a machine with network where {self.offline_source[11:]} does not "
+                    "apply (it sets offline = true)")
+        return "on a machine with network"
 
     @property
     def api_host(self) -> str:

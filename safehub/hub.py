@@ -143,9 +143,9 @@ class Hub:
             self._lockfile = load_lockfile(path)
         return self._lockfile
 
-    def forget_lockfile(self) -> None:
-        """Read the lockfile again at the next use (after ``safehub lock`` wrote it)."""
-        self._lockfile, self._no_lockfile = None, False
+    def forget_lockfile(self, instead: Lockfile | None = None) -> None:
+        """Read the lockfile again at the next use (or use ``instead``, unread: --rewrite)."""
+        self._lockfile, self._no_lockfile = instead, False
 
     # -- the pipeline ---------------------------------------------------------------------
 
@@ -170,9 +170,9 @@ class Hub:
                                      lazy=self.settings.runtime != "off")
         except OfflineError as e:
             raise OfflineError(e.message, hint=fixes.either(
-                fixes.run(f"safehub prefetch {spec}", "on a machine with network, then share "
-                          "its cache (SAFEHUB_CACHE_DIR) with this one"),
-                fixes.say(f"turn offline mode off ({self.settings.offline_source})"))) from e
+                fixes.run(f"safehub prefetch {spec}", f"{self.settings.network_machine}, then "
+                          "share its cache (SAFEHUB_CACHE_DIR) with this one"),
+                fixes.say(self.settings.offline_off))) from e
         note.digest = tree.digest
         signature = self.signature(admitted, tree)                        # 7
         decision = admitted.decision
@@ -366,8 +366,8 @@ def load_lockfile(path: Path) -> Lockfile:
     except OSError as e:
         raise PinError(f"lockfile {path} cannot be read ({e})",
                        hint="it must be a readable UTF-8 file: fix its permissions, or "
-                       "regenerate it with `safehub lock`; no repo loads until then "
-                       "(fail closed)") from e
+                       "write it afresh with `safehub lock --rewrite SPEC...`; no repo "
+                       "loads until then (fail closed)") from e
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     hit = _LOCKFILES.get(key)
     if hit is None:

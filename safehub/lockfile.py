@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import atomic_write
 from safehub.errors import PinError
 from safehub.spec import FULL_SHA, RepoSpec
@@ -182,10 +183,34 @@ def parse(raw: Any, path: Path) -> list[LockEntry]:
                 seen.add(entry.spec)
                 entries.append(entry)
     if faults:
+        listed = [item["spec"] for item in (raw.get("repo") if type(raw) is dict else None)
+                  or () if type(item) is dict and type(item.get("spec")) is str]
         raise PinError(f"lockfile {path} is invalid:\n    " + "\n    ".join(faults),
-                       hint="regenerate it with `safehub lock`; no repo loads until then "
-                       "(fail closed)")
+                       hint=rewrite_hint(path, listed))
     return entries
+
+
+def rewrite_hint(path: Path, specs: Iterable[str], what: str = "the fields") -> str:
+    """The fix of a lockfile that cannot be read as one: lock its specs afresh over it
+    (``safehub lock --rewrite``), or mend the fields the message names by hand."""
+    import shlex
+
+    valid = []
+    for text in specs:
+        try:
+            valid.append(spec_key(RepoSpec.parse(text)))
+        except ValueError:  # SpecError is a ValueError too
+            continue
+    where = "" if path == Path.cwd() / "safehub.lock" else f" --lockfile {shlex.quote(str(path))}"
+    if not valid:
+        return fixes.say(f"write it afresh with `safehub lock --rewrite{where} SPEC...` "
+                         "(every spec you need), or mend {what} named above by hand; no "
+                         "repo loads until then (fail closed)")
+    return fixes.either(
+        fixes.run(f"safehub lock --rewrite{where} " + " ".join(shlex.quote(v) for v in
+                                                              dict.fromkeys(valid)),
+                  "(writes it afresh, re-resolving what it pinned, so review the diff)"),
+        fixes.say(f"mend {what} named above by hand"))
 
 
 class Lockfile:
@@ -216,14 +241,14 @@ class Lockfile:
         except (OSError, UnicodeDecodeError) as e:
             raise PinError(f"lockfile {path} cannot be read ({e})",
                            hint="it must be a readable UTF-8 file: fix its permissions, or "
-                           "regenerate it with `safehub lock`; no repo loads until then "
-                           "(fail closed)") from e
+                           "write it afresh with `safehub lock --rewrite SPEC...`; no repo "
+                           "loads until then (fail closed)") from e
         try:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
+            listed = re.findall(r'^\s*spec\s*=\s*"([^"\\]+)"', text, re.MULTILINE)
             raise PinError(f"lockfile {path} is not valid TOML ({e})",
-                           hint="regenerate it with `safehub lock`; no repo loads until then "
-                           "(fail closed)") from e
+                           hint=rewrite_hint(path, listed, "the line")) from e
         return cls(path, parse(raw, path))
 
     def get(self, spec: RepoSpec) -> LockEntry | None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safehub._internal import fixes
 from safehub.admission import Admitted
 from safehub.errors import (
     CacheError,
@@ -51,7 +52,7 @@ class CheckReport(_Report):
     repo: str
     entrypoint: str | None
     policy_files: list[str]
-    outcome: str  # load, prompt or refuse
+    outcome: str  # load, prompt, refuse, or conditional (on a signature not yet checked)
     why: str
     fix: str | None = None
     error: str | None = None
@@ -68,13 +69,17 @@ class CheckReport(_Report):
     """Whether hubconf.py defines ``entrypoint`` (read from its syntax tree; None: cannot
     tell, see ``entrypoint_note``)."""
     entrypoint_note: str = ""
+    signature: str = ""
+    """What the signature step found (``not checked ...`` when no tree was at hand)."""
 
 
 def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     """What a load would do, without downloading an archive or running code.
 
     ``outcome`` is ``load`` (allowed, or this content was trusted), ``prompt`` (a terminal
-    user would be asked), or ``refuse`` (with ``error`` and ``fix``).
+    user would be asked), ``refuse`` (with ``error`` and ``fix``), or ``conditional``: the
+    policy requires a signature and the tree is not cached, so it could not be checked
+    (``fix`` fetches the tree; a cached tree's signature is verified as a load would).
     """
     spec = RepoSpec.parse(repo)
     base: dict[str, Any] = {"spec": str(spec), "repo": spec.key, "entrypoint": entrypoint,
@@ -89,12 +94,37 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     r, decision = admitted.resolved, admitted.decision
     entry = hub.cache.lookup(r.commit)
     if entry is not None:
-        hub.fetcher.check_cached(entry, r, admitted.lock, lockfile=str(hub.lockfile_path))
+        entry = hub.fetcher.check_cached(entry, r, admitted.lock,
+                                         lockfile=str(hub.lockfile_path))
+    wanted = decision.requirements.signature
+    signature = f"not checked (signature = {wanted!r}: the tree is not cached)"
+    if wanted == "none":
+        signature = "not checked (no policy asks for one)"
+    elif entry is not None:
+        try:
+            status = hub.signature(admitted, entry)
+        except SignatureError as e:
+            return CheckReport(**base, outcome="refuse", why=e.message, fix=e.hint,
+                               error=type(e).__name__, ref=r.ref, commit=r.commit,
+                               proof=r.proof, policy=decision.verdict, cached=True,
+                               digest=entry.digest, signature="INVALID")
+        signature = status.status
+        if status.failed:  # mode = "warn": a violation, as in a load
+            decision = dataclasses.replace(decision, verdict="prompt", violations=(
+                *decision.violations, status.failed))
     consents = [c for c in hub.consents.list(spec.key) if c.commit == r.commit
                 and (entry is None or c.digest == entry.digest)]
     found, note = _entrypoint(hub, admitted, entry, entrypoint)
     if found is False:
         outcome, why, fix = "refuse", note, f"safehub list {spec.repo}:{r.commit}"
+    elif wanted == "required" and entry is None and decision.mode != "warn":
+        outcome = "conditional"
+        why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if a valid "
+               f"signature by {_signers(decision.requirements.signer_sets)} is "
+               "found: the policy requires one, and it can be checked only on the "
+               "downloaded tree")
+        fix = fixes.run(f"safehub prefetch {spec}", "(fetches and verifies the tree, runs "
+                        "nothing; then check again)")
     elif decision.verdict == "allow":
         outcome, why, fix = "load", "the policy allows it", None
     elif consents:
@@ -111,7 +141,15 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
                       "signature": decision.requirements.signature},
         violations=list(decision.violations), cached=entry is not None,
         digest=entry.digest if entry is not None else None, entrypoint_found=found,
-        entrypoint_note=note if found is not False else "")
+        entrypoint_note=note if found is not False else "", signature=signature)
+
+
+def _signers(sets: Sequence[SignerSet]) -> str:
+    """Who may sign, for a message: every set must be satisfied, by one of its signers."""
+    named = [" or ".join([*(s.describe() for s in ss.signers),
+                          *(k.describe() for k in ss.keys)]) or f"({ss.source}: none)"
+             for ss in sets]
+    return " and ".join(named) or "a signer the policy names"
 
 
 def _entrypoint(hub: Hub, admitted: Admitted, entry: Any,
@@ -208,13 +246,22 @@ class LockChange(_Report):
         return data
 
 
-def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False) -> list[LockChange]:
+def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
+         rewrite: bool = False) -> list[LockChange]:
     """Pin ``specs`` in the lockfile (fetching and verifying each); return what changed.
 
     Specs already locked are kept unless ``upgrade`` (which, with no specs, re-resolves
-    every entry). Policy denials still apply; nothing is trusted or run.
+    every entry). ``rewrite`` starts the file afresh, without reading it (an invalid one
+    too): only ``specs`` are in it afterwards. Policy denials still apply; nothing is
+    trusted or run.
     """
-    lockfile = Lockfile.load(hub.lockfile_path, missing_ok=True)
+    if rewrite and not specs:
+        raise SpecError("--rewrite needs the specs to write", hint="safehub lock --rewrite "
+                        "owner/name:ref ... (every spec the lockfile should pin)")
+    lockfile = Lockfile(hub.lockfile_path) if rewrite else Lockfile.load(
+        hub.lockfile_path, missing_ok=True)
+    if rewrite:
+        hub.forget_lockfile(instead=lockfile)  # admission must not read the old file either
     targets = list(specs) or (list(lockfile.entries) if upgrade else [])
     if not targets:
         raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")

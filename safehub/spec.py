@@ -66,7 +66,7 @@ def _check_ref(ref: str, spec: str) -> None:
     def bad(why: str) -> SpecError:
         return SpecError(
             f"invalid ref {ref!r} in {spec!r}: {why}",
-            hint="use a branch name, a tag name or a commit sha (7 to 40 hex digits)",
+            hint="use a branch name, a tag name or a commit sha (4 to 40 hex digits)",
         )
 
     if not ref:
@@ -96,6 +96,24 @@ def _check_ref(ref: str, spec: str) -> None:
         raise bad("HEAD is not a ref safehub resolves; leave the ref out for the default branch")
 
 
+_URL = re.compile(r"(?:https?://|git@|ssh://git@)?(?:www\.)?github\.com[:/]+"
+                  r"([^/\s:]+)/([^/\s:#?]+?)(?:\.git)?/?(?:/(?:tree|commit|releases/tag)/"
+                  r"([^\s#?]+?))?/?(?:[#?].*)?")
+
+
+def _from_url(text: str) -> str | None:
+    """The spec a GitHub URL means (``https://github.com/o/n/tree/v1`` -> ``o/n:v1``).
+
+    >>> _from_url("https://github.com/pytorch/vision.git"), _from_url("pytorch/vision")
+    ('pytorch/vision', None)
+    """
+    m = _URL.fullmatch(text.strip())
+    if m is None:
+        return None
+    owner, name, ref = m.groups()
+    return f"{owner}/{name}" + (f":{ref}" if ref else "")
+
+
 @dataclass(frozen=True)
 class RepoSpec:
     """A validated GitHub repo reference.
@@ -113,6 +131,9 @@ class RepoSpec:
         """Parse ``owner/name[:ref]``; raise :class:`SpecError` for anything else."""
         if not isinstance(text, str):
             raise SpecError(f"repo must be a string, not {type(text).__name__}", hint=_SPEC_HINT)
+        if (meant := _from_url(text)) is not None:
+            raise SpecError(f"invalid repo spec {text!r}: a URL, not owner/name[:ref]",
+                            hint=f"write it as {meant!r} (owner/name[:ref])")
         repo, sep, ref = text.partition(":")
         parts = repo.split("/")
         if len(parts) != 2:

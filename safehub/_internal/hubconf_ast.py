@@ -2,12 +2,14 @@
 
 torch.hub's entrypoints are the module's public callables. Without running the module
 safehub can tell for certain only what its top level binds by name: functions, classes,
-assignments, imports. A star import, ``globals()`` tricks or a module ``__getattr__`` make
-the answer uncertain, and it says so.
+assignments, names imported from modules. Names that cannot be callable are left out: a
+plain ``import x`` binds a module, and a name assigned a literal (``dependencies = [...]``)
+is data. A star import, ``globals()`` tricks or a module ``__getattr__`` make the answer
+uncertain, and it says so.
 
->>> found = entrypoints_of("def resnet(): pass\\nimport torch\\n_x = 1\\n")
+>>> found = entrypoints_of("def resnet(): pass\\nimport torch\\n_x = 1\\ndependencies = []\\n")
 >>> sorted(found.names), found.certain
-(['resnet', 'torch'], True)
+(['resnet'], True)
 >>> entrypoints_of("from models import *\\n").certain
 False
 """
@@ -39,16 +41,25 @@ def _targets(node: ast.AST) -> list[str]:
     return []
 
 
+_DATA = (ast.Constant, ast.List, ast.Tuple, ast.Dict, ast.Set, ast.JoinedStr, ast.ListComp,
+         ast.DictComp, ast.SetComp)
+
+
 def _bound(node: ast.stmt) -> tuple[list[str], str]:
     """Names a top-level statement binds, and why the answer is uncertain (or "")."""
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
         return [node.name], ""
     if isinstance(node, ast.Assign):
+        if isinstance(node.value, _DATA):  # never callable
+            return [], ""
         return [n for t in node.targets for n in _targets(t)], ""
     if isinstance(node, ast.AnnAssign | ast.AugAssign):
+        if isinstance(node, ast.AnnAssign) and (node.value is None
+                                                or isinstance(node.value, _DATA)):
+            return [], ""
         return _targets(node.target), ""
-    if isinstance(node, ast.Import):
-        return [(a.asname or a.name).split(".")[0] for a in node.names], ""
+    if isinstance(node, ast.Import):  # a module is never callable
+        return [], ""
     if isinstance(node, ast.ImportFrom):
         if any(a.name == "*" for a in node.names):
             return [], f"`from {node.module or '.'} import *` (line {node.lineno})"

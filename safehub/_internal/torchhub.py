@@ -33,8 +33,8 @@ from typing import Any
 
 from safehub.errors import HubconfError
 
-__all__ = ["ROUTED", "call_entrypoint", "docstring", "entrypoints", "handling", "install",
-           "original", "torch_hub", "uninstall"]
+__all__ = ["ROUTED", "call_entrypoint", "described", "docstring", "entrypoints", "handling",
+           "install", "original", "torch_hub", "uninstall"]
 
 ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
 _LOCK = threading.RLock()
@@ -266,6 +266,14 @@ def entrypoints(repo_dir: Path) -> list[str]:
 
 def docstring(repo_dir: Path, model: str) -> str | None:
     """The entrypoint's docstring, as torch.hub.help returns it."""
+    return described(repo_dir, model)[1]
+
+
+def described(repo_dir: Path, model: str) -> tuple[str, str | None]:
+    """The entrypoint's signature line (``tiny(n=2, bias=True)``, as inspect.signature
+    shows it; ``tiny(...)`` if it has none) and its docstring (``safehub help``)."""
+    import inspect
+
     module = _import_hubconf(repo_dir)
     missing = [
         dep for dep in getattr(module, "dependencies", None) or ()
@@ -279,5 +287,9 @@ def docstring(repo_dir: Path, model: str) -> str | None:
             f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
             hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
         )
+    try:
+        line = f"{model}{inspect.signature(func)}"
+    except (ValueError, TypeError):  # a callable with no signature to show
+        line = f"{model}(...)"
     doc = func.__doc__
-    return doc if doc is None else str(doc)
+    return line, doc if doc is None else str(doc)

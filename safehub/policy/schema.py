@@ -25,8 +25,17 @@ from safehub.policy.keys import KEYS, TABLE_NAMES, Fault, Key, PathList, PathVal
 
 __all__ = ["FileSpec", "parse_text", "pydantic_model", "validate"]
 
-_FIX = "fix the file (`safehub policy validate FILE` lists every fault); until then no repo " \
-    "loads on this machine (fail closed)"
+
+
+def _fix(source: str, origin: str) -> str:
+    """The fix of an invalid file: the command that lists its faults by the rules of its
+    role (a file named safehub.toml is validated as a project's unless told otherwise)."""
+    import shlex
+
+    project = Path(source).name == "safehub.toml"
+    role = f" --as {origin}" if (origin == "project") != project else ""
+    return (f"fix the file (`safehub policy validate {shlex.quote(source)}{role}` lists every "
+            "fault); until then no repo loads on this machine (fail closed)")
 
 
 @dataclass(frozen=True)
@@ -168,7 +177,7 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
                     rules[scope].append(table)
     if faults.items or section is None:
         raise PolicyError(f"policy file {source} is invalid:\n    "
-                          + "\n    ".join(faults.items), hint=_FIX)
+                          + "\n    ".join(faults.items), hint=_fix(source, origin))
     return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]))
 
 
@@ -213,7 +222,8 @@ def parse_text(text: str, source: str, *, origin: str = "user") -> FileSpec:
     try:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
-        raise PolicyError(f"policy file {source}: not valid TOML ({e})", hint=_FIX) from e
+        raise PolicyError(f"policy file {source}: not valid TOML ({e})",
+                          hint=_fix(source, origin)) from e
     return validate(data, source, origin=origin)
 
 
