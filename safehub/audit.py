@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub.errors import PolicyDenied, PolicyError, SafehubError, UntrustedRepoError
+from safehub.runtime import suspended
 
 __all__ = ["AuditLog", "Note"]
 
@@ -66,12 +67,8 @@ class AuditLog:
         }
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-            finally:
-                os.close(fd)
+            with suspended():  # safehub's line, also when a nested load ends under a guard
+                self._append(line)
         except OSError as e:
             if self.required:
                 raise PolicyError(
@@ -81,6 +78,14 @@ class AuditLog:
                 ) from e
             warnings.warn(f"safehub could not write its audit log {self.path}: {e}",
                           stacklevel=3)
+
+    def _append(self, line: bytes) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
 
     @contextlib.contextmanager
     def note(self, repo: str, ref: str | None, entrypoint: str | None) -> Iterator[Note]:

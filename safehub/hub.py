@@ -158,7 +158,7 @@ class Hub:
             return self._prepare(spec, note, entrypoint, trust_repo, force_reload, verbose)
 
     def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
-                 force_reload: bool, verbose: bool) -> Prepared:
+                 force_reload: bool, verbose: bool, nested: bool = False) -> Prepared:
         """Steps 2 to 8 (the audit note is filled in; its caller writes it)."""
         try:
             admitted = self.admission.admit(                              # 2, 3, 4
@@ -181,7 +181,8 @@ class Hub:
                                violations=(*decision.violations, signature.failed))
         note.extra["signature"] = signature.status
         trusted_by = self.trust_step.decide(                              # 8. trust
-            self._subject(admitted, tree, signature.status), decision, trust_repo)
+            self._subject(admitted, tree, signature.status), decision, trust_repo,
+            nested=nested)
         note.decision = "warn" if decision.violations else trusted_by
         note.reasons = list(decision.reasons)
         if decision.violations:
@@ -254,7 +255,7 @@ class Hub:
         with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
             with runtime.suspended():  # safehub's own work, nested or not
                 prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
-                                         verbose)
+                                         verbose, nested)
             return self._delegate(prepared, note, run)                            # 9. delegate
 
     def _run_local(self, folder: Path, entrypoint: str | None,
@@ -274,8 +275,9 @@ class Hub:
             prepared.spec, prepared.decision, self.admission.lock_entry(prepared.spec),
             lockfile=self.lockfile_path, cache=self.cache, data_dir=self.settings.data_dir,
             transport=self.weights_transport())
-        handlers = {**weights.handlers(),
-                    **{name: self._nested(name) for name in ("load", "list", "help")}}
+        handlers = {name: runtime.routed(handler) for name, handler in (
+            *weights.handlers().items(),
+            *((name, self._nested(name)) for name in ("load", "list", "help")))}
         guard = guards.runtime_guard(prepared.spec, prepared.decision, prepared.tree,
                                      mode=self.settings.runtime)
         # The repo's code may call torch.hub after its load returns (model.forward, its

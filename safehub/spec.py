@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from safehub.errors import SpecError
 
-__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "ref_names"]
+__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "ref_forms", "ref_names"]
 
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -45,6 +45,29 @@ def ref_names(ref: str) -> tuple[str, ...]:
         if ref.startswith(prefix):
             return (ref, ref[len(prefix):])
     return (ref,)
+
+
+def ref_forms(ref: str | None, full_ref: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The names a ref is matched by: (for deny rules, for allow rules).
+
+    >>> ref_forms("dev", "refs/heads/dev")[0]
+    ('refs/heads/dev', 'heads/dev', 'dev')
+    >>> ref_forms("dev", "")
+    (('dev',), ('dev', 'refs/heads/dev', 'heads/dev', 'refs/tags/dev', 'tags/dev'))
+    """
+    if ref is None:
+        return (), ()
+    for kind in ("heads", "tags"):  # asked with its kind: as good as resolved
+        for prefix in (f"refs/{kind}/", f"{kind}/"):
+            if not full_ref and ref.startswith(prefix):
+                full_ref = f"refs/{kind}/{ref[len(prefix):]}"
+    if full_ref:
+        kind, bare = full_ref.split("/", 2)[1:]
+        known = (full_ref, f"{kind}/{bare}", bare)
+        return known, known
+    if looks_like_sha(ref):
+        return (ref,), (ref,)
+    return (ref,), (ref, *(f"{p}{k}/{ref}" for k in ("heads", "tags") for p in ("refs/", "")))
 
 
 def is_full_sha(ref: object) -> bool:

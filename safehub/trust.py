@@ -65,10 +65,15 @@ class Trust:
         self.noninteractive = noninteractive
         self.surface = surface  # "api" or "cli": which fix to suggest
 
-    def decide(self, subject: Subject, decision: Decision, trust_repo: Any) -> str:
-        """Who agreed (``allow``, ``consent``, ``trust_repo``, ``prompt-yes``); raise if nobody."""
+    def decide(self, subject: Subject, decision: Decision, trust_repo: Any, *,
+               nested: bool = False) -> str:
+        """Who agreed (``allow``, ``consent``, ``trust_repo``, ``prompt-yes``); raise if nobody.
+
+        ``nested``: a load the repo's code asked for. It never prompts: the code runs in
+        this process and could answer for the user (``sys.stdin``), so only the policy
+        or an earlier consent can let it run."""
         if trust_repo is False:
-            return self._ask(subject, "trust_repo=False asks every time")
+            return self._ask(subject, "trust_repo=False asks every time", nested)
         if decision.verdict == "allow":
             return "allow"
         if decision.violations:
@@ -90,9 +95,15 @@ class Trust:
         if earlier:
             why = (f"you trusted {subject.repo} at {earlier[-1].commit[:12]} before, but this "
                    "is different content")
-        return self._ask(subject, why)
+        return self._ask(subject, why, nested)
 
-    def _ask(self, subject: Subject, why: str) -> str:
+    def _ask(self, subject: Subject, why: str, nested: bool = False) -> str:
+        if nested:
+            raise UntrustedRepoError(
+                f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}, "
+                f"which a repo's code asked to load: it is not trusted ({why}), and a load "
+                "the repo's code asks for is never prompted for (that code could answer)",
+                hint=self._fix(subject, nested=True))
         if self.noninteractive:
             raise UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: it "
@@ -117,7 +128,7 @@ class Trust:
         self.consents.record(subject.key, subject.commit, subject.digest, "prompt")
         return "prompt-yes"
 
-    def _fix(self, subject: Subject) -> str:
+    def _fix(self, subject: Subject, *, nested: bool = False) -> str:
         from safehub.policy import searched
 
         user_policy = next(c.path for c in searched() if c.origin == "user")
@@ -126,5 +137,5 @@ class Trust:
         return fixes.either(
             fixes.run(f"safehub trust {subject.repo}:{subject.commit}",
                       "once, to trust this exact content (runs nothing)"),
-            fixes.say(explicit),
+            *(() if nested else (fixes.say(explicit),)),
             fixes.add(user_policy, ["[[allow]]", f'repo = "{subject.key}"']))

@@ -121,10 +121,13 @@ class WeightsGuard:
                 hint="if the publisher really replaced the file, remove the pin (the "
                 "lockfile's [[repo.weights]] entry) and load again",
             )
-        if self.records is not None:
-            self.records.put(url, digest, path, lambda p: _stat_key(p.stat()))
-        if url not in self.locked and self.on_new_pin is not None:
-            self.on_new_pin(url, digest)
+        from safehub.runtime import suspended
+
+        with suspended():  # safehub's own records, written while the repo's code runs
+            if self.records is not None:
+                self.records.put(url, digest, path, lambda p: _stat_key(p.stat()))
+            if url not in self.locked and self.on_new_pin is not None:
+                self.on_new_pin(url, digest)
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 

@@ -16,6 +16,7 @@ clear error and the honest case beside it:
 from __future__ import annotations
 
 import socket
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -164,3 +165,157 @@ def test_an_allow_rule_for_tags_admits_tags_asked_short_and_no_branch(branches: 
         with pytest.raises(safehub.PolicyDenied, match="vnext"):
             safehub.load("acme/models:vnext", "echo", verbose=False)
     assert runs(canary) == 1
+
+
+# -- 2, 3. safehub's pause is not the repo's; safehub's own writes are not the repo's ---------
+
+NESTING = HUBCONF + '''
+
+def own_local():
+    import os, torch
+    return torch.hub.load(os.path.dirname(os.path.abspath(__file__)), "echo", 5, source="local")
+
+
+def nested(spec):
+    import torch
+    return torch.hub.load(spec, "echo", 7)
+
+
+def launder(spec):
+    """Answer the prompt of its own nested load."""
+    import io, sys, torch
+    old = sys.stdin
+    sys.stdin = io.StringIO("y\\n")
+    try:
+        return torch.hub.load(spec, "echo", "B ran")
+    finally:
+        sys.stdin = old
+
+
+def fetch(url):
+    import os, torch
+    dst = os.path.join(torch.hub.get_dir(), "checkpoints", "w.pth")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    torch.hub.download_url_to_file(url, dst, progress=False)
+    with open(dst, "rb") as f:
+        return f.read()
+
+
+def deputy_weights(url):
+    """Download with a WeightsGuard of its own, which pauses the guard for its fetch."""
+    import os, tempfile
+    from safehub.transport import Transport, TransportConfig
+    from safehub.weights import WeightsGuard
+    guard = WeightsGuard(repo="x", patterns=(), transport=Transport(TransportConfig()))
+    guard.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "leak"), progress=False)
+
+
+def deputy_hub(spec, outside):
+    """Run safehub's pipeline with a policy and cache of its own choosing."""
+    import safehub
+    from safehub.policy import Policy
+    hub = safehub.Hub(policy=Policy.from_text('[safehub]\\nunknown_repos = "allow"\\n', "x"),
+                      cache_dir=outside)
+    return str(hub.prepare(spec, trust_repo=True, verbose=False).path)
+
+
+def busy(path):
+    import sys
+    sys.modules["safehub.runtime._hook"]._STATE.busy = True
+    with open(path, "w") as f:
+        f.write("hidden")
+
+
+def clear_events(path):
+    import sys
+    sys.modules["safehub.runtime._hook"].EVENTS.clear()
+    with open(path, "w") as f:
+        f.write("unseen")
+
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+'''
+
+STRICT = """[safehub]
+runtime = "enforce"
+[[allow]]
+repo = "acme/models"
+network = []
+writes = ["{canary}"]
+{extra}
+[[allow]]
+repo = "acme/other"
+writes = ["{canary}"]
+"""
+
+
+@pytest.fixture
+def nesting(make_hub_repo, isolated: Path, server, tmp_path: Path,  # type: ignore[no-untyped-def]
+            monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "tmpdir").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmpdir"))  # tests live in /tmp
+    make_hub_repo("acme", "models", {"hubconf.py": NESTING})
+    make_hub_repo("acme", "other")
+    make_hub_repo("evil", "b")
+    server.add_static("/acme/w.pth", b"weights")
+    return policy(isolated, STRICT.format(
+        canary=tmp_path / "canary", extra=f'weights = ["{server.foreign_url}/acme/*"]'),
+        "config")
+
+
+def test_nested_and_own_folder_loads_pass_under_enforce(nesting: Path) -> None:
+    assert safehub.load("acme/models:v1.0", "own_local", verbose=False) == ((5,), {})
+    assert safehub.load("acme/models:v1.0", "nested", "acme/other:v1.0",
+                        verbose=False) == ((7,), {})
+
+
+def test_weights_the_policy_allows_download_under_enforce(nesting: Path, server,  # type: ignore[no-untyped-def]
+                                                          isolated: Path) -> None:
+    url = f"{server.foreign_url}/acme/w.pth"
+    assert safehub.load("acme/models:v1.0", "fetch", url, verbose=False) == b"weights"
+
+
+def test_the_repos_code_cannot_borrow_safehubs_pause(nesting: Path, server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                     canary: Path) -> None:
+    server.add_static("/leak/SECRET", b"ok")
+    server.clear_log()
+    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
+        safehub.load("acme/models:v1.0", "deputy_weights", f"{server.foreign_url}/leak/SECRET",
+                     verbose=False)
+    assert not any("leak" in r.path for r in server.requests_log)
+    outside = tmp_path / "outside-cache"
+    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
+        safehub.load("acme/models:v1.0", "deputy_hub", "acme/other:v1.0", str(outside),
+                     verbose=False)
+    assert not outside.exists()
+
+
+def test_a_nested_load_is_never_prompted_for(nesting: Path, isolated: Path,
+                                             canary: Path) -> None:
+    hub = safehub.Hub(noninteractive=False)  # a user at a terminal
+    with pytest.raises(safehub.UntrustedRepoError, match="never prompted") as refused:
+        hub.load("acme/models:v1.0", "launder", "evil/b:v1.0", verbose=False)
+    assert "trust_repo=True" not in (refused.value.hint or "")
+    assert hub.consents.list("evil/b") == []
+    assert runs(canary) == 1  # acme/models ran; evil/b did not
+
+
+# -- 6. cheap edits of the guard's state ------------------------------------------------------
+
+def test_setting_the_guards_busy_flag_is_refused_at_once(nesting: Path, tmp_path: Path) -> None:
+    target = tmp_path / "hidden.txt"
+    with pytest.raises(safehub.RuntimeGuardError, match="busy flag"):
+        safehub.load("acme/models:v1.0", "busy", str(target), verbose=False)
+    assert not target.exists()
+
+
+def test_emptying_the_event_table_fails_the_load_and_the_next_load_is_guarded(
+    nesting: Path, tmp_path: Path
+) -> None:
+    with pytest.raises(safehub.RuntimeGuardError, match="state was edited"):
+        safehub.load("acme/models:v1.0", "clear_events", str(tmp_path / "a"), verbose=False)
+    with pytest.raises(safehub.RuntimeGuardError, match="does not allow it"):
+        safehub.load("acme/models:v1.0", "write", str(tmp_path / "b"), verbose=False)
+    assert not (tmp_path / "b").exists()

@@ -595,7 +595,11 @@ def as_safehub() -> Iterator[Callable[[Callable[[], Any]], Any]]:
     """Run a callable suspended, as safehub's own code does (a function of one of its
     modules, in that module): the only caller suspended() honours."""
     namespace = vars(_hook)
-    exec(compile("def _test_own_work(f):\n    with suspended():\n        return f()\n",
+    exec(compile("def _test_own_work(f, route=True):\n"
+                 "    def work():\n"
+                 "        with suspended():\n"
+                 "            return f()\n"
+                 "    return routed(work)() if route else work()\n",
                  _hook.__file__, "exec"), namespace)
     yield namespace["_test_own_work"]
     del namespace["_test_own_work"]
@@ -615,6 +619,39 @@ def test_suspended_is_neither_recorded_nor_refused(place: Place, port: int,
     assert (place.outside / "safehub-own").exists()
     assert error is not None and report.hosts == []
     assert [e.target for e in report.refused] == [str((place.outside / "repo").resolve())]
+
+
+@pytest.mark.parametrize("mode", ["observe", "enforce"])
+def test_safehubs_own_code_called_directly_by_the_repo_cannot_suspend(
+    place: Place, mode: str, as_safehub: Callable[..., Any]
+) -> None:
+    """A confused deputy: the repo's code calls safehub's functions that pause the guard
+    for their own work (a Hub of its own, a WeightsGuard of its own) instead of going
+    through torch.hub, which safehub routes. Nothing is paused."""
+    def code() -> None:
+        attempt(lambda: as_safehub(lambda: (place.outside / "unseen").write_text("x"),
+                                   route=False))
+
+    report, error = guarded(place, code, mode)
+    assert not (place.outside / "unseen").exists()
+    assert error is not None and "called safehub directly" in error.message
+    assert [e.action for e in report.refused] == ["guard"]
+
+
+def test_a_routed_call_suspends_only_the_guard_it_was_called_under(
+    place: Place, as_safehub: Callable[..., Any]
+) -> None:
+    """Inside a routed call, a nested guard (the nested load's) is not paused by it."""
+    inner = RuntimeGuard(RuntimeRules(mode="enforce"), repo="acme/inner", tree=place.tmp)
+
+    def nested() -> None:
+        with inner.active():
+            attempt(lambda: as_safehub(lambda: (place.outside / "x").write_text("x"),
+                                       route=False))
+
+    _report, error = guarded(place, lambda: as_safehub(nested), "observe")
+    assert not (place.outside / "x").exists()
+    assert error is not None and "called safehub directly" in error.message
 
 
 @pytest.mark.parametrize("mode", ["observe", "enforce"])

@@ -27,7 +27,7 @@ from safehub._internal.globs import Glob
 from safehub.policy.keys import KEYS, Choice, Table
 from safehub.policy.schema import FileSpec, parse_text
 from safehub.signatures.signers import KeySigner, Signer, SignerSet
-from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
+from safehub.spec import RepoSpec, is_full_sha, ref_forms
 
 __all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
 
@@ -270,7 +270,7 @@ class Policy:
         key = spec.key
         ref = spec.ref if ref is None else ref
         mode = self.mode
-        names = _ref_forms(ref, full_ref)
+        names = ref_forms(ref, full_ref)
         for rule in self.rules:
             if rule.kind != "deny" or not rule.matches(key):
                 continue
@@ -492,29 +492,6 @@ def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:
 
 def _any(globs: Iterable[Glob], text: str) -> bool:
     return any(g.match(text) for g in globs)
-
-
-def _ref_forms(ref: str | None, full_ref: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The names a ref is matched by: (for deny rules, for allow rules).
-
-    >>> _ref_forms("dev", "refs/heads/dev")[0]
-    ('refs/heads/dev', 'heads/dev', 'dev')
-    >>> _ref_forms("dev", "")
-    (('dev',), ('dev', 'refs/heads/dev', 'heads/dev', 'refs/tags/dev', 'tags/dev'))
-    """
-    if ref is None:
-        return (), ()
-    for kind in ("heads", "tags"):  # asked with its kind: as good as resolved
-        for prefix in (f"refs/{kind}/", f"{kind}/"):
-            if not full_ref and ref.startswith(prefix):
-                full_ref = f"refs/{kind}/{ref[len(prefix):]}"
-    if full_ref:
-        kind, bare = full_ref.split("/", 2)[1:]
-        known = (full_ref, f"{kind}/{bare}", bare)
-        return known, known
-    if looks_like_sha(ref):
-        return (ref,), (ref,)
-    return (ref,), (ref, *(f"{p}{k}/{ref}" for k in ("heads", "tags") for p in ("refs/", "")))
 
 
 def _inside(path: str, folder: str) -> bool:

@@ -26,8 +26,8 @@ from safehub.errors import RuntimeGuardError
 from safehub.runtime import sealed
 from safehub.runtime._events import EVENTS, Action
 
-__all__ = ["SUSPENDED", "Entry", "Guarded", "install", "no_bytecode", "pop", "push",
-           "suspended", "tampered"]
+__all__ = ["SUSPENDED", "Entry", "Guarded", "heal", "install", "no_bytecode", "pop", "push",
+           "routed", "snapshot", "suspended", "tampered"]
 
 
 class Guarded(Protocol):
@@ -53,6 +53,7 @@ class _State(threading.local):
     stack: tuple[Entry, ...] = ()
     busy: bool = False
     own: int = 0  # inside suspended(): safehub's own work, which may read tree files
+    marks: tuple[int, ...] = ()  # guard depths at which a routed call began (see routed)
 
 
 _STATE = _State()
@@ -106,9 +107,20 @@ def _from_a_tree() -> bool:
 def _dispatch(event: str, args: tuple[Any, ...]) -> None:
     state = _STATE
     stack = state.stack
-    if not stack or state.busy or stack[-1] is SUSPENDED:
+    if not stack or stack[-1] is SUSPENDED:
         return
     top: Guarded = stack[-1]  # type: ignore[assignment]
+    if state.busy:
+        if _inside_dispatch():
+            return  # the guard's own opens, lookups and imports
+        state.busy = False  # set from outside: the guard's state was edited
+        error = RuntimeGuardError(
+            f"runtime guard: code set the guard's busy flag to hide {event} from it",
+            hint="find what changed it (the repo's code, a test tool)")
+        for entry in stack:
+            if entry is not SUSPENDED:
+                entry.record(Action("guard", "tamper", event), error)  # type: ignore[union-attr]
+        raise error
     state.busy = True  # the guard's own opens, lookups and imports are not audited by it
     try:
         for action in EVENTS[event](args):
@@ -131,7 +143,40 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
 
 
 _DISPATCH = _dispatch
+_DISPATCH_CODE = _dispatch.__code__
 _EVENTS = EVENTS
+_EVENTS_FROZEN = tuple(EVENTS.items())
+
+
+def _inside_dispatch() -> bool:
+    """A frame of :func:`_dispatch` is on this thread's stack (only while the busy flag
+    is legitimately set: the guard deciding an event)."""
+    frame = sys._getframe(2)
+    for _ in range(64):
+        if frame is None:
+            return False
+        if frame.f_code is _DISPATCH_CODE:
+            return True
+        frame = frame.f_back  # type: ignore[assignment]
+    return False
+
+
+def heal() -> None:
+    """Undo cheap edits an earlier load left behind (its guard refused them when it ended),
+    so that the next guard holds again: the event table's contents, this thread's flag."""
+    if tuple(EVENTS.items()) != _EVENTS_FROZEN:
+        EVENTS.clear()
+        EVENTS.update(_EVENTS_FROZEN)
+    if not _STATE.stack:
+        _STATE.busy = False
+
+
+def _guard_depth(stack: tuple[Entry, ...]) -> int:
+    """How many entries up to and including the innermost guard (0: no guard)."""
+    for index in range(len(stack) - 1, -1, -1):
+        if stack[index] is not SUSPENDED:
+            return index + 1
+    return 0
 
 
 def _set_stack(stack: tuple[Entry, ...]) -> None:
@@ -173,13 +218,35 @@ def _safehubs(frame: Any) -> bool:
             and frame.f_code.co_filename.startswith(_OWN_DIR))
 
 
+def routed(handler: Callable[..., Any]) -> Callable[..., Any]:
+    """``handler`` (a torch.hub function's stand-in that a load installs) marked as the
+    way a guarded repo's calls reach safehub: while it runs, safehub's own work may
+    suspend the guard that was innermost when it was called (see :class:`suspended`)."""
+    caller = sys._getframe(1)
+    if not _safehubs(caller):
+        _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}")
+
+    def call_routed(*args: Any, **kwargs: Any) -> Any:
+        state = _STATE
+        state.marks = (*state.marks, _guard_depth(state.stack))
+        try:
+            return handler(*args, **kwargs)
+        finally:
+            state.marks = state.marks[:-1]
+
+    return call_routed
+
+
 class suspended:  # used as a function: ``with suspended():``
     """safehub's own work (inside a guarded load or not): neither recorded nor refused, and
     it may read a cached tree's files (to verify them again).
 
-    Only safehub's own code may suspend the guard: called from anywhere else (a repo's
-    code), it refuses with :class:`RuntimeGuardError`, and every guard of the thread
-    records the refusal, so the load fails even if the caller swallows it. Costs a
+    Only safehub's own code may suspend the guard, and while a guard is active in this
+    thread, only on behalf of a call the guard's load routed to safehub (a nested
+    ``torch.hub.load``, a weights download: :func:`routed`), never because the repo's code
+    called safehub's functions directly (``Hub(...).prepare``, a ``WeightsGuard`` of its
+    own). Otherwise it refuses with :class:`RuntimeGuardError`, and every guard of the
+    thread records the refusal, so the load fails even if the caller swallows it. Costs a
     thread-local counter when no guard is active in this thread.
 
     >>> try:
@@ -199,8 +266,14 @@ class suspended:  # used as a function: ``with suspended():``
         caller = sys._getframe(1)
         if not _safehubs(caller):
             _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}")
-        _STATE.own += 1
-        if _STATE.stack:
+        state = _STATE
+        if state.stack:
+            depth = _guard_depth(state.stack)
+            if depth and not (state.marks and state.marks[-1] >= depth):
+                _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}",
+                                direct=True)
+        state.own += 1
+        if state.stack:
             push(SUSPENDED)
             self._pushed = True
 
@@ -211,11 +284,15 @@ class suspended:  # used as a function: ``with suspended():``
         _STATE.own -= 1
 
 
-def _refuse_suspend(where: str) -> None:
+def _refuse_suspend(where: str, *, direct: bool = False) -> None:
     refusal = RuntimeGuardError(
         f"{where} called safehub.runtime.suspended(): only safehub's own code may pause "
-        "the runtime guard, and nothing was paused",
-        hint="remove the call; what a repo's code does is always held to the policy")
+        "the runtime guard, and nothing was paused" if not direct else
+        f"a guarded repo's code called safehub directly (reaching {where}), which would "
+        "fetch, write or load outside the guard; nothing was done",
+        hint="remove the call; what a repo's code does is always held to the policy" if not
+        direct else "call torch.hub.load/list/help or torch.hub.download_url_to_file: "
+        "safehub routes those, under the same policy")
     for entry in _STATE.stack:
         if entry is not SUSPENDED:
             entry.record(Action("guard", "suspend", where), refusal)  # type: ignore[union-attr]
@@ -349,14 +426,26 @@ def install() -> None:
         _wrap(_posixsubprocess, "fork_exec", _announcing)
 
 
-def tampered(entry: Entry) -> list[str]:
+def snapshot() -> tuple[tuple[int, ...], int]:
+    """This thread's routed-call marks and suspension count (a guard compares them when
+    it ends: see :func:`tampered`)."""
+    return _STATE.marks, _STATE.own
+
+
+def tampered(entry: Entry, before: tuple[tuple[int, ...], int] = ((), 0)) -> list[str]:
     """What has been changed in the guard's machinery while ``entry`` was active in this
-    thread: wrapped functions replaced, the hook's state or this thread's stack edited."""
+    thread: wrapped functions replaced, the hook's state or this thread's stack edited
+    (``before``: the :func:`snapshot` taken when ``entry`` was pushed)."""
     found = [f"{getattr(module, '__name__', module)}.{name} was replaced"
              for (module, name), wrapper in _wrapped.items()
              if getattr(module, name, None) is not wrapper]
     if entry not in _STATE.stack:
         found.append("the guard was removed from its thread's stack")
-    if _live < 1 or _dispatch is not _DISPATCH or EVENTS is not _EVENTS:
+    elif _STATE.stack[-1] is not entry:
+        found.append("entries were left on the guard's stack")
+    state = _STATE
+    if (_live < 1 or _dispatch is not _DISPATCH or EVENTS is not _EVENTS
+            or tuple(EVENTS.items()) != _EVENTS_FROZEN or state.busy
+            or (state.marks, state.own) != before):
         found.append("the audit hook's state was edited")
     return found

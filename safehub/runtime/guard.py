@@ -172,12 +172,14 @@ class RuntimeGuard:
             yield self.report
             return
         _hook.install()
+        _hook.heal()
         self.report.shadowing = shadowing(self.tree)
         self._refuse_shadowing()
         before = set(sys.modules)
         if self.sealed_ns is not None:
             sealed.watch(self._watch, self.sealed_ns, self.repo)
         with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
+            state = _hook.snapshot()
             _hook.push(self)
             try:
                 yield self.report
@@ -187,7 +189,7 @@ class RuntimeGuard:
                     raise self.report.refused[0]  # noqa: B904
                 raise
             finally:
-                problems = _hook.tampered(self)
+                problems = _hook.tampered(self, state)
                 _hook.pop(self)
                 self.report.leftovers = leftovers(self.tree, before)
                 if problems:
