@@ -45,6 +45,16 @@ def _dirs(tree: CachedTree, folders: tuple[str, ...] | None) -> str:
         raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
 
 
+def _ident(tree: CachedTree) -> tuple[int, int]:
+    """The tree folder's identity, taken before its scan: a folder swapped after this is
+    refused as the repo's code reads it; one swapped before makes the scan differ."""
+    try:
+        st = os.lstat(tree.path)
+    except OSError as e:
+        raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
+    return (st.st_dev, st.st_ino)
+
+
 def _survey(tree: CachedTree) -> Survey:
     try:
         return survey(tree.path)
@@ -98,7 +108,7 @@ class TreeFetcher:
                              scan=found.scan, dirs=found.dirs, sealed=found.sealed,
                              folders=found.folders)
         _SEEN[(str(tree.path), tree.digest)] = found
-        return dataclasses.replace(tree, sealed=found.sealed)
+        return dataclasses.replace(tree, sealed=found.sealed, ident=found.ident)
 
     def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *, lockfile: str = "",
                   lazy: bool = False) -> CachedTree | None:
@@ -120,6 +130,7 @@ class TreeFetcher:
         known = self.verified.get(hit.commit)
         seen = _SEEN.get((path, hit.digest))
         fast: int | None = None
+        ident = _ident(hit)
         if known is not None and known.digest == hit.digest and path in known.sealed:
             same = (known.dirs.get(path) == _dirs(hit, known.folders.get(path)) if lazy
                     else known.scans.get(path) == hit.scan())
@@ -149,7 +160,9 @@ class TreeFetcher:
                 hint="nothing ran; " + fixes.either(
                     fixes.run(f"safehub cache clear {hit.commit}"),
                     fixes.say("check how the lockfile was made")))
-        return dataclasses.replace(hit, sealed=fast) if fast is not None else self._remember(hit)
+        if fast is not None:
+            return dataclasses.replace(hit, sealed=fast, ident=ident)
+        return self._remember(hit)
 
     def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:
         """Download the archive of ``resolved.commit`` to ``out_path`` (not verified)."""

@@ -37,7 +37,8 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         source="; ".join(reqs.runtime.rules) or "the policy",
         edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),
         repo_key=spec.key)
-    return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, sealed_ns=tree.sealed)
+    return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, sealed_ns=tree.sealed,
+                        tree_ident=tree.ident)
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from safehub.policy import files as policy_files
 from tests.support import GitHubStandIn, TLSFiles, commit_files, git, make_repo, make_tls
 
 #: torch is installed (CI also runs the suite on the oldest Python the project claims, where
@@ -99,6 +100,18 @@ def tls(tmp_path_factory: pytest.TempPathFactory) -> TLSFiles:
     return make_tls(tmp_path_factory.mktemp("tls"))
 
 
+ROOT = Path(__file__).resolve().parents[1]
+SITEHOOK = Path(__file__).resolve().parent / "sitehook"
+
+
+def child_pythonpath(*more: str) -> str:
+    """PYTHONPATH for a child Python: this checkout first, then the hook that keeps the
+    machine's /etc/xdg/safehub out of sight (tests/sitehook), then ``more``."""
+    keep = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+            if p and p not in (str(ROOT), str(SITEHOOK))]
+    return os.pathsep.join([str(ROOT), str(SITEHOOK), *more, *keep])
+
+
 @pytest.fixture(autouse=True)
 def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """Point HOME, XDG dirs, torch's hub dir and safehub's cache into tmp_path."""
@@ -122,6 +135,11 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", "https://127.0.0.1:9/no-stand-in")
     monkeypatch.setenv("SAFEHUB_GITHUB_URL", "https://127.0.0.1:9/no-stand-in")
     monkeypatch.setenv("SAFEHUB_TEST_CANARY", str(tmp_path / "canary"))
+    # The fixed admin folder (/etc/xdg) is read whatever XDG_CONFIG_DIRS says: here and in
+    # every child Python (tests/sitehook, kept by child_env()) it is a temporary folder.
+    monkeypatch.setattr(policy_files, "SYSTEM_CONFIG_DIR", home / "etc-xdg")
+    monkeypatch.setenv("SAFEHUB_TEST_SYSTEM_CONFIG_DIR", str(home / "etc-xdg"))
+    monkeypatch.setenv("PYTHONPATH", child_pythonpath())
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from safehub._cli import main
-from tests.conftest import HubRepo, needs_torch
+from tests.conftest import HubRepo, child_pythonpath, needs_torch
 
 
 @needs_torch
@@ -63,7 +63,7 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_python_dash_m(tmp_path: Path) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     proc = subprocess.run([sys.executable, "-m", "safehub", "--help"], capture_output=True,
                           text=True, env=env)
     assert proc.returncode == 0 and "cache" in proc.stdout

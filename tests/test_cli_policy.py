@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from safehub._cli import main
-from tests.conftest import HubRepo, needs_torch, runs
+from tests.conftest import HubRepo, child_pythonpath, needs_torch, runs
 
 
 def out_json(capsys: pytest.CaptureFixture[str]) -> object:
@@ -84,7 +84,7 @@ def test_run_routes_torch_hub_in_a_child_program(
         "import sys, torch.hub\n"
         f"torch.hub.load('{hub_repo.spec}:v1.0', 'tiny')\n"
     )
-    monkeypatch.setenv("PYTHONPATH", str(Path(__file__).parents[1]))
+    monkeypatch.setenv("PYTHONPATH", child_pythonpath())
     monkeypatch.setenv("CI", "true")
     proc = subprocess.run(
         [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
@@ -104,3 +104,77 @@ def test_run_routes_torch_hub_in_a_child_program(
 
 def test_run_needs_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run"]) == 2
+
+
+# -- the admin's fixed site folder holds whatever XDG_CONFIG_DIRS says ------------------------
+
+SITE_FLOOR = ("[safehub]\nversion = 1\nfinal = true\nunknown_repos = 'deny'\n"
+              "[[allow]]\nrepo = 'acme/*'\n[[deny]]\nrepo = 'evil/*'\nreason = 'admin says no'\n")
+
+
+def fixed_site(isolated: Path) -> Path:
+    """Where the suite puts /etc/xdg/safehub/policy.toml (tests/conftest.py isolated)."""
+    from safehub.policy import files
+
+    assert isolated / "etc-xdg" == files.SYSTEM_CONFIG_DIR
+    path = isolated / "etc-xdg/safehub/policy.toml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(SITE_FLOOR)
+    return path
+
+
+def test_xdg_config_dirs_cannot_drop_the_fixed_site_policy(
+        isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub.policy import load_policy
+    from safehub.spec import RepoSpec
+
+    site = fixed_site(isolated)
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("XDG_CONFIG_DIRS", str(tmp_path / "empty"))  # a project's .envrc
+    assert main(["check", "evil/thing:v1", "--json"]) == 1
+    report = out_json(capsys)
+    assert isinstance(report, dict) and report["policy"] == "deny"
+    assert "admin says no" in report["reasons"][0] and str(site) in report["reasons"][0]
+    policy = load_policy()
+    assert policy.decide(RepoSpec.parse("stranger/models:v1")).verdict == "deny"  # the floor
+    assert policy.decide(RepoSpec.parse("acme/models:v1")).verdict == "allow"  # honest case
+
+    assert main(["policy", "show"]) == 0
+    text = capsys.readouterr().out
+    assert f"found   site     {site}" in text
+    assert f"absent  site     {tmp_path / 'empty/safehub/policy.toml'}" in text
+    assert text.index(str(site)) < text.index(str(tmp_path / "empty"))  # first in merge order
+    assert main(["policy", "show", "--json"]) == 0
+    data = out_json(capsys)
+    assert isinstance(data, dict)
+    assert data["unknown_repos"] == {"value": "deny", "from": str(site)}
+    assert data["searched"][0] == {"path": str(site), "origin": "site", "exists": True}
+
+
+def test_the_fixed_site_folder_is_read_once_however_it_is_also_named(
+        isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safehub.policy import load_policy, searched
+
+    site = fixed_site(isolated)
+    (tmp_path / "alias").symlink_to(isolated / "etc-xdg")
+    monkeypatch.setenv("XDG_CONFIG_DIRS", os.pathsep.join(
+        [str(tmp_path / "alias"), str(isolated / "etc-xdg"), str(isolated / "site")]))
+    places = [c for c in searched() if c.origin == "site"]
+    assert [c.path for c in places] == [site, isolated / "site/safehub/policy.toml"]
+    assert load_policy().files == (str(site),)
+
+
+def test_no_test_and_no_child_python_sees_the_machines_etc_xdg(tmp_path: Path) -> None:
+    """The suite's seam: in process and in every child Python it starts (tests/sitehook),
+    the fixed folder is a temporary one, never the machine's /etc/xdg."""
+    from safehub.policy import searched
+
+    assert not any(str(c.path).startswith("/etc/") for c in searched())
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
+    proc = subprocess.run([sys.executable, "-m", "safehub", "policy", "show", "--json"],
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    paths = [c["path"] for c in json.loads(proc.stdout)["searched"]]
+    assert paths[0] == os.environ["SAFEHUB_TEST_SYSTEM_CONFIG_DIR"] + "/safehub/policy.toml"
+    assert not any(p.startswith("/etc/") for p in paths)

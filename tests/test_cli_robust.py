@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from safehub import errors
 from safehub._cli import main
 from safehub.signatures import sign_directory
-from tests.conftest import HAVE_TORCH, HUBCONF, needs_torch, runs
+from tests.conftest import HAVE_TORCH, HUBCONF, child_pythonpath, needs_torch, runs
 from tests.support import GitHubStandIn, TLSFiles, git, make_repo
 
 ROOT = Path(__file__).parents[1]
@@ -531,7 +531,7 @@ def test_every_success_with_json_is_one_json_value(
 # -- where stdin, stdout, stderr or the terminal matter: a real process ----------------------
 
 def python_m(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     env.update(kwargs.pop("env", {}))  # type: ignore[call-overload]
     kwargs.setdefault("capture_output", not {"stdout", "stderr"} & set(kwargs))
     return subprocess.run([sys.executable, "-m", "safehub", *args], text=True, env=env,
@@ -603,7 +603,7 @@ def test_no_terminal_and_no_ci_refuses_at_once(mess: World, canary: Path) -> Non
 def test_the_prompt_left_with_ctrl_c_or_ctrl_d(mess: World, canary: Path, answer: str) -> None:
     import pexpect
 
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     child = pexpect.spawn(sys.executable, ["-m", "safehub", "load", "acme/models:v1.0", "tiny"],
                           env=env, encoding="utf-8", timeout=120)
     child.expect(r"\[y/N\] ")

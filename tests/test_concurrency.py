@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.conftest import HubRepo, needs_torch, runs
+from tests.conftest import HubRepo, child_pythonpath, needs_torch, runs
 from tests.support import GitHubStandIn
 
 CHILD = """
@@ -26,7 +26,7 @@ def run_at_once(n: int, spec: str, cwd: Path) -> list[tuple[int, str, str]]:
     procs = [
         subprocess.Popen([sys.executable, "-c", CHILD, spec], stdin=subprocess.PIPE,
                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+                         env={**os.environ, "PYTHONPATH": child_pythonpath()})
         for _ in range(n)
     ]
     for p in procs:

@@ -201,6 +201,7 @@ class Docs:
                 (home / sub).mkdir(parents=True, exist_ok=True)
                 env[var] = str(home / sub)
             env["HOME"] = str(home)
+            env["SAFEHUB_TEST_SYSTEM_CONFIG_DIR"] = str(home / "etc-xdg")  # tests/sitehook
         if ci:
             for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
                 del env[var]  # XDG_CONFIG_DIRS stays: never the machine's real /etc/xdg

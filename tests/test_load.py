@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -219,7 +220,8 @@ def test_planted_bytecode_is_removed_before_anything_runs(hub_repo: HubRepo,
     tree = cache_tree(hub_repo.sha)
     tree.chmod(0o755)
     pyc = tree / "__pycache__/hubconf.cpython-311.pyc"
-    pyc.parent.mkdir()
+    # Planted by another process: this one makes no __pycache__ in a tree it watches.
+    subprocess.run(["mkdir", str(pyc.parent)], check=True)
     pyc.write_bytes(b"evil bytecode")
     load(f"{hub_repo.spec}:v1.0")
     assert not pyc.parent.exists() and runs(canary) == 2

@@ -16,7 +16,7 @@ from safehub._cli import main
 from safehub.cache import scan_digest
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
 from safehub.lockfile import Lockfile
-from tests.conftest import HubRepo, runs
+from tests.conftest import HubRepo, child_pythonpath, runs
 from tests.support import GitHubStandIn
 
 NEW_HUBCONF = "import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('new\\n')\n" \
@@ -200,7 +200,7 @@ def test_read_only_shared_cache_read_by_32_processes(
     assert not (shared / "v1").stat().st_mode & 0o222
     before = _snapshot(shared)
     env = {**os.environ, "SAFEHUB_CACHE_DIR": str(shared), "SAFEHUB_OFFLINE": "1",
-           "PYTHONPATH": str(Path(__file__).parents[1])}
+           "PYTHONPATH": child_pythonpath()}
     procs = [subprocess.Popen([sys.executable, "-c", READER, f"{hub_repo.spec}:v1.0"],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env)

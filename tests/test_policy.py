@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import safehub
+from safehub._internal.globs import Glob
 from safehub.errors import PolicyError
 from safehub.policy import Policy, load_policy
 from safehub.spec import RepoSpec
@@ -103,6 +104,68 @@ def test_globs_and_case() -> None:
     assert p.decide(spec("MYORG/Models")).verdict == "allow"
     assert p.decide(spec("myorg-evil/models")).verdict == "deny"
     assert p.decide(spec("myor/models")).verdict == "deny"
+
+
+def test_a_set_range_spanning_slash_never_admits_a_nested_branch() -> None:
+    """``[.-9]`` covers 0x2E..0x39, '/' included; a set still never matches '/'."""
+    p = Policy.from_text("[safehub]\nunknown_repos = 'deny'\n[[allow]]\nrepo = 'acme/models'\n"
+                         "refs = ['v1[.-9]*']\n", "site.toml")
+    assert p.decide(spec("acme/models:v1.2")).verdict == "allow"
+    assert p.decide(spec("acme/models:v10")).verdict == "allow"
+    d = p.decide(spec("acme/models:v1/evil-branch"))
+    assert d.verdict == "deny" and "v1[.-9]*" in d.reasons[-1]
+    for pattern in ("[.-9]", "[!a]", "[+-0]", "[!.-9]", "[--9]"):
+        assert not Glob(pattern).match("/") and not Glob(pattern, fold=True).match("/")
+
+
+def test_no_set_ever_consumes_a_slash() -> None:
+    """Property: in globs made of sets, literals, ``*`` and ``?``, a text whose extra '/'
+    can only have been consumed by a set never matches; the same text with a character the
+    set does admit does."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    ends = [chr(c) for c in range(0x21, 0x7F) if chr(c) not in "/[]\\-!"]
+    pair = st.tuples(st.sampled_from(ends), st.sampled_from(ends)).map(sorted)
+    a_set = st.tuples(st.booleans(), st.lists(
+        st.one_of(st.sampled_from(ends), pair.map("-".join)),
+        min_size=1, max_size=3))
+    token = st.one_of(a_set, st.sampled_from(["*", "?", "/", "a", ".", "-", "9"]))
+
+    def members(negate: bool, items: list[str]) -> list[str]:
+        chars = [chr(c) for c in range(0x20, 0x7F) if chr(c) != "/"]
+        inside = [c for c in chars if any(
+            c == i if len(i) == 1 else i[0] <= c <= i[2] for i in items)]
+        return [c for c in chars if c not in inside] if negate else inside
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(token, min_size=1, max_size=6), st.data())
+    def check(tokens: list[object], data: st.DataObject) -> None:
+        pattern, attack, honest = "", "", ""
+        for t in tokens:
+            if isinstance(t, tuple):
+                negate, items = t
+                pattern += "[" + ("!" if negate else "") + "".join(items) + "]"
+                admitted = members(negate, items)
+                attack += "/"
+                honest += data.draw(st.sampled_from(admitted)) if admitted else "/"
+            elif t == "*":
+                pattern += "*"
+            elif t == "?":
+                pattern += "?"
+                attack += "x"
+                honest += "x"
+            else:
+                pattern += str(t)
+                attack += str(t)
+                honest += str(t)
+        if any(isinstance(t, tuple) for t in tokens):
+            for fold in (False, True):
+                assert not Glob(pattern, fold=fold).match(attack), (pattern, attack)
+        if all(not isinstance(t, tuple) or members(*t) for t in tokens):
+            assert Glob(pattern).match(honest), (pattern, honest)
+
+    check()
 
 
 def test_refs_entrypoints_and_pin() -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from tests.conftest import HubRepo, needs_torch, runs
+from tests.conftest import HubRepo, child_pythonpath, needs_torch, runs
 
 CHILD = """
 import sys, safehub
@@ -23,7 +23,7 @@ print("LOADED", type(model).__name__)
 
 
 def spawn(spec: str, cwd: Path) -> pexpect.spawn:
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     env.pop("CI", None)
     return pexpect.spawn(sys.executable, ["-c", CHILD, spec], cwd=str(cwd), env=env,
                          encoding="utf-8", timeout=120)
@@ -69,7 +69,7 @@ def test_closed_stdin_refuses_at_once_without_ci_variables(
     """No TTY and no CI=true: never input(), an immediate refusal that says how to fix it."""
     import subprocess
 
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     env.pop("CI", None)
     proc = subprocess.run([sys.executable, "-c", CHILD, f"{hub_repo.spec}:v1.0"],
                           stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env,

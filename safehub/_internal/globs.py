@@ -2,9 +2,10 @@
 
 ``*`` matches any run of characters except ``/``; ``**`` matches anything, ``/`` included;
 ``?`` matches one character except ``/``; ``[abc]``, ``[a-z]`` and ``[!abc]`` match one
-character of a set (never ``/``). Everything else is literal. So ``myorg/*`` matches
-``myorg/models`` but ``v0.*`` does not match the branch ``v0.1/evil``, and
-``https://host/models/*`` does not reach into subfolders (write ``/**`` for that).
+character of a set (never ``/``, even where a range such as ``[.-9]`` spans it).
+Everything else is literal. So ``myorg/*`` matches ``myorg/models`` but ``v0.*`` does not
+match the branch ``v0.1/evil``, and ``https://host/models/*`` does not reach into
+subfolders (write ``/**`` for that).
 
 A pattern that is not plainly of this form is an error, never a literal: an unclosed
 ``[``, an empty or reversed set, a backslash (there are no escapes; write ``[*]`` for a
@@ -48,7 +49,9 @@ def _set(pattern: str, start: int) -> tuple[str, int]:
             out.append("-")  # a range between two characters
         else:
             out.append(re.escape(c))
-    return ("[^/" if negate else "[") + "".join(out) + "]", end + 1
+    # A range may span '/' (``[.-9]`` covers 0x2E..0x39): the lookahead keeps '/' out of
+    # every set, whatever its ranges, so a set never crosses a path or ref separator.
+    return ("[^/" if negate else "(?!/)[") + "".join(out) + "]", end + 1
 
 
 @lru_cache(maxsize=4096)

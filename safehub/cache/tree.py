@@ -85,6 +85,8 @@ class Survey:
     """The folders, relative (``""`` is the tree), in the order :func:`dir_scan` takes them."""
     sealed: int
     """:func:`sealed_at`: the latest ctime of any entry."""
+    ident: tuple[int, int]
+    """The tree folder's ``(st_dev, st_ino)``: what the runtime check holds it to."""
 
 
 def survey(root: Path) -> Survey:
@@ -95,9 +97,12 @@ def survey(root: Path) -> Survey:
     folders: list[str] = []
     latest = 0
     stack = [base]
+    ident = (0, 0)
     while stack:
         top = stack.pop()
         st = os.lstat(top)
+        if top is base:
+            ident = (st.st_dev, st.st_ino)
         dirs.update(_folder_line(top, st))
         latest = max(latest, st.st_ctime_ns)
         folders.append(top[len(base) + 1:])  # "" for the tree itself
@@ -112,7 +117,7 @@ def survey(root: Path) -> Survey:
                 latest = max(latest, st.st_ctime_ns)
                 scan.update(b"f %s\0%d %d %d %d %d\n" % (
                     name, st.st_mode, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
-    return Survey(scan.hexdigest(), dirs.hexdigest(), tuple(folders), latest)
+    return Survey(scan.hexdigest(), dirs.hexdigest(), tuple(folders), latest, ident)
 
 
 def scan_digest(root: Path) -> str:
@@ -149,6 +154,8 @@ class CachedTree:
     level: str
     sealed: int | None = None
     """The latest ctime of any entry right after this user verified it (set by the fetcher)."""
+    ident: tuple[int, int] | None = None
+    """The tree folder's ``(st_dev, st_ino)`` as the fetcher checked it (set with ``sealed``)."""
 
     @property
     def entry_dir(self) -> Path:

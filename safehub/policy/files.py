@@ -2,8 +2,10 @@
 
 Files are read in this order (each one that exists):
 
-1. ``policy.toml`` in the site config dir for "safehub" (``/etc/xdg/safehub`` on Linux;
-   every folder of ``XDG_CONFIG_DIRS``), written by admins;
+1. ``policy.toml`` in the site config dirs for "safehub", written by admins: on POSIX
+   always ``/etc/xdg/safehub/policy.toml`` first (whatever ``XDG_CONFIG_DIRS`` says: an
+   environment that sets it must not drop the admin's floor), then every folder of
+   ``XDG_CONFIG_DIRS`` (platformdirs' site config dirs), each real path once;
 2. ``policy.toml`` in the user config dir (``~/.config/safehub``);
 3. ``./safehub.toml`` in the working directory (a project's file: only the keys the
    declaration allows a project, paths inside the project folder);
@@ -21,9 +23,15 @@ from safehub.errors import PolicyError
 from safehub.policy.model import Policy
 from safehub.policy.schema import FileSpec, parse_text
 
-__all__ = ["PROJECT_FILE", "Candidate", "discover", "load_policy", "searched", "validate_file"]
+__all__ = ["PROJECT_FILE", "SYSTEM_CONFIG_DIR", "Candidate", "discover", "load_policy",
+           "searched", "validate_file"]
 
 PROJECT_FILE = "safehub.toml"
+
+#: The fixed system config folder whose ``safehub/policy.toml`` is read on every POSIX
+#: system, however ``XDG_CONFIG_DIRS`` is set. Not read from the environment on purpose;
+#: the test suite points it at a temporary folder (tests/conftest.py).
+SYSTEM_CONFIG_DIR: Path | None = Path("/etc/xdg") if os.name == "posix" else None
 
 
 @dataclass(frozen=True)
@@ -41,8 +49,14 @@ def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:
 
     env = os.environ if environ is None else environ
     dirs = platformdirs.PlatformDirs("safehub", appauthor=False, multipath=True)
-    places = [(Path(p) / "policy.toml", "site")
-              for p in dirs.site_config_dir.split(os.pathsep) if p]
+    site = [] if SYSTEM_CONFIG_DIR is None else [SYSTEM_CONFIG_DIR / "safehub"]
+    site += [Path(p) for p in dirs.site_config_dir.split(os.pathsep) if p]
+    places, seen = [], set()
+    for folder in site:
+        real = os.path.realpath(folder / "policy.toml")
+        if real not in seen:  # /etc/xdg in XDG_CONFIG_DIRS too: read once, first
+            seen.add(real)
+            places.append((folder / "policy.toml", "site"))
     places.append((Path(platformdirs.user_config_dir("safehub", appauthor=False)) /
                    "policy.toml", "user"))
     places.append((Path.cwd() / PROJECT_FILE, "project"))

@@ -67,6 +67,8 @@ _wrapped: dict[tuple[object, str], Callable[..., Any]] = {}
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event == "open" and sealed.PREFIXES:
         _check_tree_read(args)
+    elif event == "os.mkdir" and sealed.PREFIXES:
+        sealed.refuse_bytecode_folder(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
 

@@ -138,7 +138,8 @@ class RuntimeGuard:
     """
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
-                 write_roots: Sequence[Path] = (), sealed_ns: int | None = None) -> None:
+                 write_roots: Sequence[Path] = (), sealed_ns: int | None = None,
+                 tree_ident: tuple[int, int] | None = None) -> None:
         self.rules = rules
         self.repo = repo
         self.tree = Path(_real(tree))
@@ -155,6 +156,8 @@ class RuntimeGuard:
         self._addresses = _AddressBook(rules.named_hosts())
         self.sealed_ns = sealed_ns
         """The tree's sealed time (ns): its files are checked as they are opened."""
+        self.tree_ident = tree_ident
+        """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
         self._watch = tuple({str(tree).rstrip(os.sep) + os.sep, str(self.tree) + os.sep})
 
     # -- the guarded block ---------------------------------------------------------------
@@ -177,7 +180,7 @@ class RuntimeGuard:
         self._refuse_shadowing()
         before = set(sys.modules)
         if self.sealed_ns is not None:
-            sealed.watch(self._watch, self.sealed_ns, self.repo)
+            sealed.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
         with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
             state = _hook.snapshot()
             _hook.push(self)
