@@ -236,6 +236,26 @@ def clear_events(path):
 def write(path):
     with open(path, "w") as f:
         f.write("x")
+
+
+def via_tempdir(path):
+    """Move the temp dir over the target, then load itself (nested) to write there."""
+    import os, tempfile, torch
+    tempfile.tempdir = os.path.dirname(path)
+    try:
+        return torch.hub.load("acme/models:v1.0", "write", path)
+    finally:
+        tempfile.tempdir = None
+
+
+def via_hubdir(path):
+    import os, torch
+    old = torch.hub.get_dir()
+    torch.hub.set_dir(os.path.dirname(path))
+    try:
+        return torch.hub.load("acme/models:v1.0", "write", path)
+    finally:
+        torch.hub.set_dir(old)
 '''
 
 STRICT = """[safehub]
@@ -319,3 +339,15 @@ def test_emptying_the_event_table_fails_the_load_and_the_next_load_is_guarded(
     with pytest.raises(safehub.RuntimeGuardError, match="does not allow it"):
         safehub.load("acme/models:v1.0", "write", str(tmp_path / "b"), verbose=False)
     assert not (tmp_path / "b").exists()
+
+
+# -- 7. a nested load keeps the hub and temp dirs of the load around it -----------------------
+
+@pytest.mark.parametrize("entrypoint", ["via_tempdir", "via_hubdir"])
+def test_a_nested_load_cannot_be_given_wider_write_roots(nesting: Path, tmp_path: Path,
+                                                         entrypoint: str) -> None:
+    target = tmp_path / "outside" / "pwned.txt"
+    target.parent.mkdir()
+    with pytest.raises(safehub.RuntimeGuardError, match="pwned.txt"):
+        safehub.load("acme/models:v1.0", entrypoint, str(target), verbose=False)
+    assert not target.exists()

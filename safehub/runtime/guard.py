@@ -144,8 +144,14 @@ class RuntimeGuard:
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
-        roots: list[str | os.PathLike[str]] = [tree, torch_hub_dir(), tempfile.gettempdir(),
-                                                *rules.write_paths(), *write_roots]
+        outer = next((e for e in reversed(_hook._STATE.stack) if isinstance(e, RuntimeGuard)),
+                     None)
+        # A nested load's guard keeps the hub and temp dirs of the load around it: the
+        # repo's code may have moved them (tempfile.tempdir, torch.hub.set_dir) to widen it.
+        self._defaults: tuple[str, str] = (outer._defaults if outer is not None else
+                                           (torch_hub_dir(), tempfile.gettempdir()))
+        roots: list[str | os.PathLike[str]] = [tree, *self._defaults, *rules.write_paths(),
+                                                *write_roots]
         self._roots = sorted({_real(p) for p in roots})
         self._tree = [str(self.tree)]
         self._devnull = _real(os.devnull)
