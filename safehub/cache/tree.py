@@ -190,7 +190,8 @@ class CachedTree:
         load returns), and they are never needed. Anything else extra is an error.
         """
         v = self.verdict()
-        _remove_bytecode(self.path)
+        expected = {f.path for f in v.files}
+        _remove_bytecode(self.path, expected)
         found: dict[str, os.stat_result] = {}
         for dirpath, dirnames, filenames in os.walk(self.path):
             rel = os.path.relpath(dirpath, self.path)
@@ -202,7 +203,6 @@ class CachedTree:
                     found[prefix + name + "/"] = os.lstat(os.path.join(dirpath, name))
             for name in filenames:
                 found[prefix + name] = os.lstat(os.path.join(dirpath, name))
-        expected = {f.path for f in v.files}
         dirs = {p for p in found if p.endswith("/")}
         for rel in sorted(found):
             if rel not in dirs and rel not in expected:
@@ -241,14 +241,19 @@ class CachedTree:
             raise tamper(p, "changed its executable bit")
 
 
-def _remove_bytecode(tree: Path) -> None:
+def _remove_bytecode(tree: Path, committed: set[str]) -> None:
+    """Remove bytecode Python (or someone) wrote into the tree; bytecode the commit holds
+    is the tree's, kept (and never run: the runtime guard refuses to read it)."""
     for dirpath, dirnames, _ in os.walk(tree):
         if "__pycache__" not in dirnames:
             continue
         cache = Path(dirpath) / "__pycache__"
         if cache.is_symlink():
             continue
+        rel = cache.relative_to(tree).as_posix() + "/"
         names = os.listdir(cache)
+        if any(rel + n in committed for n in names):
+            continue  # the commit's own folder: anything extra in it is reported as such
         if all(n.endswith(".pyc") and (cache / n).is_file() and not (cache / n).is_symlink()
                for n in names):
             with contextlib.suppress(OSError):

@@ -16,6 +16,7 @@ event ``safehub.fork_exec``, whose arguments are the exact bytes the child will 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import sys
 import threading
@@ -85,6 +86,9 @@ def _check_tree_read(args: tuple[Any, ...]) -> None:
         refusal = sealed.check_read(path)
     except Exception:  # a path the check cannot read is the guard's business, not this one
         return
+    if path.endswith(".pyc"):  # committed or planted: importlib then compiles the source
+        raise PermissionError(errno.EACCES, "safehub: bytecode in a verified tree never "
+                              "runs (the source it shows reviewers may differ)", path)
     if refusal is None:
         return
     for entry in state.stack:
