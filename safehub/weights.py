@@ -65,11 +65,12 @@ class WeightsGuard:
 
     def check_url(self, url: str) -> None:
         parts = urlparse(url)
-        if {".", ".."} & {unquote(seg) for seg in parts.path.split("/")}:
+        if {".", ".."} & {unquote(seg) for seg in parts.path.split("/")} or any(
+                enc in parts.path.lower() for enc in ("%2f", "%5c")) or "\\" in parts.path:
             raise PolicyDenied(
                 f"hubconf.py of {self.repo} tried to download {url!r}: a URL with '.' or "
-                "'..' path segments is refused (the client would remove them after the "
-                "weights patterns matched)",
+                "'..' path segments, or an encoded '/' or '\\' in its path, is refused (a "
+                "client or server may act on them after the weights patterns matched)",
                 hint="download weights from a plain https://host/path URL")
         if parts.username or parts.password or parts.fragment or not parts.hostname:
             raise PolicyDenied(

@@ -379,10 +379,12 @@ def shared_host(server: GitHubStandIn, make_hub_repo, isolated: Path) -> str:  #
 
 @pytest.mark.parametrize("path", ["acme/../mallory/evil.pth", "acme/%2e%2e/mallory/evil.pth",
                                   "acme/%2E%2e/mallory/evil.pth", "acme/./../mallory/evil.pth",
-                                  "acme/.%2E/mallory/evil.pth"])
+                                  "acme/.%2E/mallory/evil.pth",
+                                  "acme/x%2F..%2F..%2Fmallory/evil.pth",
+                                  "acme/x%5c..%5cmallory/evil.pth"])
 def test_a_dot_segment_in_a_weights_url_is_refused(shared_host: str, server: GitHubStandIn,
                                                    path: str) -> None:
-    with pytest.raises(PolicyDenied, match="'..' path segments is refused"):
+    with pytest.raises(PolicyDenied, match="path segments, or an encoded '/'"):
         safehub.load("acme/models:v1.0", "fetch", f"{shared_host}/{path}", verbose=False)
     assert not any("mallory" in r.path for r in server.requests_log)
 
