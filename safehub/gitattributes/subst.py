@@ -167,6 +167,8 @@ def _date(placeholder: str, style: str, who: Person | None) -> _Field:
         text = found.decode("ascii")
         if style == "t":
             return text == str(when)
+        if style == "s" and who.offset is not None:
+            return text == _render("s", when, who.offset)
         if style == "s":  # the day somewhere: between the widest offsets west and east
             return _render("s", when, -_MAX_OFFSET) <= text <= _render("s", when, _MAX_OFFSET)
         offset = _offset_in(style, text)
