@@ -244,8 +244,11 @@ def test_code_injected_in_an_expansion_does_not_run(
 def test_an_honest_versioneer_file_loads(
     make_hub_repo, canary: Path  # type: ignore[no-untyped-def]
 ) -> None:
+    """The commit's details come from the stand-in's ``git/commits`` (as GitHub's: dates in
+    UTC, the message without its final newline)."""
+    more = 'git_who = "$Format:%s by %an <%ae> at %aI, %ct; %P$"\n'
     repo: HubRepo = make_hub_repo(files={"hubconf.py": HUBCONF_VERSION,
-                                         "_version.py": VERSIONEER.decode(),
+                                         "_version.py": VERSIONEER.decode() + more,
                                          ".gitattributes": "_version.py export-subst\n"})
     pytest.importorskip("torch")
     with pytest.warns(UserWarning, match="export-subst"):
