@@ -218,7 +218,8 @@ class TreeFetcher:
             listing = github.tree_listing(resolved.location, resolved.tree)
         check = check_tree(
             ext, resolved.tree, listing, allow_fallback=self.settings.tree_fallback,
-            fetch_blob=lambda sha: github.blob(resolved.location, sha))
+            fetch_blob=lambda sha: github.blob(resolved.location, sha),
+            fetch_commit=lambda: github.commit(resolved.location, commit))
         if any(d.from_attributes for d in check.differences):
             unverified = (f"; not tied byte for byte (export-subst): "
                           f"{', '.join(check.unverified)}" if check.unverified else "")

@@ -23,6 +23,7 @@ from urllib.parse import quote
 
 from safehub.digest import blob_id
 from safehub.errors import FetchError, IntegrityError, NotFoundError, RateLimitError, RepoMovedError
+from safehub.gitattributes.subst import CommitFacts, Person
 from safehub.spec import RepoSpec, is_full_sha
 from safehub.transport import HTTPError, Reply, Transport
 
@@ -208,6 +209,30 @@ class GitHub:
         if sha_field(data, what, "sha") != sha:
             raise FetchError(f"the API answered for another commit when asked about {sha}")
         return sha_field(data, what, "tree", "sha")
+
+    def commit(self, spec: RepoSpec, sha: str) -> CommitFacts:
+        """Commit ``sha``'s tree, parents, author, committer and message (``git/commits``):
+        what bounds its ``export-subst`` placeholders."""
+        what = f"commit {sha} of {spec.repo}"
+        data = self._json(spec, f"/git/commits/{sha}", what)
+        if sha_field(data, what, "sha") != sha:
+            raise FetchError(f"the API answered for another commit when asked about {sha}")
+        parents = _field(data, "parents")
+        message = _field(data, "message")
+        people = []
+        for role in ("author", "committer"):
+            name, email, date = (_field(data, role, k) for k in ("name", "email", "date"))
+            try:
+                if not all(isinstance(v, str) for v in (name, email, date)):
+                    raise ValueError(f"no {role}")
+                people.append(Person.from_api(name, email, date))
+            except ValueError as e:
+                raise FetchError(f"unexpected answer for {what}: {e}") from e
+        if not isinstance(parents, list) or not isinstance(message, str):
+            raise FetchError(f"unexpected answer for {what}: no parents or message")
+        return CommitFacts(sha, sha_field(data, what, "tree", "sha"),
+                           tuple(sha_field(p, what, "sha") for p in parents),
+                           people[0], people[1], message)
 
     def compare(self, spec: RepoSpec, base: str, head: str) -> dict[str, Any]:
         what = f"comparison {base}...{head[:12]} of {spec.repo}"

@@ -12,10 +12,12 @@ import subprocess
 import zipfile
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from io import BytesIO
 from pathlib import Path
 
 from safehub.digest import blob_id, parents
+from safehub.gitattributes.subst import CommitFacts, Person
 
 FILE, EXEC, LINK, GITLINK = "100644", "100755", "120000", "160000"
 
@@ -52,6 +54,9 @@ class Case:
     tree: str = ""
     zip: bytes = b""
     blobs: dict[str, bytes] = field(default_factory=dict)
+    facts: CommitFacts | None = None
+    """The commit as the API's ``git/commits`` describes it (dates in UTC, message without
+    its final newline)."""
 
     def listing(self) -> list[dict[str, object]]:
         """The API's recursive listing of the tree (shape of GET .../git/trees?recursive=1)."""
@@ -66,6 +71,10 @@ class Case:
 
     def fetch_blob(self, sha: str) -> bytes:
         return self.blobs[sha]
+
+    def fetch_commit(self) -> CommitFacts:
+        assert self.facts is not None
+        return self.facts
 
 
 class Repo:
@@ -109,6 +118,20 @@ class Repo:
         for case, line in zip(cases, self.git("cat-file", "--batch-check", data=query)
                               .decode().splitlines(), strict=True):
             case.tree = line.split()[0]
+            case.facts = self.facts(case.commit)
+
+    def facts(self, commit: str) -> CommitFacts:
+        """What GitHub's ``git/commits`` says of ``commit`` (its dates in UTC, with ``Z``)."""
+        form = "%T%x00%P%x00%an%x00%ae%x00%at%x00%cn%x00%ce%x00%ct%x00%B"
+        f = self.git("show", "-s", f"--format={form}", commit).decode().split("\0")
+
+        def utc(stamp: str) -> str:
+            return datetime.fromtimestamp(int(stamp), tz=timezone.utc).strftime(
+                "%Y-%m-%dT%H:%M:%SZ")
+
+        return CommitFacts(commit, f[0], tuple(f[1].split()),
+                           Person.from_api(f[2], f[3], utc(f[4])),
+                           Person.from_api(f[5], f[6], utc(f[7])), f[8].rstrip("\n"))
 
     def archive(self, case: Case, prefix: str = "") -> bytes:
         """``git archive --format=zip`` of the case's commit, as GitHub serves it."""

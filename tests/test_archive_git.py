@@ -45,6 +45,8 @@ NAMES = ["a", "b", "x.py", "y.txt", "tests", "docs", "sub", "internal", "é.md",
 LFS = (b"version https://git-lfs.github.com/spec/v1\noid sha256:" + b"5" * 64 + b"\nsize 12\n")
 CONTENTS = [b"", b"x\n", b"a\r\nb\n", b"mixed\r\nlf\n", b"$Id$\nz\n", b"$Id: old $\n$Id$",
             b"V = '$Format:%H$'\n", b"$Format:%h %s$", b"\x00\x01bin\n", "hé\n".encode(),
+            b'refnames = "$Format:%d$"\nfull = "$Format:%H$"\ndate = "$Format:%ci$"\n',
+            b"$Format:%D|%T|%t|%P|%p|%cI|%ct|%ad|%aD|%as|%an <%ae>|%B|%b%n%%x%x41$ $Id$\n",
             b"no newline", b"lf\nlf\n", b"cr\ronly\n", LFS, b"\xff\xfe\n"]
 COMPONENTS = ["*", "**", "?", "a", "tests", "docs", "x.py", "*.py", "*.txt", "[ab]", "[!x]*",
               "int*", "sub", "é.md", "a b", "v.py", "[[:alpha:]]*", "\\*star", "[x]", "?*.bin"]
@@ -137,6 +139,10 @@ def _mutations(case: Case, items: list[ZipItem]) -> list[tuple[str, list[ZipItem
         if b"$Format:" not in committed.data:
             out.append((f"content of {rel}", replaced(k, ZipItem(
                 item.name, item.data + b"#", item.system, item.external))))
+        elif item.data.startswith(before := committed.data.partition(b"$Format:")[0]):
+            injected = before + b'"; import os; x = "' + item.data[len(before):]
+            out.append((f"code injected in an expansion of {rel}", replaced(k, ZipItem(
+                item.name, injected, item.system, item.external))))
         mode = 0o100644 if committed.mode == EXEC else 0o100755
         out.append((f"mode of {rel}", replaced(k, ZipItem(item.name, item.data, *unix(mode)))))
         out.append((f"name of {rel}", replaced(k, ZipItem(
@@ -162,7 +168,7 @@ def _accepts(case: Case, zip_bytes: bytes, tmp: Path) -> None:
     (tmp / "a.zip").write_bytes(zip_bytes)
     ext = extract(tmp / "a.zip", tmp / "tree", commit=case.commit, limits=Limits())
     check_tree(ext, case.tree, case.listing() if ext.tree_id != case.tree else None,
-               allow_fallback=True, fetch_blob=case.fetch_blob)
+               allow_fallback=True, fetch_blob=case.fetch_blob, fetch_commit=case.fetch_commit)
 
 
 def _refused(case: Case, zip_bytes: bytes, tmp: Path) -> bool:

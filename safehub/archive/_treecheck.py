@@ -12,7 +12,8 @@ from safehub.archive._types import Difference, Reason, TreeCheck
 from safehub.digest import MODE_LINK, FileEntry, blob_id
 from safehub.errors import IntegrityError
 from safehub.gitattributes import Attributes
-from safehub.gitattributes.export import Export, lfs_pointer, match_subst
+from safehub.gitattributes.export import Export, lfs_pointer
+from safehub.gitattributes.subst import CommitFacts, Template, Unbounded
 
 __all__ = ["check_tree"]
 
@@ -43,6 +44,26 @@ class _Blobs:
                                      hint="retry later; the API or a proxy is broken")
             self._cache[sha] = data
         return self._cache[sha]
+
+
+class _Commit:
+    """What is known of the archived commit: its id and tree, and its details from the API
+    (fetched once, only for a placeholder they bound)."""
+
+    def __init__(self, sha: str, tree: str, fetch: Callable[[], CommitFacts] | None) -> None:
+        self._fetch = fetch
+        self._facts = CommitFacts(sha, tree)
+        self._fetched = fetch is None
+
+    def facts(self, template: Template) -> CommitFacts:
+        if not self._fetched and template.wants_commit:
+            assert self._fetch is not None
+            facts = self._fetch()
+            if (facts.sha, facts.tree) != (self._facts.sha, self._facts.tree):
+                raise IntegrityError(f"the API described another commit than {self._facts.sha}",
+                                     hint="retry later; the API or a proxy is broken")
+            self._facts, self._fetched = facts, True
+        return self._facts
 
 
 def _read(root: Path, f: FileEntry) -> bytes:
@@ -100,8 +121,8 @@ def _compare_paths(ext: Extracted, entries: Mapping[str, TreeEntry], want: Expec
                           f"writes for {why}")
 
 
-def _explain(root: Path, f: FileEntry, sha: str, attrs: Attributes,
-             blobs: _Blobs) -> list[Difference]:
+def _explain(root: Path, f: FileEntry, sha: str, attrs: Attributes, blobs: _Blobs,
+             commit: _Commit) -> list[Difference]:
     """The differences that turn the committed blob ``sha`` into the file ``f``, or refuse."""
     path = f.path
     export = Export.of(attrs.lookup(path))
@@ -127,7 +148,12 @@ def _explain(root: Path, f: FileEntry, sha: str, attrs: Attributes,
     converted, changes = steps
     found = [Difference(path, Reason(reason), rule.where()) for reason, rule in changes]
     if export.subst is not None:
-        filled = match_subst(data, converted)
+        template = Template.of(converted)
+        try:
+            filled = template.match(data, commit.facts(template))
+        except Unbounded as e:
+            raise _refuse(f"{path!r} differs from the commit's blob {sha} in its export-subst "
+                          f"placeholders (by {export.subst.where()}): {e}") from None
         if filled:
             shown = ", ".join(f"{fmt} -> {text[:60].decode(errors='replace')!r}"
                               for fmt, text in filled[:3])
@@ -149,8 +175,8 @@ def _explain(root: Path, f: FileEntry, sha: str, attrs: Attributes,
                   f"other bytes ({why}), and no .gitattributes rule of the commit explains it")
 
 
-def _check_files(ext: Extracted, want: Expected, attrs: Attributes,
-                 blobs: _Blobs) -> tuple[list[Difference], list[str]]:
+def _check_files(ext: Extracted, want: Expected, attrs: Attributes, blobs: _Blobs,
+                 commit: _Commit) -> tuple[list[Difference], list[str]]:
     found: list[Difference] = []
     unverified: list[str] = []
     for f in ext.files:
@@ -160,7 +186,7 @@ def _check_files(ext: Extracted, want: Expected, attrs: Attributes,
         if f.mode == MODE_LINK:
             raise _refuse(f"the symlink {f.path!r} points elsewhere than the commit's "
                           f"(blob {sha}); git never converts links")
-        diffs = _explain(ext.root, f, sha, attrs, blobs)
+        diffs = _explain(ext.root, f, sha, attrs, blobs, commit)
         found += diffs
         if any(not d.verified for d in diffs):
             unverified.append(f.path)
@@ -168,19 +194,19 @@ def _check_files(ext: Extracted, want: Expected, attrs: Attributes,
 
 
 def _per_file(ext: Extracted, entries: Mapping[str, TreeEntry], attrs: Attributes,
-              blobs: _Blobs) -> TreeCheck:
+              blobs: _Blobs, commit: _Commit) -> TreeCheck:
     want = expected_archive(entries, attrs)
     _compare_paths(ext, entries, want)
-    content, unverified = _check_files(ext, want, attrs, blobs)
+    content, unverified = _check_files(ext, want, attrs, blobs, commit)
     differences = sorted([*want.differences, *content], key=lambda d: d.path.encode())
     return TreeCheck("per-file", tuple(sorted(unverified)), tuple(sorted(want.omitted)),
                      tuple(differences))
 
 
 def _legacy(ext: Extracted, entries: Mapping[str, TreeEntry], files: Mapping[str, bytes],
-            blobs: _Blobs) -> TreeCheck | None:
+            blobs: _Blobs, commit: _Commit) -> TreeCheck | None:
     try:
-        return _per_file(ext, entries, Attributes(files, legacy=True), blobs)
+        return _per_file(ext, entries, Attributes(files, legacy=True), blobs, commit)
     except IntegrityError:
         return None
 
@@ -192,6 +218,7 @@ def check_tree(
     *,
     allow_fallback: bool,
     fetch_blob: Callable[[str], bytes] | None = None,
+    fetch_commit: Callable[[], CommitFacts] | None = None,
 ) -> TreeCheck:
     """Tie the extracted files to the commit's tree, or raise :class:`IntegrityError`.
 
@@ -202,11 +229,15 @@ def check_tree(
     makes of that tree under the commit's own ``.gitattributes`` (see docs/digest.md):
     the same files with the same modes, the same empty folders (submodules), nothing
     else; each file byte for byte its blob, or the blob converted as its attributes ask
-    (undone exactly; only ``export-subst`` expansions stay unverified). Where the only
+    (undone exactly; ``export-subst`` expansions are held to what git can write for the
+    commit, :mod:`safehub.gitattributes.subst`, and stay "unverified"). Where the only
     differences are submodules and empty trees, the files are exact and no permission is
     needed; otherwise ``allow_fallback`` must be true. ``fetch_blob`` returns a blob's
     committed bytes (for ``.gitattributes`` files the archive lacks, LFS pointers, and
-    files whose conversion cannot be undone from the archive alone).
+    files whose conversion cannot be undone from the archive alone); ``fetch_commit`` the
+    commit's details (parents, people, dates, message) that bound some placeholders; without
+    it only the commit id (``ext.commit``) and ``tree_id`` are known, and a placeholder of
+    the author, committer or message is refused.
     """
     if ext.tree_id == tree_id:
         if ext.empty_dirs:
@@ -219,13 +250,14 @@ def check_tree(
         raise _refuse(mismatch)
     entries = parse_listing(listing, tree_id)
     blobs = _Blobs(fetch_blob)
+    commit = _Commit(ext.commit, tree_id, fetch_commit)
     files = _attribute_files(ext, entries, blobs)
     attrs = Attributes(files)
     try:
-        check = _per_file(ext, entries, attrs, blobs)
+        check = _per_file(ext, entries, attrs, blobs, commit)
     except IntegrityError:
         # A pattern that git before 2.52 read otherwise: was the archive made by one?
-        legacy = _legacy(ext, entries, files, blobs) if attrs.version_sensitive else None
+        legacy = _legacy(ext, entries, files, blobs, commit) if attrs.version_sensitive else None
         if legacy is None:
             raise
         check = legacy

@@ -26,7 +26,8 @@ class Reason(str, enum.Enum):
     LFS = "lfs"
     """The Git LFS object in place of its pointer; checked against the pointer."""
     EXPORT_SUBST = "export-subst"
-    """``$Format:...$`` placeholders expanded: the expansions cannot be verified."""
+    """``$Format:...$`` placeholders expanded: each bounded by what git can write for the
+    commit (:mod:`safehub.gitattributes.subst`), not tied byte for byte."""
 
     def __str__(self) -> str:
         return self.value

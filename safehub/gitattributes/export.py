@@ -17,8 +17,9 @@ checkout would (convert.c), then expands ``export-subst`` placeholders (archive.
 5. ``export-subst``: each ``$Format:<fmt>$`` becomes ``git log --format=<fmt>`` of the commit.
 
 Steps 1-3 are reproduced exactly here (:meth:`Export.apply`, with Python's codecs); step 4
-is checked against the pointer's SHA-256 and size; step 5 leaves the text outside the
-placeholders checkable (:func:`match_subst`), the expansions themselves cannot be.
+is checked against the pointer's SHA-256 and size; in step 5 the text outside the
+placeholders must be equal, and each expansion is bounded by what git could have written
+for that commit (:mod:`safehub.gitattributes.subst`).
 
 >>> e = Export.of({})
 >>> e.changes_content
@@ -35,8 +36,7 @@ from dataclasses import dataclass
 from safehub.digest import blob_id
 from safehub.gitattributes import Assignment
 
-__all__ = ["Export", "LfsPointer", "crlf_to_worktree", "ident_to_worktree", "lfs_pointer",
-           "match_subst"]
+__all__ = ["Export", "LfsPointer", "crlf_to_worktree", "ident_to_worktree", "lfs_pointer"]
 
 _CONTROL_PRINTABLE = frozenset(b"\b\t\x1b\x0c")
 _NONPRINTABLE = bytes(c for c in [*range(32), 127] if c not in _CONTROL_PRINTABLE
@@ -179,46 +179,6 @@ def lfs_pointer(blob: bytes) -> LfsPointer | None:
     if not re.fullmatch(r"sha256:[0-9a-f]{64}", oid) or not re.fullmatch(r"[0-9]{1,15}", size):
         return None
     return LfsPointer(oid.removeprefix("sha256:"), int(size))
-
-
-def match_subst(data: bytes, template: bytes) -> list[tuple[str, bytes]] | None:
-    """How ``data`` fills the ``$Format:...$`` placeholders of ``template``.
-
-    Returns ``(placeholder, expansion)`` pairs if ``data`` is ``template`` with each
-    placeholder replaced by some text (the text outside them must be equal byte for
-    byte), else None.
-
-    >>> match_subst(b"v = 'abc1234'\\n", b"v = '$Format:%h$'\\n")
-    [('$Format:%h$', b'abc1234')]
-    """
-    literals: list[bytes] = []
-    formats: list[str] = []
-    i = 0
-    while (start := template.find(b"$Format:", i)) >= 0:
-        end = template.find(b"$", start + 8)
-        if end < 0:
-            break
-        literals.append(template[i:start])
-        formats.append(template[start:end + 1].decode("utf-8", "replace"))
-        i = end + 1
-    literals.append(template[i:])
-    if not formats:
-        return [] if data == template else None
-    if not data.startswith(literals[0]):
-        return None
-    pos = len(literals[0])
-    starts = []
-    for lit in literals[1:-1]:
-        found = data.find(lit, pos)
-        if found < 0:
-            return None
-        starts.append((pos, found))
-        pos = found + len(lit)
-    tail = literals[-1]
-    if len(data) - len(tail) < pos or not data.endswith(tail):
-        return None
-    starts.append((pos, len(data) - len(tail)))
-    return [(fmt, data[a:b]) for fmt, (a, b) in zip(formats, starts, strict=True)]
 
 
 @dataclass(frozen=True)
