@@ -25,8 +25,9 @@ from tests.support import GitHubStandIn
 
 FORMATS = ["%d", "%D", "%H", "%h", "%T", "%t", "%P", "%p", "%ci", "%cI", "%ct", "%cd",
            "%ad", "%aD", "%ai", "%aI", "%at", "%as", "%an", "%ae", "%al", "%cn", "%ce", "%s",
-           "%b", "%B", "%ar", "v%h-%n-%%-%x41 (literal)"]
-EXACT = [f for f in FORMATS if f not in ("%d", "%D", "%ar", "%as")]
+           "%b", "%B", "%ar", "v%h-%n-%%-%x41 (literal)", "%(describe)",
+           "%(describe:tags=true,match=*[0-9]*)"]
+EXACT = [f for f in FORMATS if f not in ("%d", "%D", "%ar", "%as") and "describe" not in f]
 """Bounded to one value (or an abbreviation): any changed character is refused."""
 MESSAGE = "Release 1.0: the \"quoted\" subject\nspans two lines\n\nThe body.\n"
 VERSIONEER = (b'git_refnames = "$Format:%d$"\ngit_full = "$Format:%H$"\n'
@@ -121,9 +122,43 @@ def test_what_git_writes_for_every_placeholder_is_accepted(
     for fmt in FORMATS:  # each as `git log -1 --format` writes it (the test is not vacuous)
         if fmt != "%ar":
             want = repo.git("log", "-1", f"--format={fmt}", case.commit).removesuffix(b"\n")
-            assert filled[f"$Format:{fmt}$"] == want, fmt
+            # git archive expands only the first %(describe) of an archive
+            later = "describe" in fmt and fmt != FORMATS[FORMATS.index("%(describe)")]
+            assert filled[f"$Format:{fmt}$"] == (fmt.encode() if later else want), fmt
     assert filled["$Format:%d$"].startswith(b" (HEAD -> head-")
     assert b"tag: v1.0" in filled["$Format:%d$"] and b"feature/x" in filled["$Format:%d$"]
+
+
+@pytest.mark.parametrize("tagged", ["the commit", "its parent", "nothing"])
+def test_setuptools_scm_archival_file_is_accepted(repo: Repo, tmp_path: Path,
+                                                  tagged: str) -> None:
+    """setuptools-scm's .git_archival.txt, as git writes it: a describe of the commit
+    (a tag, `tag-<count>-g<id>`, or nothing) bounded by the commit id."""
+    archival = (b"node: $Format:%H$\nnode-date: $Format:%cI$\n"
+                b"describe-name: $Format:%(describe:tags=true,match=*[0-9]*)$\n"
+                b"ref-names: $Format:%D$\n")
+    case = _commit(repo, {"_version.py": archival}, tags=(), branches=())
+    for tag in repo.git("tag", "--list").decode().split():
+        repo.git("tag", "-d", tag)
+    if tagged == "the commit":
+        repo.git("tag", "v3.1", case.commit)
+    elif tagged == "its parent":
+        repo.git("tag", "v3.0", case.commit + "~1")
+    zip_bytes = repo.archive(case)
+    filled = _expansions(case, zip_bytes)[
+        "$Format:%(describe:tags=true,match=*[0-9]*)$"]
+    assert filled == {"the commit": b"v3.1", "nothing": b""}.get(
+        tagged, b"v3.0-1-g" + case.commit[:len(filled) - 8].encode())
+    check = _check(case, zip_bytes, tmp_path)
+    assert check.unverified == ("_version.py",)
+    items, comment = read_zip(zip_bytes)
+    for forged in (b'v3"; import os; x="', b"v3.0 -1-g" + case.commit[:7].encode()):
+        out = [ZipItem(i.name, i.data.replace(b"describe-name: " + filled + b"\n",
+                                              b"describe-name: " + forged + b"\n"),
+                       i.system, i.external) for i in items]
+        assert out != items
+        with pytest.raises(IntegrityError, match="describe"):
+            _check(case, write_zip(out, comment), tmp_path)
 
 
 def test_versioneer_loads_without_the_commit_details(repo: Repo, tmp_path: Path) -> None:
@@ -196,7 +231,7 @@ def test_a_tag_name_with_a_quote_is_a_false_alarm_by_design(repo: Repo, tmp_path
         _check(case, repo.archive(case), tmp_path)
 
 
-@pytest.mark.parametrize("fmt", ["%N", "%e", "%ah", "%(describe)", "%w(10)%s", "%+s", "%Cred"])
+@pytest.mark.parametrize("fmt", ["%N", "%e", "%ah", "%(describex)", "%w(10)%s", "%+s", "%Cred"])
 def test_a_placeholder_safehub_cannot_bound_is_refused(repo: Repo, tmp_path: Path,
                                                        fmt: str) -> None:
     case = _commit(repo, {"_version.py": f'v = "$Format:{fmt}$"\n'.encode()})

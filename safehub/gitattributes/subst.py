@@ -21,9 +21,13 @@ message):
   whoever rewrote the archive put there;
 * free text (``%an %ae %aN %aE %al %aL %s %b %B`` and the committer's): exactly the
   commit's (``%aN``/``%aE``/``%aL`` without a ``.mailmap``); not known: refused;
+* ``%(describe...)`` (setuptools-scm's ``.git_archival.txt``): a tag name (held as a
+  decoration's name is), optionally ``-<count>-g<abbreviated commit id>``, or the
+  abbreviated commit id alone, or nothing, or the placeholder itself (git expands only
+  the first ``%(describe)`` of an archive);
 * ``%n``, ``%%``, ``%xNN`` and the literal text of the format: themselves.
 
-Any other placeholder (``%N``, ``%e``, ``%G?``, ``%ah``, ``%(describe)``, ``%w(...)``,
+Any other placeholder (``%N``, ``%e``, ``%G?``, ``%ah``, ``%w(...)``,
 colours, ``%+x``...) is refused: safehub cannot bound what it writes. A refusal is a
 difference no rule explains, like any other.
 
@@ -221,7 +225,7 @@ def _person(placeholder: str, part: str, who: Person | None, role: str) -> _Fiel
 
 def _field(letter: str, part: str, facts: CommitFacts) -> _Field:
     """The bound of ``%<letter><part>`` (``part`` only after ``a`` and ``c``)."""
-    ph = f"%{letter}{part}"
+    ph = f"%{letter}{part}" + (")" if letter == "(" else "")
     if letter in "Hh":
         return _exact(ph, [facts.sha] if letter == "H" else _abbrev(facts.sha),
                       f"{ph} is the commit id" + ("" if letter == "H" else
@@ -237,6 +241,12 @@ def _field(letter: str, part: str, facts: CommitFacts) -> _Field:
         choices = [[p] if letter == "P" else _abbrev(p) for p in facts.parents]
         pattern = b" ".join(_exact(ph, c, "").pattern for c in choices)
         return _Field(ph, pattern, f"{ph} are the parents {' '.join(facts.parents) or '(none)'}")
+    if letter == "(":  # %(describe...)
+        ids = _exact(ph, _abbrev(facts.sha), "").pattern
+        return _Field(ph, b"(?:" + _NAME + b"(?:-[0-9]{1,10}-g" + ids + b")?|" + ids + b"|"
+                      + re.escape(ph.encode("latin-1")) + b")?",
+                      f"{ph} is a tag name, optionally -<count>-g<this commit's id> (or "
+                      "itself: git expands one %(describe) per archive)")
     if letter in "dD":
         return _Field(ph, _DECORATIONS[letter],
                       f"{ph} are ref names (HEAD -> x, tag: y, z) of letters, digits and . _ "
@@ -277,6 +287,10 @@ def _parse(fmt: bytes) -> list[bytes | tuple[str, str]]:
         elif nxt and nxt in "HhTtPpdDsbB":
             out.append((nxt, ""))
             i = pc + 2
+        elif fmt.startswith(b"%(describe", pc) and fmt[pc + 10:pc + 11] in (b")", b":") \
+                and (end := fmt.find(b")", pc)) > 0:
+            out.append(("(", fmt[pc + 2:end].decode("latin-1")))
+            i = end + 1
         else:
             shown = fmt[pc:pc + 2].decode("utf-8", "replace")
             raise Unbounded(f"{shown or '%'} is not a placeholder safehub can bound")
