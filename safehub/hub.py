@@ -243,15 +243,12 @@ class Hub:
              trust_repo: Any, force_reload: bool, verbose: bool,
              run: Callable[[Path], Any], *, nested: bool = False) -> Any:
         """Prepare, then run the repo's code (step 9) under the guards; audit (step 10)."""
-        source = source.lower() if isinstance(source, str) else source
+        target, source, entrypoint, force_reload, verbose = _plain_args(
+            repo_or_dir, source, entrypoint, force_reload, verbose)
         if source == "local":
-            return self._run_local(Path(os.fspath(repo_or_dir)), entrypoint, run)
-        if source != "github":
-            raise SpecError(
-                f'Unknown source: "{source}". Allowed values: "github" | "local".',
-                hint="use source='github' for owner/name[:ref] or 'local' for a folder")
+            return self._run_local(Path(target), entrypoint, run)
         check_trust_repo(trust_repo)
-        spec = RepoSpec.parse(str(repo_or_dir))                                   # 1. parse
+        spec = RepoSpec.parse(target)                                             # 1. parse
         with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
             with runtime.suspended():  # safehub's own work, nested or not
                 prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
@@ -389,3 +386,32 @@ def _local_verdict(admission: Admission, ran: dict[str, str], real: str
         return "allow", [f"in the verified tree of {verified}"]
     decision = admission.decide_local(real)
     return ("warn" if decision.violations else "local"), list(decision.reasons)
+
+
+def _text(value: object) -> str:
+    """A str's value as a plain str, without calling methods a subclass may override."""
+    return str.__getitem__(value, slice(None))  # type: ignore[index]
+
+
+def _plain_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
+                verbose: object) -> tuple[str, str, str | None, bool, bool]:
+    """The caller's arguments as plain values, before safehub does any work of its own: an
+    object of the caller's (a str subclass, ``__bool__``, ``__fspath__``) is evaluated here,
+    under whatever guard holds, never while safehub has paused the guard for its work."""
+    if not isinstance(source, str) or _text(source).lower() not in ("github", "local"):
+        raise SpecError(f'Unknown source: "{source}". Allowed values: "github" | "local".',
+                        hint="use source='github' for owner/name[:ref] or 'local' for a folder")
+    kind = _text(source).lower()
+    if kind == "local":
+        folder = os.fspath(repo_or_dir) if isinstance(repo_or_dir, (str, os.PathLike)) else None
+        if not isinstance(folder, str):
+            raise SpecError(f"source='local' needs a folder path, not {repo_or_dir!r}",
+                            hint="pass the folder as a str or pathlib.Path")
+        target = _text(folder)
+    elif isinstance(repo_or_dir, str):
+        target = _text(repo_or_dir)
+    else:
+        raise SpecError(f"{repo_or_dir!r} is not a repo: write it as 'owner/name[:ref]'",
+                        hint="pass the repo as a string, e.g. 'pytorch/vision:v0.19.0'")
+    name = _text(entrypoint) if isinstance(entrypoint, str) else None
+    return target, kind, name, bool(force_reload), bool(verbose)

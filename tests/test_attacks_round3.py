@@ -240,6 +240,42 @@ def write(path):
         f.write("x")
 
 
+class _Sneaky:
+    """An argument whose __bool__ phones home: evaluated by safehub, it must be guarded."""
+
+    def __init__(self, port):
+        self.port = port
+
+    def __bool__(self):
+        import socket
+        s = socket.socket()
+        try:
+            s.connect(("127.0.0.1", self.port))
+        except ConnectionRefusedError:
+            pass
+        finally:
+            s.close()
+        return False
+
+
+def sneaky_force_reload(spec, port):
+    import torch
+    return torch.hub.load(spec, "echo", force_reload=_Sneaky(port))
+
+
+def sneaky_progress(url, port):
+    import os, tempfile, torch
+    torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w"),
+                                   progress=_Sneaky(port))
+
+
+def local_deputy(url):
+    """Load its own verified folder locally, and from there borrow safehub's pause."""
+    import os, torch
+    return torch.hub.load(os.path.dirname(os.path.abspath(__file__)), "deputy_weights", url,
+                          source="local")
+
+
 def via_tempdir(path):
     """Move the temp dir over the target, then load itself (nested) to write there."""
     import os, tempfile, torch
@@ -408,3 +444,31 @@ def test_committed_bytecode_never_runs_and_stays_part_of_the_tree(
         assert safehub.load("acme/models:v1.0", "model", verbose=False) == "REVIEWED SOURCE"
     assert "bytecode ran" not in (canary.read_text() if canary.exists() else "")
     assert main(["cache", "verify"]) == 0  # the commit's bytecode is the tree's: kept
+
+
+# -- 8. the caller's objects are never evaluated while safehub has paused the guard ----------
+
+@pytest.mark.parametrize("entrypoint", ["sneaky_force_reload", "sneaky_progress"])
+def test_an_argument_object_runs_guarded(nesting: Path, server, entrypoint: str) -> None:  # type: ignore[no-untyped-def]
+    port = _free_port()
+    first = ("acme/other:v1.0" if entrypoint == "sneaky_force_reload"
+             else f"{server.foreign_url}/acme/w.pth")
+    with pytest.raises(safehub.RuntimeGuardError, match=f"127.0.0.1:{port}"):
+        safehub.load("acme/models:v1.0", entrypoint, first, port, verbose=False)
+
+
+def test_a_folder_loaded_locally_inside_a_load_cannot_borrow_the_pause(
+    nesting: Path, server  # type: ignore[no-untyped-def]
+) -> None:
+    server.add_static("/leak/SECRET", b"ok")
+    server.clear_log()
+    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
+        safehub.load("acme/models:v1.0", "local_deputy", f"{server.foreign_url}/leak/SECRET",
+                     verbose=False)
+    assert not any("leak" in r.path for r in server.requests_log)
+
+
+@pytest.mark.parametrize("target", [b"/tmp", None, 3])
+def test_a_local_load_of_no_path_is_a_spec_error(target: object) -> None:
+    with pytest.raises(safehub.SpecError):
+        safehub.load(target, "echo", source="local")  # type: ignore[arg-type]

@@ -240,7 +240,33 @@ def routed(handler: Callable[..., Any]) -> Callable[..., Any]:
         finally:
             state.marks = state.marks[:-1]
 
+    global _CALL_ROUTED
+    _CALL_ROUTED = call_routed.__code__
     return call_routed
+
+
+_CALL_ROUTED: Any = None
+_STDLIB = os.path.dirname(os.__file__) + os.sep
+_SITE = ("site-packages", "dist-packages")
+
+
+def _routed_directly(caller: Any) -> bool:
+    """Between ``caller`` and the routed call it serves, only safehub's own frames (and the
+    standard library's, such as ``contextlib``): no code of the repo's (an object of its
+    passed as an argument, a folder it loads locally) asked safehub for this pause."""
+    frame = caller
+    for _ in range(512):
+        if frame is None:
+            return False
+        code = frame.f_code
+        if code is _CALL_ROUTED:
+            return True
+        name = code.co_filename
+        if not (_safehubs(frame) or (name.startswith(_STDLIB)
+                                     and not any(s in name for s in _SITE))):
+            return False
+        frame = frame.f_back
+    return False
 
 
 class suspended:  # used as a function: ``with suspended():``
@@ -275,7 +301,8 @@ class suspended:  # used as a function: ``with suspended():``
         state = _STATE
         if state.stack:
             depth = _guard_depth(state.stack)
-            if depth and not (state.marks and state.marks[-1] >= depth):
+            if depth and not (state.marks and state.marks[-1] >= depth
+                              and _routed_directly(caller)):
                 _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}",
                                 direct=True)
         state.own += 1
