@@ -161,6 +161,24 @@ def test_setuptools_scm_archival_file_is_accepted(repo: Repo, tmp_path: Path,
             _check(case, write_zip(out, comment), tmp_path)
 
 
+def test_an_expansion_that_declares_a_source_encoding_is_refused(repo: Repo,
+                                                                tmp_path: Path) -> None:
+    """A decoration is a list of names; `tag: coding=utf-7` in a comment on line 1 makes
+    Python decode the whole file as UTF-7, where `+AAo...-` is a newline and code."""
+    template = b"# refs: $Format:%D$\nVERSION = '1'\n"
+    case = _commit(repo, {"_version.py": template})
+    zip_bytes = repo.archive(case)
+    check = _check(case, zip_bytes, tmp_path)  # what git wrote passes
+    assert check.unverified == ("_version.py",)
+    items, comment = read_zip(zip_bytes)
+    filled = _expansions(case, zip_bytes)["$Format:%D$"]
+    forged = b"tag: coding=utf-7, tag: v1.0"
+    out = [ZipItem(i.name, i.data.replace(filled, forged, 1), i.system, i.external)
+           for i in items]
+    with pytest.raises(IntegrityError, match="PEP 263"):
+        _check(case, write_zip(out, comment), tmp_path)
+
+
 def test_versioneer_loads_without_the_commit_details(repo: Repo, tmp_path: Path) -> None:
     """%d, %H and %ci are bounded by the commit id and shapes alone."""
     case = _commit(repo, {"_version.py": VERSIONEER}, tags=("v2.0", "2.0.0+local.1"),

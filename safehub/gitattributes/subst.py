@@ -356,6 +356,13 @@ class Template:
                   for f in self.formats]
         found = _fullmatch(self.literals, fields, data)
         if found is not None:
+            template = self.literals[0] + b"".join(
+                b"$Format:" + f + b"$" + lit
+                for f, lit in zip(self.formats, self.literals[1:], strict=True))
+            if _cookie(data) != _cookie(template):
+                raise Unbounded("an expansion on the first two lines declares a source "
+                                "encoding (a PEP 263 coding cookie), which changes what "
+                                "Python reads in the whole file")
             return [(_shown(f), text) for f, text in zip(self.formats, found, strict=True)]
         for fmt, parts, (_, text) in zip(self.formats, fields, loose, strict=True):
             if _fullmatch([b"", b""], [parts], text) is None:
@@ -365,6 +372,15 @@ class Template:
                                 f"written for commit {facts.sha[:12]}: {why}")
         raise Unbounded("the expansions of " + ", ".join(map(_shown, self.formats))
                         + f" do not fit together as git writes them for commit {facts.sha[:12]}")
+
+
+_COOKIE = re.compile(rb"^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)", re.MULTILINE)
+
+
+def _cookie(data: bytes) -> bytes | None:
+    """The encoding a PEP 263 cookie on the first two lines names (what Python decodes)."""
+    found = _COOKIE.search(b"\n".join(data.split(b"\n", 2)[:2]))
+    return found[1] if found else None
 
 
 def _shown(fmt: bytes) -> str:
