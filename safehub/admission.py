@@ -62,10 +62,10 @@ class Admission:
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None, ref: str | None = None,
                locked: bool = False, warn_violations: bool = True,
-               full_ref: str = "") -> Decision:
+               full_ref: str = "", resolved: bool = False) -> Decision:
         """The policy's answer; a denial raises :class:`PolicyDenied`."""
         decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref, locked=locked,
-                                      full_ref=full_ref)
+                                      full_ref=full_ref, resolved=resolved)
         if decision.verdict == "deny":
             denied = PolicyDenied(
                 f"policy refuses {spec}: " + "; ".join(decision.reasons),
@@ -121,5 +121,5 @@ class Admission:
                 spec, lock if locked is None else None, force=resolution == "fresh",
                 lockfile=self._lockfile_path())
         decision = self.decide(resolved.location, entrypoint=entrypoint, ref=resolved.ref,
-                               locked=is_locked, full_ref=resolved.full_ref)
+                               locked=is_locked, full_ref=resolved.full_ref, resolved=True)
         return Admitted(spec, resolved, decision, lock)

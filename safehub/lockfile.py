@@ -70,6 +70,9 @@ class LockEntry:
     weights: tuple[WeightPin, ...] = field(default_factory=tuple)
     repo: str = ""
     """``owner/name`` as GitHub spells it (requests keep that spelling)."""
+    resolved_ref: str = ""
+    """The branch or tag ``ref`` resolved to, in full (``refs/tags/v1.0``): what policy
+    ``refs`` written in full are matched against on locked loads."""
 
     @property
     def repo_key(self) -> str:
@@ -108,8 +111,11 @@ FIELDS: dict[str, tuple[bool, Callable[[str], str]]] = {
     "level": (False, _check(re.compile("tree|per-file"), "'tree' or 'per-file'")),
     "proof": (False, _check(None, "")),
     "signer": (False, _check(None, "")),
+    "resolved_ref": (False, _check(re.compile(r"refs/(heads|tags)/[^\x00-\x20\x7f]{1,250}"),
+                                   "refs/heads/NAME or refs/tags/NAME")),
 }
-_ORDER = ("spec", "repo", "ref", "commit", "tree", "digest", "level", "proof", "signer")
+_ORDER = ("spec", "repo", "ref", "resolved_ref", "commit", "tree", "digest", "level", "proof",
+          "signer")
 assert set(_ORDER) == set(FIELDS)
 assert {f.name for f in fields(LockEntry)} == {*FIELDS, "weights"}
 

@@ -277,7 +277,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
         tree = hub.fetcher.tree(r, None, verbose=False)
         signer = hub.signature(admitted, tree).signer
         entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
-                          tree.level, signer, repo=r.url_name)
+                          tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
         if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
             entry = dataclasses.replace(entry, weights=old.weights)
         change = "added" if old is None else (
@@ -355,17 +355,20 @@ def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
         raise SpecError(f"nothing to prefetch: no specs given and no lockfile at "
                         f"{hub.lockfile_path}",
                         hint="safehub prefetch owner/name:ref ..., or `safehub lock` first")
-    if read_only and hub.cache.sealed:
-        hub.cache.unseal()  # adding to a shared cache: sealed again below
+    was_sealed = hub.cache.sealed
+    if read_only and was_sealed:
+        hub.cache.unseal()  # adding to a shared cache: sealed again below, whatever happens
     done = []
-    for spec in items:
-        admitted = hub.admission.admit(spec)
-        tree = _tree(hub, admitted)
-        where = str(_mirror(hub, admitted, tree.digest, mirror)) if mirror else None
-        done.append(Prefetched(spec_key(spec), admitted.commit, tree.digest, str(tree.path),
-                               where))
-    if read_only:
-        hub.cache.seal()
+    try:
+        for spec in items:
+            admitted = hub.admission.admit(spec)
+            tree = _tree(hub, admitted)
+            where = str(_mirror(hub, admitted, tree.digest, mirror)) if mirror else None
+            done.append(Prefetched(spec_key(spec), admitted.commit, tree.digest,
+                                   str(tree.path), where))
+    finally:
+        if read_only and (was_sealed or done):
+            hub.cache.seal()
     return done
 
 

@@ -191,7 +191,7 @@ class Resolver:
                                           else f"{lock.repo}:{spec.ref}")
             return Resolved(spec, lock.ref or spec.ref or "", lock.commit, lock.tree,
                             f"{where}: {lock.proof}" if lock.proof else where,
-                            moved_to=moved_to, name=lock.repo)
+                            moved_to=moved_to, name=lock.repo, full_ref=lock.resolved_ref)
         if not force:
             hit = self.cached(spec)
             if hit is not None:

@@ -47,8 +47,14 @@ def ref_names(ref: str) -> tuple[str, ...]:
     return (ref,)
 
 
-def ref_forms(ref: str | None, full_ref: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def ref_forms(ref: str | None, full_ref: str, *, resolved: bool = False
+              ) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The names a ref is matched by: (for deny rules, for allow rules).
+
+    ``full_ref``: the branch or tag it resolved to, where known. Before resolution a short
+    name's kind is unknown: deny patterns written for a kind wait for it, allow patterns
+    admit it until then. Resolved but of unknown kind (a lockfile or cache record written
+    before safehub kept the full name): a deny matches either kind.
 
     >>> ref_forms("dev", "refs/heads/dev")[0]
     ('refs/heads/dev', 'heads/dev', 'dev')
@@ -67,7 +73,8 @@ def ref_forms(ref: str | None, full_ref: str) -> tuple[tuple[str, ...], tuple[st
         return known, known
     if looks_like_sha(ref):
         return (ref,), (ref,)
-    return (ref,), (ref, *(f"{p}{k}/{ref}" for k in ("heads", "tags") for p in ("refs/", "")))
+    either = (ref, *(f"{p}{k}/{ref}" for k in ("heads", "tags") for p in ("refs/", "")))
+    return (either if resolved else (ref,)), either
 
 
 def is_full_sha(ref: object) -> bool:

@@ -169,6 +169,31 @@ def test_an_allow_rule_for_tags_admits_tags_asked_short_and_no_branch(branches: 
     assert runs(canary) == 1
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_refs_in_full_hold_for_locked_loads(branches: Path, canary: Path,
+                                            legacy: bool) -> None:
+    """The lockfile keeps the full name (resolved_ref); one written before it did is held
+    to a deny for either kind."""
+    from safehub._cli import main
+
+    assert main(["lock", "acme/models:dev", "acme/models:vnext"]) == 0
+    lock = Path("safehub.lock")
+    if legacy:
+        lock.write_text("".join(line for line in lock.read_text().splitlines(keepends=True)
+                                if not line.startswith("resolved_ref")))
+    else:
+        assert 'resolved_ref = "refs/heads/dev"' in lock.read_text()
+    branches.write_text('[[deny]]\nrepo = "acme/models"\nrefs = ["refs/heads/dev"]\n'
+                        'reason = "dev is not reviewed"\n')
+    with pytest.raises(safehub.PolicyDenied, match="dev is not reviewed"):
+        safehub.load("acme/models:dev", "echo", trust_repo=True, verbose=False)
+    if not legacy:
+        branches.write_text('[[allow]]\nrepo = "acme/models"\nrefs = ["refs/tags/v*"]\n')
+        with pytest.raises(safehub.PolicyDenied, match="vnext"):
+            safehub.load("acme/models:vnext", "echo", trust_repo=True, verbose=False)
+    assert runs(canary) == 0
+
+
 # -- 2, 3. safehub's pause is not the repo's; safehub's own writes are not the repo's ---------
 
 NESTING = HUBCONF + '''

@@ -239,6 +239,9 @@ def test_a_sealed_cache_is_only_read_even_by_root(
     assert _snapshot(shared) == before  # not a byte written, whoever runs it
     assert safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True) == ((), {})
     assert main(["prefetch", "--cache-dir", str(shared), "--read-only",
+                 f"{hub_repo.spec}:v2.0", "acme/nosuch:v1"]) == 1  # one fails: sealed again
+    assert (shared / "v1/SEALED").exists() and not (shared / "v1").stat().st_mode & 0o222
+    assert main(["prefetch", "--cache-dir", str(shared), "--read-only",
                  f"{hub_repo.spec}:v2.0"]) == 0
     assert safehub.load(f"{hub_repo.spec}:v2.0", "echo", trust_repo=True) == ((), {})
     assert (shared / "v1/SEALED").exists() and not (shared / "v1").stat().st_mode & 0o222

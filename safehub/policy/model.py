@@ -257,7 +257,8 @@ class Policy:
     # -- deciding -----------------------------------------------------------------------
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None,
-               ref: str | None = None, locked: bool = False, full_ref: str = "") -> Decision:
+               ref: str | None = None, locked: bool = False, full_ref: str = "",
+               resolved: bool = False) -> Decision:
         """Decide on a spec. ``ref`` overrides ``spec.ref`` (the resolved default branch);
         ``locked`` says a lockfile pins this spec (which satisfies ``pin = "commit"``);
         ``full_ref``: the branch or tag it resolved to (``refs/heads/dev``), once known.
@@ -270,7 +271,7 @@ class Policy:
         key = spec.key
         ref = spec.ref if ref is None else ref
         mode = self.mode
-        names = ref_forms(ref, full_ref)
+        names = ref_forms(ref, full_ref, resolved=resolved)
         for rule in self.rules:
             if rule.kind != "deny" or not rule.matches(key):
                 continue
