@@ -137,7 +137,11 @@ def _cmd_load(args: argparse.Namespace) -> int:
     data: dict[str, Any] = {"spec": args.spec, "entrypoint": args.entrypoint, "result": info}
     shown = (f"loaded {args.spec} {args.entrypoint}: {info['type']}"
              + (f" ({info['parameters']:,} parameters)" if "parameters" in info else ""))
-    if args.report and hub.last_report is not None:
+    if args.report and args.source == "local":
+        data["runtime"] = None
+        shown += ("\nno runtime report: a local folder is your own code and runs without the "
+                  "runtime guard (load it from a repo to have it held to the policy)")
+    elif args.report and hub.last_report is not None:
         data["runtime"] = hub.last_report.to_json()
         shown += "\n" + text.runtime(data["runtime"])
     _emit(args, data, shown)

@@ -166,7 +166,9 @@ def _loading(add: _Adder) -> None:
     load.add_argument("entrypoint", type=_entrypoint,
                       help="a callable in the repo's hubconf.py")
     load.add_argument("--source", default="github", choices=["github", "local"],
-                      help="github (default) or local (a folder; no checks, as torch.hub)")
+                      help="github (default) or local (a folder on this machine: nothing "
+                      "fetched or hashed, as torch.hub, but the policy's local_dirs apply; "
+                      "its code runs without the runtime guard)")
     load.add_argument("--kwargs", metavar="JSON",
                       help="keyword arguments for the entrypoint, as a JSON object")
     load.add_argument("-q", "--quiet", action="store_true", help="no download messages")

@@ -570,19 +570,21 @@ def _apply(fix: str) -> None:
     """Apply a refusal's fix as written: 'in FILE, under [safehub], set: LINE'."""
     import re
 
-    found = re.search(r"in (\S+)[^\n]*\n?\s*(local_dirs = \[.*\])", fix)
+    found = list(re.finditer(r"in (\S+)[^\n]*\n?\s*(local_dirs = \[.*\])", fix))
     assert found, fix
-    path = Path(found[1].rstrip(":,"))
-    text = path.read_text()
-    lines = [ln for ln in text.splitlines() if not ln.startswith("local_dirs")]
-    out = []
-    for ln in lines:
-        out.append(ln)
-        if ln.strip() == "[safehub]":
-            out.append(found[2])
-    if "[safehub]" not in text:
-        out = ["[safehub]", found[2], *out]
-    path.write_text("\n".join(out) + "\n")
+    for one in found:
+        path = Path(one[1].rstrip(":,"))
+        text = path.read_text() if path.exists() else ""
+        lines = [ln for ln in text.splitlines() if not ln.startswith("local_dirs")]
+        out = []
+        for ln in lines:
+            out.append(ln)
+            if ln.strip() == "[safehub]":
+                out.append(one[2])
+        if "[safehub]" not in text:
+            out = ["[safehub]", one[2], *out]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(out) + "\n")
 
 
 def test_a_strict_policy_refuses_a_local_folder_and_its_fix_works(
@@ -664,3 +666,35 @@ def test_a_repo_may_load_its_own_verified_folder_locally(
             f'[[allow]]\nrepo = "{repo.spec}"\n')
     model = safehub.load(f"{repo.spec}:v1", "outer", trust_repo=True)
     assert isinstance(model, torch.nn.Linear) and model.in_features == 2
+
+
+def test_a_projects_deny_is_fixed_in_the_users_file(tmp_path: Path, isolated: Path,
+                                                     canary: Path) -> None:
+    """A project may not set local_dirs: the fix names the user's policy file."""
+    folder = _local(tmp_path)
+    Path("safehub.toml").write_text('[safehub]\nunknown_repos = "deny"\n')
+    with pytest.raises(safehub.PolicyDenied, match="local load") as refused:
+        safehub.load(str(folder), "tiny", source="local")
+    hint = refused.value.hint or ""
+    assert "safehub.toml" not in hint and str(isolated / "config/safehub/policy.toml") in hint
+    _apply(hint)
+    assert isinstance(safehub.load(str(folder), "tiny", source="local"), torch.nn.Linear)
+
+
+def test_every_file_that_must_admit_a_folder_is_named_at_once(
+    tmp_path: Path, isolated: Path, canary: Path
+) -> None:
+    folder = _local(tmp_path)
+    site = _policy(isolated, "site", f'[safehub]\nlocal_dirs = ["{tmp_path / "a"}"]\n')
+    user = _policy(isolated, "config", f'[safehub]\nlocal_dirs = ["{tmp_path / "b"}"]\n')
+    with pytest.raises(safehub.PolicyDenied) as refused:
+        safehub.load(str(folder), "tiny", source="local")
+    assert str(site) in str(refused.value) and str(user) in str(refused.value)
+    _apply(refused.value.hint or "")
+    assert isinstance(safehub.load(str(folder), "tiny", source="local"), torch.nn.Linear)
+
+
+def test_a_local_folder_that_does_not_exist_is_said_so(tmp_path: Path, isolated: Path) -> None:
+    _policy(isolated, "site", '[safehub]\nunknown_repos = "deny"\n')
+    with pytest.raises(safehub.SpecError, match="does not exist"):
+        safehub.load(str(tmp_path / "nowhere"), "tiny", source="local")

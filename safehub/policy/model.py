@@ -16,7 +16,6 @@ docs/policy.md, "How files merge"):
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -315,43 +314,15 @@ class Policy:
         return Decision(verdict, tuple(reasons), reqs, mode, rules=matched)
 
     def decide_local(self, folder: str) -> Decision:
-        """Decide on a ``source="local"`` load of ``folder`` (symlinks resolved).
+        """Decide on a ``source="local"`` load of ``folder`` (see :mod:`.local`)."""
+        from safehub.policy.local import decide_local
 
-        Every file that sets ``local_dirs`` must list a folder holding it; a ``final``
-        file that says ``unknown_repos = "deny"`` and sets no ``local_dirs`` admits none
-        (later files cannot add one); otherwise ``unknown_repos = "deny"`` without any
-        ``local_dirs`` admits none. Without such settings any folder loads, as in torch.hub.
-        """
-        real = os.path.realpath(folder)
-        holders = self._local_holders()
-        for source, dirs in holders:
-            if any(_inside(real, os.path.realpath(d)) for d in dirs or ()):
-                continue
-            why = (f"the local folder {real} is not in local_dirs of {source}"
-                   if dirs is not None else
-                   f"no local folder loads: {source} says unknown_repos = 'deny' and sets "
-                   "no local_dirs")
-            return self._refuse(self.mode, why, fixes.change(
-                source, "[safehub]", [f"local_dirs = {_toml_list((*(dirs or ()), real))}"]))
-        return Decision("allow", (f"local folder {real}" + (" (in local_dirs)" if holders
-                                                             else ""),), Requirements(),
-                        self.mode)
+        return decide_local(self, folder)
 
-    def _local_holders(self) -> list[tuple[str, tuple[str, ...] | None]]:
-        """The files a local folder must satisfy, each with its ``local_dirs`` (None: it
-        sets none and admits no folder)."""
-        holders: list[tuple[str, tuple[str, ...] | None]] = []
-        for spec in self.layers:
-            table = spec.safehub
-            if "local_dirs" in table.given:
-                holders.append((spec.source, tuple(table.local_dirs)))
-            elif table.final and "unknown_repos" in table.given and \
-                    table.unknown_repos == "deny":
-                holders.append((spec.source, None))
-        unknown = self.setting("unknown_repos")
-        if not holders and unknown.value == "deny":
-            holders.append((unknown.source, None))
-        return holders
+    def _local_holders(self) -> list[tuple[FileSpec | None, str, tuple[str, ...] | None]]:
+        from safehub.policy.local import holders
+
+        return holders(self)
 
     def _admit_fix(self, spec: RepoSpec, ref: str | None, path: str, locked: bool) -> str:
         """The rule that admits ``spec``, written the way the file's other rules are: where
@@ -394,7 +365,7 @@ class Policy:
                          if KEYS["safehub"][name].merge not in ("per-file", "each")
                          for s in (self.setting(name),)},
             "local_dirs": [{"from": source, "value": None if dirs is None else list(dirs)}
-                           for source, dirs in self._local_holders()],
+                           for _, source, dirs in self._local_holders()],
             "rules": [
                 {"kind": r.kind, "from": r.source, "index": r.index + 1,
                  "admits": r.admits if r.kind == "allow" else None,
@@ -494,6 +465,3 @@ def _globs(values: Iterable[str] | None) -> tuple[Glob, ...] | None:
 def _any(globs: Iterable[Glob], text: str) -> bool:
     return any(g.match(text) for g in globs)
 
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
