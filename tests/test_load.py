@@ -696,5 +696,5 @@ def test_every_file_that_must_admit_a_folder_is_named_at_once(
 
 def test_a_local_folder_that_does_not_exist_is_said_so(tmp_path: Path, isolated: Path) -> None:
     _policy(isolated, "site", '[safehub]\nunknown_repos = "deny"\n')
-    with pytest.raises(safehub.SpecError, match="does not exist"):
+    with pytest.raises(safehub.HubconfError, match="does not exist"):
         safehub.load(str(tmp_path / "nowhere"), "tiny", source="local")

@@ -50,10 +50,12 @@ def decide_local(policy: Policy, folder: str) -> Decision:
 
     real = os.path.realpath(folder)
     if not os.path.isdir(real):
-        from safehub.errors import SpecError
+        from safehub.errors import HubconfError
 
-        raise SpecError(f"the local folder {folder} does not exist (source='local' loads a "
-                        "folder on this machine)", hint="check the path")
+        what = "is not a folder" if os.path.exists(real) else "does not exist"
+        raise HubconfError(f"the local folder {folder} {what}, so there is no hubconf.py to "
+                           "load (source='local' loads a folder on this machine)",
+                           hint="check the path")
     held = holders(policy)
     failing = [(spec, source, dirs) for spec, source, dirs in held
                if not any(_inside(real, os.path.realpath(os.path.expanduser(d)))
