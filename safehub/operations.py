@@ -117,6 +117,14 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     found, note = _entrypoint(hub, admitted, entry, entrypoint)
     if found is False:
         outcome, why, fix = "refuse", note, f"safehub list {spec.repo}:{r.commit}"
+    elif entry is None and hub.settings.offline:
+        outcome = "refuse"
+        why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
+               "is not in the cache: a load would fail")
+        fix = fixes.either(
+            fixes.run(f"safehub prefetch {spec}", f"{hub.settings.network_machine}, then "
+                      "share its cache (SAFEHUB_CACHE_DIR) with this one"),
+            fixes.say(hub.settings.offline_off))
     elif wanted == "required" and entry is None and decision.mode != "warn":
         outcome = "conditional"
         why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if a valid "

@@ -167,6 +167,9 @@ def test_offline_warm_and_cold(hub_repo: HubRepo, make_hub_repo,  # type: ignore
         safehub.load(f"{other.spec}:v1.0", "tiny", trust_repo=True)  # locked, not cached
     with pytest.raises(OfflineError, match="safehub prefetch"):
         safehub.load(f"{hub_repo.spec}:main", "tiny", trust_repo=True)  # not resolved yet
+    # `check` says what the load would: cached answers LOAD, not cached a refusal (exit 1)
+    assert main(["check", f"{hub_repo.spec}:v1.0"]) == 0
+    assert main(["check", f"{other.spec}:v1.0", "--json"]) == 1
 
 
 def _snapshot(root: Path) -> list[tuple[str, int, int]]:
