@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -67,3 +68,32 @@ def test_python_dash_m(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, "-m", "safehub", "--help"], capture_output=True,
                           text=True, env=env)
     assert proc.returncode == 0 and "cache" in proc.stdout
+
+
+def test_a_fix_carries_the_cache_dir_and_lockfile_it_was_given(
+    hub_repo: HubRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Applied as printed, the fix acts on the cache the command was pointed at."""
+    import shlex
+
+    cache = tmp_path / "elsewhere cache"
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    spec = f"{hub_repo.spec}:v1.0"
+    assert main(["load", spec, "tiny", "--trust", "--cache-dir", str(cache)]) == 1
+    err = capsys.readouterr().err
+    fix = next(line.strip() for line in err.splitlines()
+               if line.strip().startswith("safehub prefetch"))
+    assert f"--cache-dir {shlex.quote(str(cache))}" in fix
+    monkeypatch.delenv("SAFEHUB_OFFLINE")
+    assert main(shlex.split(fix)[1:]) == 0  # run it where there is network
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    assert main(["load", spec, "tiny", "--trust", "--cache-dir", str(cache)]) == 0
+
+
+def test_cli_fixes_name_cli_options(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub._cli import _for_cli
+
+    hint = _for_cli("retry with force_reload=True; or load without force_reload",
+                    argparse.Namespace())
+    assert hint == "retry with --force-reload; or load without --force-reload"
