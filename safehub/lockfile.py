@@ -174,7 +174,9 @@ def parse(raw: Any, path: Path) -> list[LockEntry]:
         for name in raw:
             if name not in ("version", "repo"):
                 faults.append(f"{name}: unknown key; allowed: version, repo")
-        if type(raw.get("version")) is not int or raw.get("version") != 1:
+        if "version" not in raw:
+            faults.append("version: required key is missing (write version = 1)")
+        elif type(raw.get("version")) is not int or raw.get("version") != 1:
             faults.append("version: must be 1")
         repos = raw.get("repo", [])
         if type(repos) is not list:
@@ -210,7 +212,7 @@ def rewrite_hint(path: Path, specs: Iterable[str], what: str = "the fields") -> 
     where = "" if path == Path.cwd() / "safehub.lock" else f" --lockfile {shlex.quote(str(path))}"
     if not valid:
         return fixes.say(f"write it afresh with `safehub lock --rewrite{where} SPEC...` "
-                         "(every spec you need), or mend {what} named above by hand; no "
+                         f"(every spec you need), or mend {what} named above by hand; no "
                          "repo loads until then (fail closed)")
     return fixes.either(
         fixes.run(f"safehub lock --rewrite{where} " + " ".join(shlex.quote(v) for v in

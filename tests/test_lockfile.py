@@ -386,3 +386,17 @@ def test_any_lockfile_document_is_read_or_refused_with_a_pin_error() -> None:
 
     check()
     assert sum(1 for e in accepted if e) > 5  # not vacuous
+
+
+@pytest.mark.parametrize("text", ["", "version = 1\n"])
+def test_an_empty_lockfile_says_what_is_missing_and_how_to_write_it(
+    hub_repo: HubRepo, text: str
+) -> None:
+    Path("safehub.lock").write_text(text)
+    if text:
+        assert safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True) == ((), {})
+        return  # a lockfile with no entries is valid: nothing is locked
+    with pytest.raises(safehub.PinError) as refused:
+        safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True)
+    assert "version: required key is missing" in str(refused.value)
+    assert "{" not in (refused.value.hint or "") and "lock --rewrite" in (refused.value.hint or "")
