@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from safehub.fetch import TreeFetcher
 from safehub.github import GitHub
 from safehub.lockfile import Lockfile
 from safehub.policy import Decision, Policy, load_policy
-from safehub.records import ConsentStore, SignatureRecords, VerifiedRecords
+from safehub.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.resolve import Resolved, Resolver
 from safehub.runtime import RuntimeReport
 from safehub.signatures.check import SignatureCheck, SignatureStatus
@@ -343,13 +343,7 @@ class Hub:
             lock = self.admission.lock_entry(spec)
             hit = self.resolver.cached(spec) if lock is None else None
             commit = lock.commit if lock else hit.commit if hit else spec.ref
-            from safehub.spec import is_full_sha
-
-            if not is_full_sha(commit):
-                raise SpecError(
-                    f"cannot tell which commit {spec} names without the network",
-                    hint=f"name the commit ({spec.repo}:<sha>), or forget every commit of the "
-                    f"repo with `safehub untrust {spec.repo}`")
+            commit = _trusted_commit(commit, self.consents.list(spec.key), spec)
         return self.consents.remove(spec.key, commit)
 
 
@@ -415,3 +409,24 @@ def _plain_args(repo_or_dir: object, source: object, entrypoint: object, force_r
                         hint="pass the repo as a string, e.g. 'pytorch/vision:v0.19.0'")
     name = _text(entrypoint) if isinstance(entrypoint, str) else None
     return target, kind, name, bool(force_reload), bool(verbose)
+
+
+def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) -> str:
+    """The full commit ``untrust`` forgets: ``commit`` itself, or the one commit trusted
+    for the repo that it abbreviates. ``untrust`` asks no server (forgetting needs none)."""
+    from safehub.spec import is_full_sha, looks_like_sha
+
+    if is_full_sha(commit):
+        return commit
+    matches: list[str] = sorted({c.commit for c in consents if looks_like_sha(commit)
+                      and c.commit.startswith(commit.lower())})
+    if len(matches) == 1:
+        return matches[0]
+    trusted = ", ".join(sorted({c.commit[:12] for c in consents})) or "none"
+    raise NotFoundError(
+        f"{spec} names no commit this machine knows: untrust asks no server, so a ref must "
+        "be in the lockfile or resolved here before, and an abbreviated sha must start "
+        f"exactly one trusted commit of {spec.repo} (trusted: {trusted})",
+        hint=fixes.either(fixes.run(f"safehub untrust {spec.repo}:<one of the commits above>"),
+                          fixes.run(f"safehub untrust {spec.repo}", "to forget every commit "
+                                    "of the repo")))

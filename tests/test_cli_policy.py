@@ -178,3 +178,17 @@ def test_no_test_and_no_child_python_sees_the_machines_etc_xdg(tmp_path: Path) -
     paths = [c["path"] for c in json.loads(proc.stdout)["searched"]]
     assert paths[0] == os.environ["SAFEHUB_TEST_SYSTEM_CONFIG_DIR"] + "/safehub/policy.toml"
     assert not any(p.startswith("/etc/") for p in paths)
+
+
+def test_untrust_an_abbreviated_commit_without_the_network(
+    hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """untrust asks no server: an abbreviation of a trusted commit is enough; a ref it
+    has never resolved says which commits are trusted."""
+    assert main(["trust", f"{hub_repo.spec}:v1.0"]) == 0
+    assert main(["untrust", f"{hub_repo.spec}:nosuchbranch"]) == 1
+    assert hub_repo.sha[:12] in capsys.readouterr().err
+    assert main(["untrust", f"{hub_repo.spec}:{hub_repo.sha[:8]}"]) == 0
+    from safehub import Hub
+
+    assert Hub().consents.list(hub_repo.spec) == []

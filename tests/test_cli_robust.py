@@ -184,7 +184,7 @@ CASES = [
     C("trust {spec}", 1, "empty", XDG_DATA_HOME="{cwd}/empty"),
     C("untrust", 2, "required: spec"),
     C("untrust 'a b'", 2, "exactly one '/'"),
-    C("untrust acme/models:somebranch", 2, "safehub untrust acme/models"),
+    C("untrust acme/models:somebranch", 1, "safehub untrust acme/models"),
     # -- lock --------------------------------------------------------------------------------
     C("lock", 2, "nothing to lock"),
     C("lock 'bad spec'", 2, "exactly one '/'"),
