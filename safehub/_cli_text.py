@@ -134,9 +134,10 @@ def verified(report: Any, keys: Sequence[str], issuer: str | None,
 
 def lock_statuses(results: Sequence[Any]) -> str:
     return "\n".join(
-        f"ok    {r.spec} {r.locked[:12]}" if r.ok else
-        f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
-        f"FAIL  {r.spec}: {r.error}"
+        (f"ok    {r.spec} {r.locked[:12]}" if r.ok else
+         f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
+         f"FAIL  {r.spec}: {r.error}")
+        + (f"\n  fix: {r.fix}" if getattr(r, "fix", None) else "")
         for r in results) or "(the lockfile is empty)"
 
 

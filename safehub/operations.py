@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -305,6 +306,7 @@ class LockStatus(_Report):
     now: str | None
     ok: bool
     error: str | None = None
+    fix: str | None = None
 
 
 def lock_check(hub: Hub) -> list[LockStatus]:
@@ -328,10 +330,12 @@ def lock_check(hub: Hub) -> list[LockStatus]:
                                           f"{entry.spec}` after checking why"))
                 continue
             ok = now.commit == entry.commit and now.tree == entry.tree
-            results.append(LockStatus(key, entry.commit, now.commit, ok))
+            results.append(LockStatus(key, entry.commit, now.commit, ok, fix=None if ok else (
+                f"safehub lock --upgrade {shlex.quote(entry.spec)}   (if the move is "
+                "expected: review the new commit first)")))
         except SafehubError as e:
             results.append(LockStatus(key, entry.commit, None, False,
-                                      f"{type(e).__name__}: {e.message}"))
+                                      f"{type(e).__name__}: {e.message}", e.hint))
     return results
 
 

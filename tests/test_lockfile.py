@@ -83,8 +83,11 @@ def test_moved_tag_with_a_warm_cache(hub_repo: HubRepo, canary: Path,
     assert "new" not in canary_lines(canary)
     capsys.readouterr()
     assert lock("--check") == 1
-    assert "MOVED acme/models:v1.0" in capsys.readouterr().out
-    assert lock("--upgrade", f"{hub_repo.spec}:v1.0") == 0  # moving the pin on purpose
+    out = capsys.readouterr().out
+    assert "MOVED acme/models:v1.0" in out
+    fix = out.split("fix: ")[1].split("   (")[0]
+    assert fix == "safehub lock --upgrade acme/models:v1.0"
+    assert main(fix.split()[1:]) == 0  # moving the pin on purpose, as the fix says
     assert f"upgraded  acme/models:v1.0 {moved} (was {locked})" in capsys.readouterr().out
     assert safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True) == "new"
 
@@ -336,7 +339,7 @@ def test_untrust_a_locked_spec_and_refuse_to_guess(
     monkeypatch.setenv("CI", "true")
     with pytest.raises(safehub.UntrustedRepoError):
         safehub.load(f"{hub_repo.spec}:v1.0", "tiny")
-    assert main(["untrust", f"{hub_repo.spec}:main"]) == 2  # unknown commit: no silent no-op
+    assert main(["untrust", f"{hub_repo.spec}:main"]) == 1  # unknown commit: no silent no-op
 
 
 def test_any_lockfile_document_is_read_or_refused_with_a_pin_error() -> None:

@@ -249,7 +249,11 @@ class Cache:
     def clear(self) -> None:
         """Remove everything safehub cached (locks stay, they may be held)."""
         if self.sealed:
-            self._writable_dir(self.base)  # refuses, saying how to change a sealed cache
+            raise CacheError(
+                f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
+                "--read-only`): safehub never clears or writes it",
+                hint=f"its owner removes it (rm -rf {self.root}), or adds to it with "
+                f"`safehub prefetch --read-only --cache-dir {self.root} SPEC`")
         for part in ("commits", "repos", "tmp"):
             rmtree(self.base / part)
 
