@@ -11,13 +11,13 @@ import argparse
 import contextlib
 import json
 import os
-import shlex
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
 from safehub import _cli_text as text
+from safehub._cli_parser import for_cli
 from safehub.errors import CacheError, PolicyError, SafehubError, SpecError
 
 __all__ = ["main"]
@@ -453,9 +453,9 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
     except SpecError as e:
-        return _fail(wants_json, type(e).__name__, e.message, _for_cli(e.hint, args), EXIT_USAGE)
+        return _fail(wants_json, type(e).__name__, e.message, for_cli(e.hint, args), EXIT_USAGE)
     except SafehubError as e:
-        return _fail(wants_json, type(e).__name__, e.message, _for_cli(e.hint, args),
+        return _fail(wants_json, type(e).__name__, e.message, for_cli(e.hint, args),
                      EXIT_REFUSED)
     except text.RepoCodeError as e:
         return _fail(wants_json, "RepoCodeError", e.message, e.hint, EXIT_REFUSED)
@@ -470,37 +470,6 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {text.said(e)}",
                      "this is a bug in safehub: run again with SAFEHUB_DEBUG=1 and report "
                      "the traceback", EXIT_REFUSED)
-
-
-def _for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
-    """A library hint as a command-line user applies it: ``force_reload=True`` is
-    ``--force-reload``, and a command it names carries the ``--cache-dir`` and
-    ``--lockfile`` this command was given (else the fix acts on other files)."""
-    if not hint:
-        return hint
-    hint = hint.replace("force_reload=True", "--force-reload").replace(
-        "without force_reload", "without --force-reload")
-    given = [(flag, value) for flag, value in (("--cache-dir", getattr(args, "cache_dir", None)),
-                                              ("--lockfile", getattr(args, "lockfile", None)))
-             if value]
-    if not given:
-        return hint
-    from safehub._cli_parser import build
-
-    verbs: dict[str, argparse.ArgumentParser] = {}
-    for action in build(_Parser, COMMANDS)._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            verbs.update(action.choices)
-    lines = []
-    for line in hint.split("\n"):
-        words = line.split()
-        if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
-            takes = verbs[words[1]]._option_string_actions
-            for flag, value in given:
-                if flag in takes and flag not in words:
-                    line += f" {flag} {shlex.quote(str(value))}"
-        lines.append(line)
-    return "\n".join(lines)
 
 
 def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int) -> int:

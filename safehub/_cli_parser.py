@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 from collections.abc import Callable, Mapping
 
-__all__ = ["build"]
+__all__ = ["build", "for_cli"]
 
 Command = Callable[[argparse.Namespace], int]
 _FORMAT = argparse.RawDescriptionHelpFormatter
@@ -303,3 +304,34 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     add("demo", "run the whole pipeline on a shipped example (no network)")
     docs = add("docs", "print a page of safehub's documentation", "", "json")
     docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...")
+
+
+def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
+    """A library hint as a command-line user applies it: ``force_reload=True`` is
+    ``--force-reload``, and a command it names carries the ``--cache-dir`` and
+    ``--lockfile`` this command was given (else the fix acts on other files)."""
+    if not hint:
+        return hint
+    hint = hint.replace("force_reload=True", "--force-reload").replace(
+        "without force_reload", "without --force-reload")
+    given = [(flag, value) for flag, value in (("--cache-dir", getattr(args, "cache_dir", None)),
+                                              ("--lockfile", getattr(args, "lockfile", None)))
+             if value]
+    if not given:
+        return hint
+    from safehub._cli import COMMANDS, _Parser
+
+    verbs: dict[str, argparse.ArgumentParser] = {}
+    for action in build(_Parser, COMMANDS)._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            verbs.update(action.choices)
+    lines = []
+    for line in hint.split("\n"):
+        words = line.split()
+        if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
+            takes = verbs[words[1]]._option_string_actions
+            for flag, value in given:
+                if flag in takes and flag not in words:
+                    line += f" {flag} {shlex.quote(str(value))}"
+        lines.append(line)
+    return "\n".join(lines)

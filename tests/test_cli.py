@@ -92,7 +92,7 @@ def test_a_fix_carries_the_cache_dir_and_lockfile_it_was_given(
 
 
 def test_cli_fixes_name_cli_options(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
-    from safehub._cli import _for_cli
+    from safehub._cli_parser import for_cli as _for_cli
 
     hint = _for_cli("retry with force_reload=True; or load without force_reload",
                     argparse.Namespace())
