@@ -108,7 +108,9 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
             return CheckReport(**base, outcome="refuse", why=e.message, fix=e.hint,
                                error=type(e).__name__, ref=r.ref, commit=r.commit,
                                proof=r.proof, policy=decision.verdict, cached=True,
-                               digest=entry.digest, signature="INVALID")
+                               digest=entry.digest,
+                               signature="MISSING" if "has no signature" in e.message
+                               else "INVALID")
         signature = status.status
         if status.failed:  # mode = "warn": a violation, as in a load
             decision = dataclasses.replace(decision, verdict="prompt", violations=(

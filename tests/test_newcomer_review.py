@@ -57,7 +57,20 @@ def test_check_of_a_required_signature(server, tmp_path: Path, isolated: Path,  
     rc, out, _ = cli(capsys, "check", spec, "--json")
     report = json.loads(out)
     assert (rc, report["outcome"]) == (code, outcome), report
+    assert report["signature"] != "MISSING"
     assert cli(capsys, "load", spec, "tiny")[0] == code  # check said what the load does
+
+
+def test_check_says_a_required_signature_is_missing(hub_repo, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                    isolated: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    pub = tmp_path / "k.pub"
+    pub.write_bytes(new_key(tmp_path / "k.pem"))
+    require_key(isolated, pub)
+    cli(capsys, "prefetch", f"{hub_repo.spec}:v1.0")  # fetches the (unsigned) tree
+    rc, out, _ = cli(capsys, "check", f"{hub_repo.spec}:v1.0", "--json")
+    report = json.loads(out)
+    assert (rc, report["outcome"], report["signature"]) == (1, "refuse", "MISSING"), report
 
 
 # -- N3: policy validate checks a file by the rules of its role ----------------------------
