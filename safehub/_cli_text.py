@@ -145,7 +145,8 @@ def lock_changes(changes: Sequence[Any], path: object) -> str:
     rows = [f"{c.change:9} {c.spec} {c.commit}"
             + (f" (was {c.previous})" if c.previous and c.previous != c.commit else "")
             for c in changes]
-    return "\n".join([*rows, f"wrote {path}"])
+    same = all(c.change in ("kept", "unchanged") for c in changes)
+    return "\n".join([*rows, f"{path}: nothing changed" if same else f"wrote {path}"])
 
 
 def prefetched(rows: Sequence[Any]) -> str:

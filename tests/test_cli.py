@@ -97,3 +97,11 @@ def test_cli_fixes_name_cli_options(hub_repo: HubRepo, capsys: pytest.CaptureFix
     hint = _for_cli("retry with force_reload=True; or load without force_reload",
                     argparse.Namespace())
     assert hint == "retry with --force-reload; or load without --force-reload"
+
+
+def test_lock_says_when_nothing_changed(hub_repo: HubRepo,
+                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lock", f"{hub_repo.spec}:v1.0"]) == 0
+    assert "wrote " in capsys.readouterr().out
+    assert main(["lock", f"{hub_repo.spec}:v1.0"]) == 0
+    assert capsys.readouterr().out.splitlines()[-1].endswith(": nothing changed")
