@@ -193,11 +193,13 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
 def runtime(report: dict[str, Any]) -> str:
     """What the repo's code did while it ran (``load --report``)."""
     lines = [f"runtime guard ({report['mode']}) for {report['repo']}:"]
+    refused = {r.get("target") for r in report["refused"]}  # tried, not done: listed below
     for key, label in (("hosts", "connected to"), ("lookups", "looked up"),
                        ("programs", "started"), ("writes", "wrote outside its tree"),
                        ("libraries", "loaded native code"), ("environ", "changed environment"),
                        ("leftovers", "left imported")):
-        lines.append(f"  {label:22} {', '.join(report[key]) or '-'}")
+        done = [item for item in report[key] if item not in refused]
+        lines.append(f"  {label:22} {', '.join(done) or '-'}")
     for shadow in report["shadowing"]:
         lines.append(f"  {'shadows':22} {shadow['name']} ({shadow['shadows']})")
     for refusal in report["refused"]:

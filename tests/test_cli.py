@@ -105,3 +105,16 @@ def test_lock_says_when_nothing_changed(hub_repo: HubRepo,
     assert "wrote " in capsys.readouterr().out
     assert main(["lock", f"{hub_repo.spec}:v1.0"]) == 0
     assert capsys.readouterr().out.splitlines()[-1].endswith(": nothing changed")
+
+
+def test_the_report_lists_refused_actions_once_as_refused() -> None:
+    from safehub._cli_text import runtime
+
+    report = {"mode": "enforce", "repo": "acme/models", "hosts": [], "lookups": [],
+              "programs": [], "writes": ["/home/u/x", "/home/u/y"], "libraries": [],
+              "environ": [], "leftovers": [], "shadowing": [],
+              "refused": [{"action": "write", "target": "/home/u/x", "key": "writes",
+                           "message": "tried to write /home/u/x"}]}
+    shown = runtime(report)
+    assert "wrote outside its tree /home/u/y" in shown
+    assert "REFUSED                tried to write /home/u/x" in shown
