@@ -70,6 +70,7 @@ def test_python_dash_m(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "cache" in proc.stdout
 
 
+@needs_torch
 def test_a_fix_carries_the_cache_dir_and_lockfile_it_was_given(
     hub_repo: HubRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str]
