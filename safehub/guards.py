@@ -19,9 +19,9 @@ __all__ = ["runtime_guard", "weights_guard"]
 
 
 def _user_policy() -> Path:
-    from safehub.policy import searched
+    from safehub.policy import user_file
 
-    return next(c.path for c in searched() if c.origin == "user")
+    return user_file()
 
 
 def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,

@@ -157,9 +157,9 @@ def _prove(github: GitHub, spec: RepoSpec, sha: str, asked: str) -> Resolved:
 
 def moved_fix(new: str) -> str:
     """Load the repo by its new name, or name the new repo in a policy to follow it."""
-    from safehub.policy import searched
+    from safehub.policy import user_file
 
-    user_policy = next(c.path for c in searched() if c.origin == "user")
+    user_policy = user_file()
     return fixes.either(fixes.say(f"load it as {new!r}"),
                         fixes.add(user_policy, ["[[allow]]", f'repo = "{new.lower()}"']))
 

@@ -129,9 +129,9 @@ class Trust:
         return "prompt-yes"
 
     def _fix(self, subject: Subject, *, nested: bool = False) -> str:
-        from safehub.policy import searched
+        from safehub.policy import user_file
 
-        user_policy = next(c.path for c in searched() if c.origin == "user")
+        user_policy = user_file()
         explicit = ("add --trust to the command" if self.surface == "cli"
                     else "pass trust_repo=True to safehub.load")
         return fixes.either(

@@ -27,6 +27,7 @@ from safehub.policy.files import (
     discover,
     load_policy,
     searched,
+    user_file,
     validate_file,
 )
 from safehub.policy.model import Decision, Policy, Requirements, Rule, RuntimeRequirements, Setting
@@ -45,5 +46,6 @@ __all__ = [
     "discover",
     "load_policy",
     "searched",
+    "user_file",
     "validate_file",
 ]

@@ -24,7 +24,7 @@ from safehub.policy.model import Policy
 from safehub.policy.schema import FileSpec, parse_text
 
 __all__ = ["PROJECT_FILE", "SYSTEM_CONFIG_DIR", "Candidate", "discover", "load_policy",
-           "searched", "validate_file"]
+           "searched", "user_file", "validate_file"]
 
 PROJECT_FILE = "safehub.toml"
 
@@ -43,6 +43,14 @@ class Candidate:
     exists: bool
 
 
+def user_file() -> Path:
+    """The user's policy file (``~/.config/safehub/policy.toml`` on Linux), existing or not:
+    where a fix for this user goes."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("safehub", appauthor=False)) / "policy.toml"
+
+
 def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:
     """Every path looked at, in merge order (``safehub policy show``)."""
     import platformdirs
@@ -57,8 +65,7 @@ def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:
         if real not in seen:  # /etc/xdg in XDG_CONFIG_DIRS too: read once, first
             seen.add(real)
             places.append((folder / "policy.toml", "site"))
-    places.append((Path(platformdirs.user_config_dir("safehub", appauthor=False)) /
-                   "policy.toml", "user"))
+    places.append((user_file(), "user"))
     places.append((Path.cwd() / PROJECT_FILE, "project"))
     places += [(Path(extra).expanduser(), "extra")
                for extra in env.get("SAFEHUB_POLICY", "").split(os.pathsep) if extra]

@@ -78,9 +78,9 @@ def decide_local(policy: Policy, folder: str) -> Decision:
 
 
 def _user_file() -> str:
-    from safehub.policy.files import searched
+    from safehub.policy.files import user_file
 
-    return str(next(c.path for c in searched() if c.origin == "user"))
+    return str(user_file())
 
 
 def _inside(path: str, folder: str) -> bool:
