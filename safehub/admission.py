@@ -112,7 +112,7 @@ class Admission:
         if missing is not None and locked is None:
             where = shlex.quote(self._lockfile_path())  # the file named, wherever it came from
             raise PinError(missing.message, hint=fixes.either(
-                fixes.run(f"safehub lock {spec_key(spec)} --lockfile {where}"),
+                fixes.run(f"safehub lock {shlex.quote(spec_key(spec))} --lockfile {where}"),
                 fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None
         if resolution == "online":
             resolved = self.resolver.online(spec)

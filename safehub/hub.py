@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -170,7 +171,8 @@ class Hub:
                                      lazy=self.settings.runtime != "off")
         except OfflineError as e:
             raise OfflineError(e.message, hint=fixes.either(
-                fixes.run(f"safehub prefetch {spec}", f"{self.settings.network_machine}, then "
+                fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
+                          f"{self.settings.network_machine}, then "
                           "share its cache (SAFEHUB_CACHE_DIR) with this one"),
                 fixes.say(self.settings.offline_off))) from e
         note.digest = tree.digest
@@ -272,9 +274,10 @@ class Hub:
             prepared.spec, prepared.decision, self.admission.lock_entry(prepared.spec),
             lockfile=self.lockfile_path, cache=self.cache, data_dir=self.settings.data_dir,
             transport=self.weights_transport())
-        handlers = {name: runtime.routed(handler) for name, handler in (
+        handlers = {name: runtime.routed(handler, plain) for name, (handler, plain) in (
             *weights.handlers().items(),
-            *((name, self._nested(name)) for name in ("load", "list", "help")))}
+            *((name, (self._nested(name), _nested_plain(name))) for name in
+              ("load", "list", "help")))}
         guard = guards.runtime_guard(prepared.spec, prepared.decision, prepared.tree,
                                      mode=self.settings.runtime)
         # The repo's code may call torch.hub after its load returns (model.forward, its
@@ -301,28 +304,19 @@ class Hub:
     def _nested(self, name: str) -> Callable[..., Any]:
         """torch.hub.load/list/help called by a repo's code while it runs: through this
         hub, with this policy; a ``trust_repo`` the repo's code passes grants nothing."""
-        def nested(*args: Any, **kwargs: Any) -> Any:
-            bound = inspect.signature(torchhub.original(name)).bind(*args, **kwargs)
-            call = dict(bound.arguments)
-            call.pop("trust_repo", None)
-            extra = call.pop("kwargs", {})
-            positional = call.pop("args", ())
-            repo = call.pop("repo_or_dir", call.pop("github", None))
-            model = call.pop("model", None)
-            source = call.pop("source", "github")
-            force, verbose = call.pop("force_reload", False), call.pop("verbose", True)
+        def nested(repo: str, source: str, model: str | None, force: bool, verbose: bool,
+                   positional: tuple[Any, ...], extra: dict[str, Any]) -> Any:
+            entrypoint = model or ""  # plain: a str wherever one is needed (_nested_plain)
             run: Callable[[Path], Any]
             if name == "load":
                 def run(path: Path) -> Any:
-                    return torchhub.call_entrypoint(path, model, tuple(positional), extra)
+                    return torchhub.call_entrypoint(path, entrypoint, positional, extra)
             elif name == "list":
                 run = torchhub.entrypoints
             else:
                 def run(path: Path) -> Any:
-                    return torchhub.docstring(path, model)
-            return self._run(repo, source if name == "load" else "github",
-                             model if name != "list" else None, "check", force, verbose, run,
-                             nested=True)
+                    return torchhub.docstring(path, entrypoint)
+            return self._run(repo, source, model, "check", force, verbose, run, nested=True)
         return nested
 
     # -- consent without loading -----------------------------------------------------------
@@ -427,6 +421,26 @@ def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) ->
         f"{spec} names no commit this machine knows: untrust asks no server, so a ref must "
         "be in the lockfile or resolved here before, and an abbreviated sha must start "
         f"exactly one trusted commit of {spec.repo} (trusted: {trusted})",
-        hint=fixes.either(fixes.run(f"safehub untrust {spec.repo}:<one of the commits above>"),
+        hint=fixes.either(fixes.say(f"name one of the commits above: safehub untrust "
+                                    f"{spec.repo}:COMMIT"),
                           fixes.run(f"safehub untrust {spec.repo}", "to forget every commit "
                                     "of the repo")))
+
+
+def _nested_plain(name: str) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
+    """A nested ``torch.hub.load/list/help`` call's arguments as plain values (see
+    ``runtime.routed``); the ``trust_repo`` the repo's code passes is dropped."""
+    def plain(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        bound = inspect.signature(torchhub.original(name)).bind(*args, **kwargs)
+        call = dict(bound.arguments)
+        repo = call.pop("repo_or_dir", call.pop("github", None))
+        source = call.pop("source", "github") if name == "load" else "github"
+        model = call.pop("model", None) if name != "list" else None
+        target, kind, entrypoint, force, verbose = _plain_args(
+            repo, source, model, call.pop("force_reload", False), call.pop("verbose", True))
+        if name != "list" and (entrypoint is None or not entrypoint.isidentifier()):
+            raise SpecError(f"model={model!r} is not the name of an entrypoint",
+                            hint="pass the entrypoint's name as a string")
+        return (target, kind, entrypoint, force, verbose, tuple(call.pop("args", ())),
+                dict(call.pop("kwargs", {}))), {}
+    return plain

@@ -125,7 +125,8 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
                "is not in the cache: a load would fail")
         fix = fixes.either(
-            fixes.run(f"safehub prefetch {spec}", f"{hub.settings.network_machine}, then "
+            fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
+                      f"{hub.settings.network_machine}, then "
                       "share its cache (SAFEHUB_CACHE_DIR) with this one"),
             fixes.say(hub.settings.offline_off))
     elif wanted == "required" and entry is None and decision.mode != "warn":
@@ -134,7 +135,8 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
                f"signature by {_signers(decision.requirements.signer_sets)} is "
                "found: the policy requires one, and it can be checked only on the "
                "downloaded tree")
-        fix = fixes.run(f"safehub prefetch {spec}", "(fetches and verifies the tree, runs "
+        fix = fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
+                        "(fetches and verifies the tree, runs "
                         "nothing; then check again)")
     elif decision.verdict == "allow":
         outcome, why, fix = "load", "the policy allows it", None

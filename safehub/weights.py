@@ -132,10 +132,11 @@ class WeightsGuard:
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 
-    def handlers(self) -> dict[str, Callable[..., Any]]:
-        """The functions that stand in for torch.hub's while this guard holds."""
-        return {"download_url_to_file": self.download_url_to_file,
-                "load_state_dict_from_url": self.load_state_dict_from_url}
+    def handlers(self) -> dict[str, tuple[Callable[..., Any], Callable[..., Any]]]:
+        """The functions that stand in for torch.hub's while this guard holds, each with
+        the function that turns its caller's arguments into plain values first."""
+        return {"download_url_to_file": (self.download_url_to_file, _plain_download),
+                "load_state_dict_from_url": (self.load_state_dict_from_url, _plain_state)}
 
     def _hop(self, url: str) -> None:
         """Every redirect hop is held to the patterns, as the first URL is."""
@@ -213,6 +214,26 @@ def _text(value: object, name: str) -> str:
         raise SpecError(f"weights download: {name} must be a string, not "
                            f"{type(value).__name__}", hint="pass URLs and paths as str")
     return str.__getitem__(value, slice(None))
+
+
+def _plain_download(url: object, dst: object, hash_prefix: object = None,
+                    progress: object = True) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``download_url_to_file``'s arguments as plain values (see ``runtime.routed``)."""
+    return (_text(url, "url"), _text(os.fspath(dst), "dst"),  # type: ignore[call-overload]
+            None if hash_prefix is None else _text(hash_prefix, "hash_prefix"),
+            bool(progress)), {}
+
+
+def _plain_state(url: object, model_dir: object = None, map_location: Any = None,
+                 progress: object = True, check_hash: object = False,
+                 file_name: object = None, weights_only: object = False
+                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``load_state_dict_from_url``'s arguments as plain values (``map_location`` goes to
+    torch as given)."""
+    return (_text(url, "url"),
+            None if model_dir is None else _text(os.fspath(model_dir), "model_dir"),  # type: ignore[call-overload]
+            map_location, bool(progress), bool(check_hash),
+            None if file_name is None else _text(file_name, "file_name"), bool(weights_only)), {}
 
 
 def _any_https_host(url: str) -> None:

@@ -301,6 +301,41 @@ def local_deputy(url):
                           source="local")
 
 
+def planted_consent(url, spec):
+    """A download whose destination's __fspath__ is a partial of safehub's own trust()."""
+    import functools, torch
+    import safehub
+
+    class Dst:
+        __fspath__ = functools.partial(safehub.Hub().trust, spec)
+
+    torch.hub.download_url_to_file(url, Dst(), progress=False)
+
+
+def loud_stderr(url, path):
+    """Replace sys.stderr with an object of its own, then download with progress: the
+    download's progress lines must not call it while safehub's work is unguarded."""
+    import os, sys, tempfile, torch
+
+    class Loud:
+        def write(self, text):
+            with open(path, "a") as f:
+                f.write(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return True
+
+    old, sys.stderr = sys.stderr, Loud()
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w2"))
+    finally:
+        sys.stderr = old
+
+
 def via_tempdir(path):
     """Move the temp dir over the target, then load itself (nested) to write there."""
     import os, tempfile, torch
@@ -497,3 +532,22 @@ def test_a_folder_loaded_locally_inside_a_load_cannot_borrow_the_pause(
 def test_a_local_load_of_no_path_is_a_spec_error(target: object) -> None:
     with pytest.raises(safehub.SpecError):
         safehub.load(target, "echo", source="local")  # type: ignore[arg-type]
+
+
+# -- 9. nothing of the repo's runs while safehub's own work is unguarded ---------------------
+
+def test_a_partial_of_safehubs_own_functions_gets_no_pause(nesting: Path, server,  # type: ignore[no-untyped-def]
+                                                           isolated: Path) -> None:
+    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
+        safehub.load("acme/models:v1.0", "planted_consent", f"{server.foreign_url}/acme/w.pth",
+                     "acme/other:v1.0", verbose=False)
+    assert safehub.Hub().consents.list("acme/other") == []
+
+
+def test_the_repos_stderr_is_not_called_during_safehubs_work(nesting: Path, server,  # type: ignore[no-untyped-def]
+                                                             tmp_path: Path) -> None:
+    out = tmp_path / "outside" / "stderr.txt"
+    out.parent.mkdir()
+    safehub.load("acme/models:v1.0", "loud_stderr", f"{server.foreign_url}/acme/w.pth",
+                 str(out), verbose=False)
+    assert not out.exists()

@@ -615,3 +615,19 @@ def test_docs_key_tables_come_from_the_declaration() -> None:
     docs = (Path(__file__).parents[1] / "docs/policy.md").read_text()
     for scope in ("safehub", "allow", "deny", "signer"):
         assert markdown_table(scope) in docs, scope
+
+
+def test_a_fix_quotes_a_ref_that_a_shell_would_read() -> None:
+    """Refs may hold `;`, `$`, `(`: a printed command quotes the spec, so copying it into
+    a shell runs safehub, not what the ref says."""
+    import shlex
+
+    from safehub.policy import Policy
+    from safehub.spec import RepoSpec
+
+    policy = Policy.from_text('[[allow]]\nrepo = "acme/*"\npin = "commit"\n', "site.toml")
+    ref = "v1;touch${IFS}INJECTED;#"
+    decision = policy.decide(RepoSpec.parse(f"acme/models:{ref}"))
+    line = next(x.strip() for x in (decision.fix or "").splitlines()
+                if x.strip().startswith("safehub lock"))
+    assert shlex.split(line) == ["safehub", "lock", f"acme/models:{ref}"]

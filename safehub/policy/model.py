@@ -16,6 +16,7 @@ docs/policy.md, "How files merge"):
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -333,7 +334,8 @@ class Policy:
             lines.append('pin = "commit"')
             if not locked and not (ref is not None and is_full_sha(ref)):
                 pinned = spec.key if ref is None else f"{spec.key}:{ref}"
-                return fixes.both(fixes.add(path, lines), fixes.run(f"safehub lock {pinned}"))
+                return fixes.both(fixes.add(path, lines),
+                                  fixes.run(f"safehub lock {shlex.quote(pinned)}"))
         return fixes.add(path, lines)
 
     def names(self, key: str) -> bool:
@@ -418,7 +420,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
             pinned = spec.key if ref is None else f"{spec.key}:{ref}"
             violations.append((
                 f"{rule.where} requires a pinned commit: a 40-hex sha, or the spec locked in "
-                "the lockfile", fixes.run(f"safehub lock {pinned}")))
+                "the lockfile", fixes.run(f"safehub lock {shlex.quote(pinned)}")))
         if t.signature != "none":
             signer_sets.append(SignerSet(
                 rule.label, tuple(Signer(**s.set_values()) for s in t.signers),

@@ -15,19 +15,19 @@ event ``safehub.fork_exec``, whose arguments are the exact bytes the child will 
 
 from __future__ import annotations
 
-import contextlib
 import errno
+import gc
 import os
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import sealed
 from safehub.runtime._events import EVENTS, Action
 
-__all__ = ["SUSPENDED", "Entry", "Guarded", "heal", "install", "no_bytecode", "pop", "push",
+__all__ = ["SUSPENDED", "Entry", "Guarded", "heal", "install", "pop", "push",
            "routed", "snapshot", "suspended", "tampered"]
 
 
@@ -128,6 +128,9 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
                 entry.record(Action("guard", "tamper", event), error)  # type: ignore[union-attr]
         raise error
     state.busy = True  # the guard's own opens, lookups and imports are not audited by it
+    collecting = gc.isenabled()
+    if collecting:
+        gc.disable()  # no gc callback or finalizer of the repo's runs while busy
     try:
         for action in EVENTS[event](args):
             refusal = top.decide(action)
@@ -146,6 +149,8 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
         raise error from None
     finally:
         state.busy = False
+        if collecting:
+            gc.enable()
 
 
 _DISPATCH = _dispatch
@@ -224,16 +229,23 @@ def _safehubs(frame: Any) -> bool:
             and frame.f_code.co_filename.startswith(_OWN_DIR))
 
 
-def routed(handler: Callable[..., Any]) -> Callable[..., Any]:
+def routed(handler: Callable[..., Any],
+           plain: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None
+           ) -> Callable[..., Any]:
     """``handler`` (a torch.hub function's stand-in that a load installs) marked as the
     way a guarded repo's calls reach safehub: while it runs, safehub's own work may
-    suspend the guard that was innermost when it was called (see :class:`suspended`)."""
+    suspend the guard that was innermost when it was called (see :class:`suspended`).
+    ``plain`` turns the caller's arguments into plain values first, outside that window:
+    whatever code of the caller's that runs (``__fspath__``, ``__bool__``, a ``partial``
+    of safehub's own functions) runs with no right to pause anything."""
     caller = sys._getframe(1)
     if not _safehubs(caller):
         _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}")
 
     def call_routed(*args: Any, **kwargs: Any) -> Any:
         state = _STATE
+        if plain is not None:
+            args, kwargs = plain(*args, **kwargs)
         state.marks = (*state.marks, _guard_depth(state.stack))
         try:
             return handler(*args, **kwargs)
@@ -289,10 +301,11 @@ class suspended:  # used as a function: ``with suspended():``
     only safehub's own code may pause the runtime guard, and nothing was paused
     """
 
-    __slots__ = ("_pushed",)
+    __slots__ = ("_pushed", "_world")
 
     def __init__(self) -> None:
         self._pushed = False
+        self._world: Any = None
 
     def __enter__(self) -> None:
         caller = sys._getframe(1)
@@ -305,16 +318,31 @@ class suspended:  # used as a function: ``with suspended():``
                               and _routed_directly(caller)):
                 _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}",
                                 direct=True)
+        world = _world(state.stack) if state.stack and not state.own else None
         state.own += 1
         if state.stack:
             push(SUSPENDED)
             self._pushed = True
+        self._world = world
+        if world is not None:
+            world.enter()
 
     def __exit__(self, *exc: object) -> None:
+        if self._world is not None:
+            self._world.leave()
+            self._world = None
         if self._pushed:
             pop(SUSPENDED)
             self._pushed = False
         _STATE.own -= 1
+
+
+def _world(stack: tuple[Entry, ...]) -> Any:
+    """The world the outermost guard of ``stack`` took (see world.py), if any."""
+    for entry in stack:
+        if entry is not SUSPENDED:
+            return getattr(entry, "world", None)
+    return None
 
 
 def _refuse_suspend(where: str, *, direct: bool = False) -> None:
@@ -330,28 +358,6 @@ def _refuse_suspend(where: str, *, direct: bool = False) -> None:
         if entry is not SUSPENDED:
             entry.record(Action("guard", "suspend", where), refusal)  # type: ignore[union-attr]
     raise refusal
-
-
-_bytecode_users = 0
-_bytecode_saved = False
-
-
-@contextlib.contextmanager
-def no_bytecode() -> Iterator[None]:
-    """``sys.dont_write_bytecode`` while any guard is active (a count: loads may overlap)."""
-    global _bytecode_users, _bytecode_saved
-    with _LOCK:
-        if _bytecode_users == 0:
-            _bytecode_saved = sys.dont_write_bytecode
-            sys.dont_write_bytecode = True
-        _bytecode_users += 1
-    try:
-        yield
-    finally:
-        with _LOCK:
-            _bytecode_users -= 1
-            if _bytecode_users == 0:
-                sys.dont_write_bytecode = _bytecode_saved
 
 
 class _Carried:

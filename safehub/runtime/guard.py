@@ -42,6 +42,7 @@ from safehub.runtime._events import Action
 from safehub.runtime.hygiene import leftovers, shadowing
 from safehub.runtime.report import RuntimeReport
 from safehub.runtime.rules import RuntimeRules, normalise_host, parse_ip, toml_list
+from safehub.runtime.world import World, no_bytecode
 
 __all__ = ["RuntimeGuard", "RuntimeReport"]
 
@@ -150,6 +151,7 @@ class RuntimeGuard:
         # repo's code may have moved them (tempfile.tempdir, torch.hub.set_dir) to widen it.
         self._defaults: tuple[str, str] = (outer._defaults if outer is not None else
                                            (torch_hub_dir(), tempfile.gettempdir()))
+        self.world: World = outer.world if outer is not None else World()  # before repo code
         roots: list[str | os.PathLike[str]] = [tree, *self._defaults, *rules.write_paths(),
                                                 *write_roots]
         self._roots = sorted({_real(p) for p in roots})
@@ -187,7 +189,7 @@ class RuntimeGuard:
         before = set(sys.modules)
         if self.sealed_ns is not None:
             sealed.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
-        with _hook.no_bytecode():  # no .pyc written into site-packages or the tree
+        with no_bytecode():  # no .pyc written into site-packages or the tree
             state = _hook.snapshot()
             _hook.push(self)
             try:
