@@ -336,6 +336,24 @@ def loud_stderr(url, path):
         sys.stderr = old
 
 
+def patched_send(url, path):
+    """Monkeypatch the HTTP library safehub's paused download uses, to act meanwhile."""
+    import os, tempfile, requests, torch
+    real = requests.Session.send
+
+    def send(self, *a, **k):
+        with open(path, "w") as f:
+            f.write("acted while safehub's work was paused")
+        return real(self, *a, **k)
+
+    requests.Session.send = send
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w3"),
+                                       progress=False)
+    finally:
+        requests.Session.send = real
+
+
 def via_tempdir(path):
     """Move the temp dir over the target, then load itself (nested) to write there."""
     import os, tempfile, torch
@@ -550,4 +568,15 @@ def test_the_repos_stderr_is_not_called_during_safehubs_work(nesting: Path, serv
     out.parent.mkdir()
     safehub.load("acme/models:v1.0", "loud_stderr", f"{server.foreign_url}/acme/w.pth",
                  str(out), verbose=False)
+    assert not out.exists()
+
+
+def test_a_monkeypatched_library_acts_under_the_guard_during_safehubs_work(
+    nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    out = tmp_path / "outside" / "sent.txt"
+    out.parent.mkdir()
+    with pytest.raises(safehub.RuntimeGuardError, match="sent.txt"):
+        safehub.load("acme/models:v1.0", "patched_send", f"{server.foreign_url}/acme/w.pth",
+                     str(out), verbose=False)
     assert not out.exists()

@@ -607,9 +607,18 @@ def as_safehub() -> Iterator[Callable[[Callable[[], Any]], Any]]:
 
 def test_suspended_is_neither_recorded_nor_refused(place: Place, port: int,
                                                    as_safehub: Callable[..., Any]) -> None:
-    def own() -> None:
-        (place.outside / "safehub-own").write_text("x")
-        raw_connect("127.0.0.1", port)
+    namespace = vars(_hook)  # safehub's own work: code of a safehub module
+    exec(compile("def _test_io(path, port):\n"
+                 "    import socket\n"
+                 "    with open(path, 'w') as f:\n"
+                 "        f.write('x')\n"
+                 "    with socket.socket() as s:\n"
+                 "        s.settimeout(5)\n"
+                 "        s.connect(('127.0.0.1', port))\n", _hook.__file__, "exec"), namespace)
+
+    import functools
+
+    own = functools.partial(namespace["_test_io"], str(place.outside / "safehub-own"), port)
 
     def code() -> None:
         as_safehub(own)
@@ -822,3 +831,16 @@ def test_bad_rules_are_policy_errors() -> None:
                  {"subprocess": ("rm -rf",)}, {"mode": "audit"}):
         with pytest.raises(PolicyError):
             RuntimeRules(source="/etc/safehub/policy.toml", **keys)
+
+
+def test_the_repos_code_reached_during_a_pause_is_held_to_the_guard(
+    place: Place, as_safehub: Callable[..., Any]
+) -> None:
+    """A hook of the repo's that safehub's paused work calls (here: the work is the
+    repo's function itself) acts under the guard, as if there were no pause."""
+    def code() -> None:
+        attempt(lambda: as_safehub(lambda: (place.outside / "hooked").write_text("x")))
+
+    report, error = guarded(place, code, "enforce")
+    assert not (place.outside / "hooked").exists()
+    assert error is not None and [e.action for e in report.refused] == ["write"]

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import sealed
 from safehub.runtime._events import EVENTS, Action
+from safehub.runtime.frames import foreign_between, safehubs
 
 __all__ = ["SUSPENDED", "Entry", "Guarded", "heal", "install", "pop", "push",
            "routed", "snapshot", "suspended", "tampered"]
@@ -55,6 +56,7 @@ class _State(threading.local):
     busy: bool = False
     own: int = 0  # inside suspended(): safehub's own work, which may read tree files
     marks: tuple[int, ...] = ()  # guard depths at which a routed call began (see routed)
+    pause_at: tuple[Any, ...] = ()  # frames that entered a pause under a guard (suspended)
 
 
 _STATE = _State()
@@ -113,15 +115,26 @@ def _from_a_tree() -> bool:
 def _dispatch(event: str, args: tuple[Any, ...]) -> None:
     state = _STATE
     stack = state.stack
-    if not stack or stack[-1] is SUSPENDED:
+    if not stack:
         return
+    if stack[-1] is SUSPENDED:  # safehub's own work: unless something else is doing this
+        depth = _guard_depth(stack)
+        if not depth or not state.pause_at or (
+                event not in _PROCESS_EVENTS
+                and not foreign_between(sys._getframe(2), state.pause_at[-1],
+                                        sealed.PREFIXES)):
+            return
+        stack = stack[:depth]  # decided as if there were no pause
     top: Guarded = stack[-1]  # type: ignore[assignment]
     if state.busy:
-        if _inside_dispatch():
+        dispatching = _inside_dispatch()
+        if dispatching is not None and not foreign_between(sys._getframe(2), dispatching,
+                                                           sealed.PREFIXES):
             return  # the guard's own opens, lookups and imports
-        state.busy = False  # set from outside: the guard's state was edited
+        state.busy = False  # set from outside, or code of another's ran while it decided
         error = RuntimeGuardError(
-            f"runtime guard: code set the guard's busy flag to hide {event} from it",
+            f"runtime guard: code that is not the guard's ran while the guard was busy "
+            f"({event}): its busy flag was set from outside, or a hook ran meanwhile",
             hint="find what changed it (the repo's code, a test tool)")
         for entry in stack:
             if entry is not SUSPENDED:
@@ -159,17 +172,23 @@ _EVENTS = EVENTS
 _EVENTS_FROZEN = tuple(EVENTS.items())
 
 
-def _inside_dispatch() -> bool:
-    """A frame of :func:`_dispatch` is on this thread's stack (only while the busy flag
-    is legitimately set: the guard deciding an event)."""
+_PROCESS_EVENTS = frozenset({
+    "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+    "os.forkpty", "os.startfile", "safehub.fork_exec"})
+"""safehub starts no process: these are never its own work, paused or not."""
+
+
+def _inside_dispatch() -> Any:
+    """The frame of :func:`_dispatch` on this thread's stack, if any (the busy flag is
+    legitimately set only while the guard decides an event)."""
     frame = sys._getframe(2)
-    for _ in range(64):
+    for _ in range(128):
         if frame is None:
-            return False
+            return None
         if frame.f_code is _DISPATCH_CODE:
-            return True
+            return frame
         frame = frame.f_back  # type: ignore[assignment]
-    return False
+    return None
 
 
 def heal() -> None:
@@ -217,16 +236,7 @@ def pop(entry: Entry) -> None:
         _set_stack(stack[:index])
 
 
-_OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-
-
-def _safehubs(frame: Any) -> bool:
-    """``frame`` runs safehub's own code: a function of one of its modules, in that module."""
-    name = frame.f_globals.get("__name__")
-    module = sys.modules.get(name) if isinstance(name, str) else None
-    return (module is not None and (name == "safehub" or name.startswith("safehub."))
-            and module.__dict__ is frame.f_globals
-            and frame.f_code.co_filename.startswith(_OWN_DIR))
+_safehubs = safehubs
 
 
 def routed(handler: Callable[..., Any],
@@ -258,24 +268,19 @@ def routed(handler: Callable[..., Any],
 
 
 _CALL_ROUTED: Any = None
-_STDLIB = os.path.dirname(os.__file__) + os.sep
-_SITE = ("site-packages", "dist-packages")
 
 
 def _routed_directly(caller: Any) -> bool:
-    """Between ``caller`` and the routed call it serves, only safehub's own frames (and the
-    standard library's, such as ``contextlib``): no code of the repo's (an object of its
-    passed as an argument, a folder it loads locally) asked safehub for this pause."""
+    """Between ``caller`` and the routed call it serves, only safehub's own frames and
+    libraries' (such as ``contextlib``): no code of the repo's (an object of its passed as
+    an argument, a folder it loads locally) asked safehub for this pause."""
     frame = caller
     for _ in range(512):
         if frame is None:
             return False
-        code = frame.f_code
-        if code is _CALL_ROUTED:
+        if frame.f_code is _CALL_ROUTED:
             return True
-        name = code.co_filename
-        if not (_safehubs(frame) or (name.startswith(_STDLIB)
-                                     and not any(s in name for s in _SITE))):
+        if foreign_between(frame, frame.f_back, sealed.PREFIXES):
             return False
         frame = frame.f_back
     return False
@@ -323,6 +328,7 @@ class suspended:  # used as a function: ``with suspended():``
         if state.stack:
             push(SUSPENDED)
             self._pushed = True
+            state.pause_at = (*state.pause_at, caller)
         self._world = world
         if world is not None:
             world.enter()
@@ -334,6 +340,7 @@ class suspended:  # used as a function: ``with suspended():``
         if self._pushed:
             pop(SUSPENDED)
             self._pushed = False
+            _STATE.pause_at = _STATE.pause_at[:-1]
         _STATE.own -= 1
 
 
@@ -369,10 +376,13 @@ class _Carried:
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _set_stack(self.stack)
+        if self.stack and self.stack[-1] is SUSPENDED:  # started by safehub's paused work:
+            _STATE.pause_at = (None,)  # only its own and libraries' frames, to the bottom
         try:
             return self.function(*args, **kwargs)
         finally:
             _set_stack(())
+            _STATE.pause_at = ()
 
 
 def _carrying(start: Callable[..., Any]) -> Callable[..., Any]:
