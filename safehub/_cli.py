@@ -18,6 +18,7 @@ from typing import Any, NoReturn
 
 from safehub import _cli_text as text
 from safehub._cli_parser import for_cli
+from safehub._internal.warn import printable
 from safehub.errors import CacheError, PolicyError, SafehubError, SpecError
 
 __all__ = ["main"]
@@ -477,7 +478,7 @@ def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int
         text.out(json.dumps({"error": kind, "message": message, "hint": hint, "exit": code},
                         indent=2))
     label = "usage error" if kind == "usage" else kind
-    said = f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else "")
+    said = printable(f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else ""))
     try:
         sys.stderr.write(said)
         sys.stderr.flush()

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.warn import printable
 
 __all__ = ["OutputError", "RepoCodeError", "cache_checks", "cache_rows", "check",
            "detach_stdout", "flush", "lock_changes", "lock_statuses", "out", "policy",
@@ -65,6 +66,7 @@ def out(line: str) -> None:
     stream = sys.stdout
     if stream is None:  # started with stdout closed (>&-)
         raise OutputError("standard output is closed")
+    line = printable(line)  # a repo's docstring or names may hold terminal escapes
     try:
         try:
             stream.write(line + "\n")

@@ -119,3 +119,15 @@ def test_the_report_lists_refused_actions_once_as_refused() -> None:
     shown = runtime(report)
     assert "wrote outside its tree /home/u/y" in shown
     assert "REFUSED                tried to write /home/u/x" in shown
+
+
+def test_terminal_escapes_from_a_repo_are_shown_escaped(capsys: pytest.CaptureFixture[str]
+                                                        ) -> None:
+    from safehub._cli import _fail
+    from safehub._cli_text import out
+
+    out("docstring \x1b]52;c;cHduZWQ=\x07 with\ttab")
+    _fail(False, "IntegrityError", "rule `x=\x1b[2K`", "fix \x9b", 1)
+    captured = capsys.readouterr()
+    assert "\x1b" not in captured.out + captured.err and "\x9b" not in captured.err
+    assert "\\x1b]52" in captured.out and "\ttab" in captured.out

@@ -6,7 +6,22 @@ import os
 import sys
 import warnings
 
-__all__ = ["warn"]
+__all__ = ["printable", "warn"]
+
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))
+            if chr(c) not in "\n\t"}
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters shown escaped (``\\x1b``), newlines and tabs kept:
+    a repo's names, rules and messages reach a terminal, where an escape sequence could
+    erase lines, fake a verdict or write the clipboard.
+
+    >>> print(printable("tag\x1b[2Kok"))
+    tag\\x1b[2Kok
+    """
+    return text.translate(_CONTROL)
+
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -27,4 +42,4 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and not _outside(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
-    warnings.warn(message, category, stacklevel=level)
+    warnings.warn(printable(message), category, stacklevel=level)
