@@ -631,3 +631,28 @@ def test_a_fix_quotes_a_ref_that_a_shell_would_read() -> None:
     line = next(x.strip() for x in (decision.fix or "").splitlines()
                 if x.strip().startswith("safehub lock"))
     assert shlex.split(line) == ["safehub", "lock", f"acme/models:{ref}"]
+
+
+@pytest.mark.parametrize("shape", ["dangling link", "fifo", "folder", "long link"])
+def test_a_policy_file_that_is_not_a_file_refuses_every_load(
+    isolated: Path, tmp_path: Path, shape: str
+) -> None:
+    """The admin's floor never disappears because its file became a broken link or a
+    FIFO: anything at a policy path that is not a readable file fails closed."""
+    import os
+
+    import safehub
+
+    site = isolated / "site/safehub/policy.toml"
+    site.parent.mkdir(parents=True, exist_ok=True)
+    if shape == "dangling link":
+        site.symlink_to(tmp_path / "nowhere.toml")
+    elif shape == "fifo":
+        os.mkfifo(site)
+    elif shape == "folder":
+        site.mkdir()
+    else:
+        site = Path("safehub.toml")  # a cloned project's
+        site.symlink_to("x" * 300)
+    with pytest.raises(safehub.PolicyError, match="policy file"):
+        safehub.Hub()

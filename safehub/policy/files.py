@@ -41,6 +41,9 @@ class Candidate:
     path: Path
     origin: str  # site, user, project or extra
     exists: bool
+    problem: str = ""
+    """Why something is at ``path`` yet is not a policy file (a dangling link, a FIFO, a
+    folder, a name too long): a policy that cannot be read refuses loads (fail closed)."""
 
 
 def user_file() -> Path:
@@ -69,7 +72,27 @@ def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:
     places.append((Path.cwd() / PROJECT_FILE, "project"))
     places += [(Path(extra).expanduser(), "extra")
                for extra in env.get("SAFEHUB_POLICY", "").split(os.pathsep) if extra]
-    return [Candidate(p, origin, p.is_file()) for p, origin in places]
+    return [_candidate(p, origin) for p, origin in places]
+
+
+def _candidate(path: Path, origin: str) -> Candidate:
+    """Absent only if nothing is there; anything else that is not a regular file (a
+    dangling link, a FIFO, a folder) or cannot be looked at is a problem, never skipped."""
+    import stat
+
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        if os.path.lexists(path):
+            return Candidate(path, origin, False, "is a link to nothing")
+        return Candidate(path, origin, False)
+    except NotADirectoryError:
+        return Candidate(path, origin, False)
+    except OSError as e:
+        return Candidate(path, origin, False, f"cannot be looked at ({e.strerror or e})")
+    if not stat.S_ISREG(st.st_mode):
+        return Candidate(path, origin, False, "is not a regular file")
+    return Candidate(path, origin, True)
 
 
 def discover(environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]:
@@ -78,6 +101,11 @@ def discover(environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]
     for c in searched(environ):
         if c.exists:
             found.append((c.path, c.origin))
+        elif c.problem:
+            raise PolicyError(
+                f"the {c.origin} policy file {str(c.path)!r} {c.problem}",
+                hint="make it a readable policy file, or remove it; until then no repo loads "
+                "(fail closed: a policy that cannot be read is never skipped)")
         elif c.origin == "extra":
             raise PolicyError(
                 f"SAFEHUB_POLICY names {str(c.path)!r}, which is not a readable file",
