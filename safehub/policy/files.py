@@ -101,14 +101,15 @@ def discover(environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]
     for c in searched(environ):
         if c.exists:
             found.append((c.path, c.origin))
-        elif c.problem:
+        elif c.problem and c.origin != "extra":
             raise PolicyError(
                 f"the {c.origin} policy file {str(c.path)!r} {c.problem}",
                 hint="make it a readable policy file, or remove it; until then no repo loads "
                 "(fail closed: a policy that cannot be read is never skipped)")
         elif c.origin == "extra":
             raise PolicyError(
-                f"SAFEHUB_POLICY names {str(c.path)!r}, which is not a readable file",
+                f"SAFEHUB_POLICY names {str(c.path)!r}, which is not a readable file"
+                + (f" (it {c.problem})" if c.problem else ""),
                 hint="fix SAFEHUB_POLICY; a missing policy refuses every load (fail closed)",
             )
     return found
