@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -177,6 +178,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from safehub import operations
 
     report = operations.check(_hub(args), args.spec, entrypoint=args.entrypoint)
+    report = dataclasses.replace(report, fix=for_cli(report.fix, args))
     _emit(args, report.to_json(), text.check(report))
     return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
 
@@ -203,9 +205,9 @@ def _cmd_lock(args: argparse.Namespace) -> int:
     hub = _hub(args)
     if args.check:
         if args.specs or args.upgrade or args.from_file or args.rewrite:
-            raise _Usage("--check takes no specs, --from, --upgrade or --rewrite",
-                         "safehub lock")
-        results = operations.lock_check(hub)
+            raise _Usage("--check takes no specs, --from, --upgrade or --rewrite", "safehub lock")
+        results = [dataclasses.replace(r, fix=for_cli(r.fix, args))
+                   for r in operations.lock_check(hub)]
         _emit(args, [r.to_json() for r in results], text.lock_statuses(results))
         return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
     changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,

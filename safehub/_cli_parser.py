@@ -321,15 +321,23 @@ def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
         return hint
     from safehub._cli import COMMANDS, _Parser
 
-    verbs: dict[str, argparse.ArgumentParser] = {}
-    for action in build(_Parser, COMMANDS)._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            verbs.update(action.choices)
+    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        found: dict[str, argparse.ArgumentParser] = {}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found.update(action.choices)
+        return found
+
+    verbs = commands(build(_Parser, COMMANDS))
     lines = []
     for line in hint.split("\n"):
         words = line.split()
         if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
-            takes = verbs[words[1]]._option_string_actions
+            parser = verbs[words[1]]
+            sub = commands(parser)  # `safehub cache clear`: the sub-command's options
+            if len(words) > 2 and words[2] in sub:
+                parser = sub[words[2]]
+            takes = parser._option_string_actions
             for flag, value in given:
                 if flag in takes and flag not in words:
                     line += f" {flag} {shlex.quote(str(value))}"

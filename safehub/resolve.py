@@ -197,11 +197,14 @@ class Resolver:
             hit = self.cached(spec)
             if hit is not None:
                 return hit
-        with self.cache.lock(f"repo-{spec.key}"):
-            hit = None if force else self.cached(spec)  # another process may have resolved it
-            resolved = hit or self.online(spec)
-            if hit is None:
-                self._record(spec, resolved)
+        if self.cache.sealed:  # a shared read-only cache: resolve, record nothing
+            resolved = self.online(spec)
+        else:
+            with self.cache.lock(f"repo-{spec.key}"):
+                hit = None if force else self.cached(spec)  # another process may have
+                resolved = hit or self.online(spec)          # resolved it meanwhile
+                if hit is None:
+                    self._record(spec, resolved)
         if lock is not None and resolved.commit != lock.commit:
             raise PinError(
                 f"{spec} is locked to commit {lock.commit}, but {resolved.ref} now names "

@@ -131,3 +131,12 @@ def test_terminal_escapes_from_a_repo_are_shown_escaped(capsys: pytest.CaptureFi
     captured = capsys.readouterr()
     assert "\x1b" not in captured.out + captured.err and "\x9b" not in captured.err
     assert "\\x1b]52" in captured.out and "\ttab" in captured.out
+
+
+def test_a_cache_clear_fix_carries_the_cache_dir() -> None:
+    from safehub._cli_parser import for_cli
+
+    hint = for_cli("run:\n      safehub cache clear " + "a" * 40,
+                   argparse.Namespace(cache_dir="/x y", lockfile=None))
+    assert hint is not None and hint.endswith("safehub cache clear " + "a" * 40
+                                              + " --cache-dir '/x y'")

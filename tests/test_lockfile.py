@@ -232,6 +232,7 @@ def test_a_sealed_cache_is_only_read_even_by_root(
     """Folder modes do not stop root: the seal marker does. Its owner adds to it with
     `prefetch --read-only`, which seals it again."""
     shared = tmp_path / "shared-cache"
+    v1 = hub_repo.sha
     hub_repo.commit({"more.py": "x = 1\n"})
     hub_repo.tag("v2.0")
     assert main(["prefetch", "--cache-dir", str(shared), "--read-only",
@@ -242,6 +243,7 @@ def test_a_sealed_cache_is_only_read_even_by_root(
         safehub.load(f"{hub_repo.spec}:v2.0", "echo", trust_repo=True)
     assert "prefetch --read-only" in (refused.value.hint or "")
     assert main(["cache", "clear"]) == 1
+    assert main(["trust", f"{hub_repo.spec}:{v1}"]) == 0  # by sha: nothing recorded in it
     assert _snapshot(shared) == before  # not a byte written, whoever runs it
     assert safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True) == ((), {})
     assert main(["prefetch", "--cache-dir", str(shared), "--read-only",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -76,7 +77,8 @@ class Cache:
                 f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
                 "--read-only`): loads only read it, and it does not hold what this needs",
                 hint="load what it holds (a lockfile with SAFEHUB_OFFLINE=1), or add to it "
-                f"as its owner: safehub prefetch --read-only --cache-dir {self.root} SPEC")
+                "as its owner: safehub prefetch --read-only --cache-dir "
+                f"{shlex.quote(str(self.root))} SPEC")
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -252,8 +254,10 @@ class Cache:
             raise CacheError(
                 f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
                 "--read-only`): safehub never clears or writes it",
-                hint=f"its owner removes it (rm -rf {self.root}), or adds to it with "
-                f"`safehub prefetch --read-only --cache-dir {self.root} SPEC`")
+                hint=f"its owner removes it (its folders are read-only: chmod -R u+w "
+                f"{shlex.quote(str(self.root))} && rm -rf {shlex.quote(str(self.root))}), or "
+                "adds to it with `safehub prefetch --read-only --cache-dir "
+                f"{shlex.quote(str(self.root))} SPEC`")
         for part in ("commits", "repos", "tmp"):
             rmtree(self.base / part)
 
