@@ -580,3 +580,28 @@ def test_a_monkeypatched_library_acts_under_the_guard_during_safehubs_work(
         safehub.load("acme/models:v1.0", "patched_send", f"{server.foreign_url}/acme/w.pth",
                      str(out), verbose=False)
     assert not out.exists()
+
+
+# -- 10. a runtime fix for a project's rule that would name a path outside it ----------------
+
+def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
+    make_hub_repo, isolated: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    from tests.test_fixes import apply, parse
+
+    make_hub_repo("acme", "models", {"hubconf.py": NESTING})
+    Path("safehub.toml").write_text('[safehub]\nruntime = "enforce"\n'
+                                    '[[allow]]\nrepo = "acme/models"\n')
+    target = tmp_path / "outside" / "out.txt"
+    target.parent.mkdir()
+    for _ in range(3):  # the canary's write, then the entrypoint's: each fix applied
+        try:
+            safehub.load("acme/models:v1.0", "write", str(target), verbose=False)
+            break
+        except safehub.RuntimeGuardError as refused:
+            hint = refused.hint or ""
+            assert "safehub.toml" not in hint.split("\n")[0], hint
+            for options in parse(hint):
+                apply(next(f for f in options if f.kind != "say"))
+    assert target.read_text() == "x"
+    safehub.Hub()  # the project's file is still valid

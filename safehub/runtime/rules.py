@@ -239,6 +239,16 @@ class RuntimeRules:
         from safehub._internal import fixes
 
         path, table = self.edit
+        if table and line.startswith("writes") and os.path.basename(path) == "safehub.toml":
+            # A project's file may only name paths inside its folder: a write elsewhere is
+            # for the user to allow, in the user's own policy.
+            from safehub.policy import user_file
+
+            add = fixes.add(user_file(), ["[[allow]]", f'repo = "{self.repo_key}"', line])
+            if self.writes is None:
+                return add
+            return fixes.both(add, fixes.say(f"remove the writes key from {table} of {path} "
+                                             "(a project names only paths inside it)"))
         if table:
             return fixes.change(path, table, [line])
         return fixes.add(path or "your policy file",
