@@ -140,3 +140,21 @@ def test_a_cache_clear_fix_carries_the_cache_dir() -> None:
                    argparse.Namespace(cache_dir="/x y", lockfile=None))
     assert hint is not None and hint.endswith("safehub cache clear " + "a" * 40
                                               + " --cache-dir '/x y'")
+
+
+@pytest.mark.parametrize(("source", "certain"), [
+    ("for resnet in [1]:\n    pass\n", True),
+    ("with open('x') as resnet:\n    pass\n", True),
+    ("(resnet := print)\n", False),
+    ("def g():\n    global resnet\n    resnet = print\ng()\n", False),
+    ("eval('1')\n", False),
+    ("match 1:\n    case resnet:\n        pass\n", False),
+])
+def test_check_entrypoint_knows_when_it_cannot_tell(source: str, certain: bool) -> None:
+    """`check --entrypoint` reads hubconf.py's syntax tree: a name bound by a for or
+    with target is found; one bound by :=, global, match or eval makes it say it cannot
+    tell, never "has no entrypoint"."""
+    from safehub._internal.hubconf_ast import entrypoints_of
+
+    found = entrypoints_of(source)
+    assert ("resnet" in found.names) if certain else not found.certain

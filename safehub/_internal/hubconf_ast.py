@@ -64,8 +64,14 @@ def _bound(node: ast.stmt) -> tuple[list[str], str]:
         if any(a.name == "*" for a in node.names):
             return [], f"`from {node.module or '.'} import *` (line {node.lineno})"
         return [a.asname or a.name for a in node.names], ""
-    if isinstance(node, ast.If | ast.Try | ast.With | ast.For | ast.While):
+    if isinstance(node, ast.If | ast.Try | ast.With | ast.For | ast.While | ast.AsyncFor
+                  | ast.AsyncWith):
         names: list[str] = []
+        if isinstance(node, ast.For | ast.AsyncFor):
+            names += _targets(node.target)
+        elif isinstance(node, ast.With | ast.AsyncWith):
+            names += [n for item in node.items if item.optional_vars is not None
+                      for n in _targets(item.optional_vars)]
         why = ""
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.stmt):
@@ -98,8 +104,13 @@ def entrypoints_of(source: str) -> Found:
         why = why or "hubconf.py defines a module __getattr__"
     for call in ast.walk(tree):
         if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
-                call.func.id in ("globals", "exec", "setattr", "vars"):
+                call.func.id in ("globals", "exec", "eval", "setattr", "vars", "__import__"):
             why = why or f"hubconf.py calls {call.func.id}() (line {call.lineno})"
+            break
+        if isinstance(call, ast.Global | ast.NamedExpr | ast.Match):
+            kind = {ast.Global: "a global statement", ast.NamedExpr: "an := expression",
+                    ast.Match: "a match statement"}[type(call)]
+            why = why or f"hubconf.py binds names with {kind} (line {call.lineno})"
             break
     public = frozenset(n for n in names if not n.startswith("_"))
     return Found(public, not why, why)
