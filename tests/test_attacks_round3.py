@@ -354,6 +354,18 @@ def patched_send(url, path):
         requests.Session.send = real
 
 
+def realpath_swap(path):
+    """Swap a function the guard computes with (no frame of its own), write, swap back."""
+    import os, tempfile
+    real = os.path.realpath
+    os.path.realpath = tempfile.gettempdir().__add__
+    try:
+        with open(path, "a") as f:
+            f.write("outside")
+    finally:
+        os.path.realpath = real
+
+
 def via_tempdir(path):
     """Move the temp dir over the target, then load itself (nested) to write there."""
     import os, tempfile, torch
@@ -605,3 +617,12 @@ def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
                 apply(next(f for f in options if f.kind != "say"))
     assert target.read_text() == "x"
     safehub.Hub()  # the project's file is still valid
+
+
+def test_swapping_a_function_the_guard_computes_with_is_refused(nesting: Path,
+                                                                tmp_path: Path) -> None:
+    target = tmp_path / "outside" / "bashrc"
+    target.parent.mkdir()
+    with pytest.raises(safehub.RuntimeGuardError, match="posixpath.realpath was replaced"):
+        safehub.load("acme/models:v1.0", "realpath_swap", str(target), verbose=False)
+    assert not target.exists()

@@ -28,7 +28,12 @@ from safehub.runtime._read import (
     text,
 )
 
-__all__ = ["EVENTS", "Action"]
+__all__ = ["EVENTS", "PROCESS_EVENTS", "Action"]
+
+PROCESS_EVENTS = frozenset({
+    "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
+    "os.forkpty", "os.startfile", "safehub.fork_exec"})
+"""Process starts: never safehub's own work, paused or not (safehub starts none)."""
 
 
 @dataclass(frozen=True)

@@ -25,8 +25,9 @@ from typing import Any, Protocol
 
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import sealed
-from safehub.runtime._events import EVENTS, Action
+from safehub.runtime._events import EVENTS, PROCESS_EVENTS, Action
 from safehub.runtime.frames import foreign_between, safehubs
+from safehub.runtime.integrity import replaced as _replaced
 
 __all__ = ["SUSPENDED", "Entry", "Guarded", "heal", "install", "pop", "push",
            "routed", "snapshot", "suspended", "tampered"]
@@ -76,6 +77,14 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _dispatch(event, args)
 
 
+def _record_all(stack: tuple[Entry, ...], action: Action,
+                refusal: RuntimeGuardError | None) -> None:
+    """Every guard of ``stack`` records ``action`` (and its refusal)."""
+    for entry in stack:
+        if entry is not SUSPENDED:
+            entry.record(action, refusal)  # type: ignore[union-attr]
+
+
 def _check_tree_read(args: tuple[Any, ...]) -> None:
     """A file of a verified tree, opened for reading, guarded or not (sealed.py)."""
     state = _STATE
@@ -93,9 +102,7 @@ def _check_tree_read(args: tuple[Any, ...]) -> None:
                               "runs (the source it shows reviewers may differ)", path)
     if refusal is None:
         return
-    for entry in state.stack:
-        if entry is not SUSPENDED:
-            entry.record(Action("read", "open", path or ""), refusal)  # type: ignore[union-attr]
+    _record_all(state.stack, Action("read", "open", path or ""), refusal)
     raise refusal
 
 
@@ -120,7 +127,7 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
     if stack[-1] is SUSPENDED:  # safehub's own work: unless something else is doing this
         depth = _guard_depth(stack)
         if not depth or not state.pause_at or (
-                event not in _PROCESS_EVENTS
+                event not in PROCESS_EVENTS
                 and not foreign_between(sys._getframe(2), state.pause_at[-1],
                                         sealed.PREFIXES)):
             return
@@ -136,29 +143,32 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
             f"runtime guard: code that is not the guard's ran while the guard was busy "
             f"({event}): its busy flag was set from outside, or a hook ran meanwhile",
             hint="find what changed it (the repo's code, a test tool)")
-        for entry in stack:
-            if entry is not SUSPENDED:
-                entry.record(Action("guard", "tamper", event), error)  # type: ignore[union-attr]
+        _record_all(stack, Action("guard", "tamper", event), error)
         raise error
     state.busy = True  # the guard's own opens, lookups and imports are not audited by it
     collecting = gc.isenabled()
     if collecting:
         gc.disable()  # no gc callback or finalizer of the repo's runs while busy
     try:
-        for action in EVENTS[event](args):
+        actions = EVENTS[event](args)
+        changed = _replaced() if actions else None
+        if changed is not None:  # the guard's own tools were swapped: it cannot decide
+            error = RuntimeGuardError(
+                f"runtime guard: {changed} was replaced while guarded code ran, so the guard "
+                f"cannot decide {event}; refused",
+                hint="find what replaced it (the repo's code, a test tool)")
+            _record_all(stack, Action("guard", "tamper", changed), error)
+            raise error
+        for action in actions:
             refusal = top.decide(action)
-            for entry in stack:
-                if entry is not SUSPENDED:
-                    entry.record(action, refusal)  # type: ignore[union-attr]
+            _record_all(stack, action, refusal)
             if refusal is not None:
                 raise refusal
     except RuntimeGuardError:
         raise
     except Exception as e:  # fail closed: a guard that cannot decide refuses
         error = top.internal_error(event, e)
-        for entry in stack:
-            if entry is not SUSPENDED:
-                entry.record(Action("guard", event, event), error)  # type: ignore[union-attr]
+        _record_all(stack, Action("guard", event, event), error)
         raise error from None
     finally:
         state.busy = False
@@ -171,11 +181,6 @@ _DISPATCH_CODE = _dispatch.__code__
 _EVENTS = EVENTS
 _EVENTS_FROZEN = tuple(EVENTS.items())
 
-
-_PROCESS_EVENTS = frozenset({
-    "subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork",
-    "os.forkpty", "os.startfile", "safehub.fork_exec"})
-"""safehub starts no process: these are never its own work, paused or not."""
 
 
 def _inside_dispatch() -> Any:
@@ -290,13 +295,11 @@ class suspended:  # used as a function: ``with suspended():``
     """safehub's own work (inside a guarded load or not): neither recorded nor refused, and
     it may read a cached tree's files (to verify them again).
 
-    Only safehub's own code may suspend the guard, and while a guard is active in this
-    thread, only on behalf of a call the guard's load routed to safehub (a nested
-    ``torch.hub.load``, a weights download: :func:`routed`), never because the repo's code
-    called safehub's functions directly (``Hub(...).prepare``, a ``WeightsGuard`` of its
-    own). Otherwise it refuses with :class:`RuntimeGuardError`, and every guard of the
-    thread records the refusal, so the load fails even if the caller swallows it. Costs a
-    thread-local counter when no guard is active in this thread.
+    Only safehub's own code may suspend the guard; under a guard, only for a call the load
+    routed to safehub (:func:`routed`), never for the repo's code calling safehub's
+    functions directly. Otherwise it refuses (recorded by every guard of the thread: the
+    load fails even if the caller swallows it). A pause covers only safehub's own work
+    (see :func:`_dispatch`). A thread-local counter when no guard is active.
 
     >>> try:
     ...     with suspended():
@@ -323,7 +326,8 @@ class suspended:  # used as a function: ``with suspended():``
                               and _routed_directly(caller)):
                 _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}",
                                 direct=True)
-        world = _world(state.stack) if state.stack and not state.own else None
+        world = next((getattr(e, "world", None) for e in state.stack if e is not SUSPENDED),
+                     None) if not state.own else None  # the outermost guard's (world.py)
         state.own += 1
         if state.stack:
             push(SUSPENDED)
@@ -344,14 +348,6 @@ class suspended:  # used as a function: ``with suspended():``
         _STATE.own -= 1
 
 
-def _world(stack: tuple[Entry, ...]) -> Any:
-    """The world the outermost guard of ``stack`` took (see world.py), if any."""
-    for entry in stack:
-        if entry is not SUSPENDED:
-            return getattr(entry, "world", None)
-    return None
-
-
 def _refuse_suspend(where: str, *, direct: bool = False) -> None:
     refusal = RuntimeGuardError(
         f"{where} called safehub.runtime.suspended(): only safehub's own code may pause "
@@ -361,9 +357,7 @@ def _refuse_suspend(where: str, *, direct: bool = False) -> None:
         hint="remove the call; what a repo's code does is always held to the policy" if not
         direct else "call torch.hub.load/list/help or torch.hub.download_url_to_file: "
         "safehub routes those, under the same policy")
-    for entry in _STATE.stack:
-        if entry is not SUSPENDED:
-            entry.record(Action("guard", "suspend", where), refusal)  # type: ignore[union-attr]
+    _record_all(_STATE.stack, Action("guard", "suspend", where), refusal)
     raise refusal
 
 
