@@ -2,20 +2,24 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from pathlib import Path
 
 from safehub._internal.warn import warn
 from safehub.cache import Cache, CachedTree
+from safehub.config import Settings
 from safehub.errors import SafehubError
 from safehub.lockfile import LockEntry, Lockfile, WeightPin
 from safehub.policy import Decision
 from safehub.records import WeightPins
-from safehub.runtime import RuntimeGuard, RuntimeRules, hosts_of_urls
+from safehub.runtime import OwnWork, RuntimeGuard, RuntimeRules, hosts_of_urls
 from safehub.spec import RepoSpec
 from safehub.transport import Transport
 from safehub.weights import WeightsGuard
 
-__all__ = ["runtime_guard", "weights_guard"]
+__all__ = ["own_work", "runtime_guard", "weights_guard"]
 
 
 def _user_policy() -> Path:
@@ -25,8 +29,9 @@ def _user_policy() -> Path:
 
 
 def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
-                  mode: str) -> RuntimeGuard:
-    """The runtime guard for one load: the policy's runtime keys, merged."""
+                  mode: str, own: OwnWork | None = None) -> RuntimeGuard:
+    """The runtime guard for one load: the policy's runtime keys, merged; ``own``: what
+    safehub's own work may do while it pauses the guard (:func:`own_work`)."""
     reqs = decision.requirements
     network, programs, writes = reqs.runtime.merged(mode)
     rules = RuntimeRules(
@@ -38,7 +43,42 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),
         repo_key=spec.key)
     return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, sealed_ns=tree.sealed,
-                        tree_ident=tree.ident)
+                        tree_ident=tree.ident, own=own)
+
+
+def own_work(settings: Settings, decision: Decision, audit_path: Path, lockfile: Path
+             ) -> OwnWork:
+    """What safehub's own work may do during a load (a nested load's fetch and checks, a
+    weights download): its hosts (any, where the weights patterns name none or a wildcard:
+    the download may go where the policy lets it), its folders (cache, data but not the
+    consent records, logs, sigstore's caches, the temp dir) and the lockfile."""
+    import platformdirs
+
+    patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
+    weights = hosts_of_urls(patterns)
+    hosts: tuple[str, ...] | None = None
+    if patterns and not any("*" in h for h in weights):
+        hosts = (*settings.transport_config().allowed_hosts, *weights, *_proxy_hosts())
+    roots = (settings.cache_dir, settings.data_dir, settings.log_dir, audit_path.parent,
+             Path(platformdirs.user_cache_dir("sigstore-python", appauthor=False)),
+             Path(platformdirs.user_data_dir("sigstore-python", appauthor=False)),
+             Path(tempfile.gettempdir()))
+    return OwnWork(hosts, tuple(os.path.realpath(r) for r in roots),
+                   (os.path.realpath(lockfile),),
+                   (os.path.realpath(settings.data_dir / "trust"),))
+
+
+def _proxy_hosts() -> tuple[str, ...]:
+    from urllib.parse import urlsplit
+
+    found = []
+    for name, value in os.environ.items():
+        if name.lower() in ("https_proxy", "http_proxy", "all_proxy") and value:
+            with contextlib.suppress(ValueError):
+                host = urlsplit(value if "://" in value else f"http://{value}").hostname
+                if host:
+                    found.append(host.lower())
+    return tuple(found)
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,

@@ -255,7 +255,7 @@ class Hub:
             with runtime.suspended():  # safehub's own work, nested or not
                 prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
                                          verbose, nested)
-            return self._delegate(prepared, note, run)                            # 9. delegate
+            return self._delegate(prepared, note, run, nested)                    # 9. delegate
 
     def _run_local(self, folder: Path, entrypoint: str | None,
                    run: Callable[[Path], Any]) -> Any:
@@ -267,7 +267,8 @@ class Hub:
             note.decision, note.reasons = _local_verdict(self.admission, self._ran, real)
             return run(folder)
 
-    def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any]) -> Any:
+    def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any],
+                  nested: bool = False) -> Any:
         """Run the repo's code under the weights guard, the runtime guard and nested-load
         routing; record what it did on the audit line."""
         weights = guards.weights_guard(
@@ -278,14 +279,17 @@ class Hub:
             *weights.handlers().items(),
             *((name, (self._nested(name), _nested_plain(name))) for name in
               ("load", "list", "help")))}
-        guard = guards.runtime_guard(prepared.spec, prepared.decision, prepared.tree,
-                                     mode=self.settings.runtime)
+        guard = guards.runtime_guard(
+            prepared.spec, prepared.decision, prepared.tree, mode=self.settings.runtime,
+            own=guards.own_work(self.settings, prepared.decision, self.audit.path,
+                                self.lockfile_path))
         # The repo's code may call torch.hub after its load returns (model.forward, its
         # threads): those calls keep this load's routing.
         torchhub.remember((str(prepared.path) + os.sep,
                            os.path.realpath(prepared.path) + os.sep), handlers)
         self._ran[os.path.realpath(prepared.path)] = prepared.spec.repo
-        self.last_report = guard.report
+        if not nested:  # the load the caller asked for, not one its repo made
+            self.last_report = guard.report
         try:
             with torchhub.handling(handlers), guard.active():
                 return run(prepared.path)

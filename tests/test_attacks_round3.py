@@ -574,12 +574,14 @@ def test_a_partial_of_safehubs_own_functions_gets_no_pause(nesting: Path, server
     assert safehub.Hub().consents.list("acme/other") == []
 
 
-def test_the_repos_stderr_is_not_called_during_safehubs_work(nesting: Path, server,  # type: ignore[no-untyped-def]
-                                                             tmp_path: Path) -> None:
+def test_the_repos_stderr_acts_under_the_guard_during_safehubs_work(
+    nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
     out = tmp_path / "outside" / "stderr.txt"
     out.parent.mkdir()
-    safehub.load("acme/models:v1.0", "loud_stderr", f"{server.foreign_url}/acme/w.pth",
-                 str(out), verbose=False)
+    with pytest.raises(safehub.RuntimeGuardError, match="stderr.txt"):
+        safehub.load("acme/models:v1.0", "loud_stderr", f"{server.foreign_url}/acme/w.pth",
+                     str(out), verbose=False)
     assert not out.exists()
 
 

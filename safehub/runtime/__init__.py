@@ -22,12 +22,12 @@ and, around safehub's own work inside a guarded load (a nested load's fetch)::
 """
 
 from safehub.runtime._hook import routed, suspended
-from safehub.runtime.guard import RuntimeGuard
+from safehub.runtime.guard import OwnWork, RuntimeGuard
 from safehub.runtime.hygiene import Shadow, leftovers, shadowing
 from safehub.runtime.report import RuntimeReport
 from safehub.runtime.rules import RuntimeRules, hosts_of_urls
 
 __all__ = [
-    "RuntimeGuard", "RuntimeReport", "RuntimeRules", "Shadow", "hosts_of_urls", "leftovers",
-    "routed", "shadowing", "suspended",
+    "OwnWork", "RuntimeGuard", "RuntimeReport", "RuntimeRules", "Shadow", "hosts_of_urls",
+    "leftovers", "routed", "shadowing", "suspended",
 ]

@@ -42,6 +42,8 @@ class Guarded(Protocol):
 
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError: ...
 
+    def own_event(self, event: str, args: tuple[Any, ...]) -> bool: ...
+
 
 class _Suspended:
     def __repr__(self) -> str:
@@ -128,8 +130,8 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
         depth = _guard_depth(stack)
         if not depth or not state.pause_at or (
                 event not in PROCESS_EVENTS
-                and not foreign_between(sys._getframe(2), state.pause_at[-1],
-                                        sealed.PREFIXES)):
+                and not foreign_between(sys._getframe(2), state.pause_at[-1], sealed.PREFIXES)
+                and stack[depth - 1].own_event(event, args)):  # type: ignore[union-attr]
             return
         stack = stack[:depth]  # decided as if there were no pause
     top: Guarded = stack[-1]  # type: ignore[assignment]
@@ -429,6 +431,9 @@ class _Probe:
 
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
         return RuntimeGuardError(f"the runtime guard failed its self-test: {error!r}")
+
+    def own_event(self, event: str, args: tuple[Any, ...]) -> bool:
+        return True
 
 
 def install() -> None:

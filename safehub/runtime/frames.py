@@ -16,6 +16,7 @@ passes: that is editing the interpreter, beyond what a tripwire holds.)
 
 from __future__ import annotations
 
+import importlib.machinery
 import os
 import site
 import sys
@@ -23,7 +24,7 @@ import sysconfig
 from types import FrameType
 from typing import Any
 
-__all__ = ["foreign_between", "safehubs"]
+__all__ = ["foreign_between", "remember_modules", "safehubs"]
 
 _OWN_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _LIBRARY_DIRS = tuple(sorted({
@@ -33,7 +34,10 @@ _LIBRARY_DIRS = tuple(sorted({
         *getattr(site, "getsitepackages", lambda: [])(),
         getattr(site, "getusersitepackages", lambda: "")() or "")
     if p}))
-_KNOWN: dict[tuple[int, int], tuple[Any, Any]] = {}  # frames found safehub's or a library's
+_KNOWN: dict[tuple[int, int], tuple[Any, Any]] = {}
+_LOADERS = (importlib.machinery.SourceFileLoader, importlib.machinery.SourcelessFileLoader,
+            importlib.machinery.ExtensionFileLoader)
+_FROZEN = importlib.machinery.FrozenImporter  # frames found safehub's or a library's
 
 
 def safehubs(frame: Any) -> bool:
@@ -45,6 +49,24 @@ def safehubs(frame: Any) -> bool:
             and frame.f_code.co_filename.startswith(_OWN_DIR))
 
 
+_BEFORE: dict[int, Any] = {}  # namespaces of modules imported before guarded code ran
+_SEEN = 0
+
+
+def remember_modules() -> None:
+    """Note the modules imported so far (before the first guarded code runs): their code is
+    a library's wherever it was found (``PYTHONPATH`` included). Skipped while the number
+    of modules is unchanged: a namespace not noted only falls to the stricter rule."""
+    global _SEEN
+    if len(sys.modules) == _SEEN:
+        return
+    _SEEN = len(sys.modules)
+    for module in list(sys.modules.values()):
+        namespace = getattr(module, "__dict__", None)
+        if type(namespace) is dict:
+            _BEFORE.setdefault(id(namespace), namespace)
+
+
 def _library(frame: FrameType, trees: tuple[str, ...]) -> bool:
     code, namespace = frame.f_code, frame.f_globals
     name = namespace.get("__name__")
@@ -54,11 +76,22 @@ def _library(frame: FrameType, trees: tuple[str, ...]) -> bool:
     if module is None or getattr(module, "__dict__", None) is not namespace:
         return False
     filename = code.co_filename
+    if filename.startswith(trees):
+        return False
+    if _BEFORE.get(id(namespace)) is namespace:  # there before the repo's code ran
+        origin = getattr(module, "__file__", None)
+        return filename.startswith("<frozen ") or (
+            type(origin) is str and os.path.realpath(origin) == os.path.realpath(filename))
+    # Imported since: by importlib's own loaders, from a library folder (a module the
+    # repo's code registered itself, with a name or file it chose, is not a library's).
+    spec = getattr(module, "__spec__", None)
+    loader = type(getattr(spec, "loader", None))
     if filename.startswith("<frozen "):
-        return name.partition(".")[0] in sys.stdlib_module_names
-    origin = getattr(module, "__file__", None)
-    return (type(origin) is str and os.path.realpath(origin) == os.path.realpath(filename)
-            and filename.startswith(_LIBRARY_DIRS) and not filename.startswith(trees))
+        return loader is _FROZEN and name.partition(".")[0] in sys.stdlib_module_names
+    origin = getattr(spec, "origin", None)
+    return (loader in _LOADERS and type(origin) is str
+            and os.path.realpath(origin) == os.path.realpath(filename)
+            and filename.startswith(_LIBRARY_DIRS))
 
 
 def foreign_between(frame: FrameType | None, stop: Any, trees: tuple[str, ...] = ()) -> bool:

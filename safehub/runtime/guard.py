@@ -38,13 +38,25 @@ from pathlib import Path
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import _hook, sealed
-from safehub.runtime._events import Action
+from safehub.runtime._events import EVENTS, Action
 from safehub.runtime.hygiene import leftovers, shadowing
 from safehub.runtime.report import RuntimeReport
-from safehub.runtime.rules import RuntimeRules, normalise_host, parse_ip, toml_list
+from safehub.runtime.rules import (
+    OwnWork,
+    RuntimeRules,
+    normalise_host,
+    parse_ip,
+    toml_list,
+)
+from safehub.runtime.rules import (
+    local_name as _local_name,
+)
+from safehub.runtime.rules import (
+    within as _within,
+)
 from safehub.runtime.world import World, no_bytecode
 
-__all__ = ["RuntimeGuard", "RuntimeReport"]
+__all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
 _SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr", "/opt", "/System", "/Library")
 _RISKY_SYMBOLS = frozenset({
@@ -56,14 +68,6 @@ _RISKY_SYMBOLS = frozenset({
 
 def _real(path: os.PathLike[str] | str) -> str:
     return os.path.realpath(os.path.expanduser(os.fspath(path)))
-
-
-def _within(path: str, roots: Sequence[str]) -> bool:
-    """``path`` is one of ``roots`` or below one, by whole path components."""
-    for root in roots:
-        if path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep):
-            return True
-    return False
 
 
 def torch_hub_dir() -> str:
@@ -140,8 +144,11 @@ class RuntimeGuard:
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), sealed_ns: int | None = None,
-                 tree_ident: tuple[int, int] | None = None) -> None:
+                 tree_ident: tuple[int, int] | None = None, own: OwnWork | None = None
+                 ) -> None:
         self.rules = rules
+        self.own = own
+        """What safehub's own paused work may do (None: what its frames allow)."""
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
@@ -162,6 +169,7 @@ class RuntimeGuard:
         self._libraries = [*self._installed, *_SYSTEM_LIBRARY_DIRS]
         self._lock = threading.Lock()
         self._addresses = _AddressBook(rules.named_hosts())
+        self._own_addresses = _AddressBook(list(own.hosts or ()) if own is not None else [])
         self.sealed_ns = sealed_ns
         """The tree's sealed time (ns): its files are checked as they are opened."""
         self.tree_ident = tree_ident
@@ -248,6 +256,10 @@ class RuntimeGuard:
         if kind in ("library", "extension", "symbol"):
             return self._decide_native(action)
         return None
+
+    def own_event(self, event: str, args: tuple[object, ...]) -> bool:
+        """The event is one safehub's own paused work may raise (:class:`OwnWork`)."""
+        return self.own is None or _own_event(self.own, self._own_addresses, event, args)
 
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
         """Add ``action`` (and ``refusal``) to this guard's report."""
@@ -432,10 +444,17 @@ def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:
     return value if isinstance(value, tuple) else ()
 
 
-def _local_name(host: str) -> bool:
-    """Names the resolver answers without asking DNS; decided at connect instead."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    with contextlib.suppress(OSError):
-        return host == socket.gethostname().lower()
-    return False
+def _own_event(own: OwnWork, book: _AddressBook, event: str, args: tuple[object, ...]) -> bool:
+    """Every action of the event is one ``own`` allows; cannot tell: False (the guard
+    decides)."""
+    name = args[0] if event == "open" and args else None
+    if isinstance(name, str | bytes) and not os.path.isabs(name):
+        return True  # relative to a folder fd (the archive writer's dir_fd): not knowable
+    state = _hook._STATE
+    state.busy = True  # reading the event's arguments raises events of its own
+    try:
+        return all(own.allows(a, book.names_of) for a in EVENTS[event](args))
+    except Exception:
+        return False
+    finally:
+        state.busy = False

@@ -12,17 +12,21 @@ parsed once, here, into small matchers; the guard only asks them yes/no question
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
 import re
-from collections.abc import Iterable
+import socket
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
 from safehub.errors import PolicyError
+from safehub.runtime._events import Action
 
-__all__ = ["HostPattern", "Mode", "RuntimeRules", "hosts_of_urls", "toml_list"]
+__all__ = ["HostPattern", "Mode", "OwnWork", "RuntimeRules", "hosts_of_urls", "local_name",
+           "toml_list", "within"]
 
 Mode = Literal["observe", "enforce", "off"]
 _MODES = ("observe", "enforce", "off")
@@ -262,3 +266,56 @@ class RuntimeRules:
         if isinstance(value, bool):
             return f"{key} = {'true' if value else 'false'}"
         return f"{key} = {toml_list(value)}"
+
+
+def within(path: str, roots: Sequence[str]) -> bool:
+    """``path`` is one of ``roots`` or below one, by whole path components."""
+    for root in roots:
+        if path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep):
+            return True
+    return False
+
+
+def local_name(host: str) -> bool:
+    """Names the resolver answers without asking DNS; decided at connect instead."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    with contextlib.suppress(OSError):
+        return host == socket.gethostname().lower()
+    return False
+
+
+@dataclass(frozen=True)
+class OwnWork:
+    """What safehub's own work may do while it pauses a guard (a nested load's checks, a
+    weights download): connect to ``hosts`` (None: any, as weights patterns that name no
+    host allow), write under ``roots`` (its cache, data and log folders) or to ``files``
+    (a lockfile and its temporary siblings), never under ``denied`` (consent records).
+    Anything else during a pause is decided by the guard, whoever's frames it shows."""
+
+    hosts: tuple[str, ...] | None = ()
+    roots: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    denied: tuple[str, ...] = ()
+
+    def allows(self, action: Action, names_of: Callable[[str], set[str]]) -> bool:
+        kind = action.kind
+        if kind == "process" or action.opaque:
+            return False
+        if kind == "write":
+            return all((within(p, self.roots) and not within(p, self.denied))
+                       or any(_sibling(p, f) for f in self.files)
+                       or (action.op == "os.mkdir" and any(within(r, [p]) for r in self.roots))
+                       for p in action.paths)
+        if kind in ("lookup", "connect") and self.hosts is not None:
+            host = normalise_host(action.host)
+            own = set(self.hosts)
+            return host in own or local_name(host) or bool(names_of(host) & own)
+        return True
+
+
+def _sibling(path: str, file: str) -> bool:
+    """``path`` is ``file`` or a temporary file written next to it (``.name.*``)."""
+    folder, name = os.path.split(file)
+    head, base = os.path.split(path)
+    return head == folder and (base == name or base.startswith(f".{name}."))
