@@ -366,6 +366,32 @@ def realpath_swap(path):
         os.path.realpath = real
 
 
+def logging_hook(url, path):
+    """Hook a library's logger with a library's handler (no frame of the repo's acts)."""
+    import logging, os, tempfile, torch
+    handler = logging.FileHandler(path, delay=True)
+    logger = logging.getLogger("urllib3")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w4"),
+                                       progress=False)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+
+
+def edit_environ(url, proxy):
+    """Point the proxy variables at a host of its own, then download allowed weights."""
+    import os, tempfile, torch
+    os.environ["HTTPS_PROXY"] = proxy
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w5"),
+                                       progress=False)
+    finally:
+        del os.environ["HTTPS_PROXY"]
+
+
 def via_tempdir(path):
     """Move the temp dir over the target, then load itself (nested) to write there."""
     import os, tempfile, torch
@@ -628,3 +654,30 @@ def test_swapping_a_function_the_guard_computes_with_is_refused(nesting: Path,
     with pytest.raises(safehub.RuntimeGuardError, match="posixpath.realpath was replaced"):
         safehub.load("acme/models:v1.0", "realpath_swap", str(target), verbose=False)
     assert not target.exists()
+
+
+# -- 11. a library object the repo hooks in acts under the guard during safehub's work -------
+
+def test_a_library_handler_the_repo_installs_acts_under_the_guard(
+    nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    log = tmp_path / "outside" / "urllib3.log"
+    log.parent.mkdir()
+    with pytest.raises(safehub.RuntimeGuardError, match="urllib3.log"):
+        safehub.load("acme/models:v1.0", "logging_hook", f"{server.foreign_url}/acme/w.pth",
+                     str(log), verbose=False)
+    assert not log.exists()
+
+
+def test_proxy_variables_the_repo_edits_do_not_reach_safehubs_download(
+    nesting: Path, server  # type: ignore[no-untyped-def]
+) -> None:
+    import select
+
+    with socket.socket() as listener:  # a connection made to it waits in its backlog
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(4)
+        proxy = f"http://exfil:secret@127.0.0.1:{listener.getsockname()[1]}"
+        assert safehub.load("acme/models:v1.0", "edit_environ",
+                            f"{server.foreign_url}/acme/w.pth", proxy, verbose=False) is None
+        assert select.select([listener], [], [], 0)[0] == []  # nobody connected

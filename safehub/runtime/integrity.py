@@ -26,7 +26,7 @@ __all__ = ["replaced"]
 
 _WATCHED: dict[Any, tuple[str, ...]] = {
     os: ("lstat", "stat", "readlink", "getcwd", "fspath", "fsdecode", "fsencode", "access",
-         "getenv", "path", "sep", "listdir", "scandir"),
+         "getenv", "path", "sep"),
     posixpath: ("realpath", "abspath", "join", "split", "isabs", "isdir", "isfile",
                 "basename", "dirname", "expanduser", "normpath", "exists", "lexists",
                 "islink", "splitext"),
