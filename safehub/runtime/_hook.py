@@ -21,7 +21,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol
 
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import sealed
@@ -87,6 +87,14 @@ def _record_all(stack: tuple[Entry, ...], action: Action,
             entry.record(action, refusal)  # type: ignore[union-attr]
 
 
+def _tamper(stack: tuple[Entry, ...], target: str, what: str) -> NoReturn:
+    """Refuse (and have every guard record) an edit of the guard's machinery."""
+    error = RuntimeGuardError(f"runtime guard: {what}",
+                              hint="find what changed it (the repo's code, a test tool)")
+    _record_all(stack, Action("guard", "tamper", target), error)
+    raise error
+
+
 def _check_tree_read(args: tuple[Any, ...]) -> None:
     """A file of a verified tree, opened for reading, guarded or not (sealed.py)."""
     state = _STATE
@@ -141,12 +149,8 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
                                                            sealed.PREFIXES):
             return  # the guard's own opens, lookups and imports
         state.busy = False  # set from outside, or code of another's ran while it decided
-        error = RuntimeGuardError(
-            f"runtime guard: code that is not the guard's ran while the guard was busy "
-            f"({event}): its busy flag was set from outside, or a hook ran meanwhile",
-            hint="find what changed it (the repo's code, a test tool)")
-        _record_all(stack, Action("guard", "tamper", event), error)
-        raise error
+        _tamper(stack, event, f"code that is not the guard's ran while the guard was busy "
+                f"({event}): its busy flag was set from outside, or a hook ran meanwhile")
     state.busy = True  # the guard's own opens, lookups and imports are not audited by it
     collecting = gc.isenabled()
     if collecting:
@@ -155,12 +159,8 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
         actions = EVENTS[event](args)
         changed = _replaced() if actions else None
         if changed is not None:  # the guard's own tools were swapped: it cannot decide
-            error = RuntimeGuardError(
-                f"runtime guard: {changed} was replaced while guarded code ran, so the guard "
-                f"cannot decide {event}; refused",
-                hint="find what replaced it (the repo's code, a test tool)")
-            _record_all(stack, Action("guard", "tamper", changed), error)
-            raise error
+            _tamper(stack, changed, f"{changed} was replaced while guarded code ran, so the "
+                    f"guard cannot decide {event}; refused")
         for action in actions:
             refusal = top.decide(action)
             _record_all(stack, action, refusal)
