@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from safehub._internal.warn import warn
@@ -29,7 +30,8 @@ def _user_policy() -> Path:
 
 
 def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
-                  mode: str, own: OwnWork | None = None) -> RuntimeGuard:
+                  mode: str, own: OwnWork | Callable[[], OwnWork] | None = None
+                  ) -> RuntimeGuard:
     """The runtime guard for one load: the policy's runtime keys, merged; ``own``: what
     safehub's own work may do while it pauses the guard (:func:`own_work`)."""
     reqs = decision.requirements

@@ -281,8 +281,8 @@ class Hub:
               ("load", "list", "help")))}
         guard = guards.runtime_guard(
             prepared.spec, prepared.decision, prepared.tree, mode=self.settings.runtime,
-            own=guards.own_work(self.settings, prepared.decision, self.audit.path,
-                                self.lockfile_path))
+            own=lambda: guards.own_work(self.settings, prepared.decision, self.audit.path,
+                                        self.lockfile_path))
         # The repo's code may call torch.hub after its load returns (model.forward, its
         # threads): those calls keep this load's routing.
         torchhub.remember((str(prepared.path) + os.sep,

@@ -32,7 +32,7 @@ import subprocess  # noqa: F401  (the doctest above)
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from safehub._internal.warn import warn
@@ -144,11 +144,13 @@ class RuntimeGuard:
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), sealed_ns: int | None = None,
-                 tree_ident: tuple[int, int] | None = None, own: OwnWork | None = None
+                 tree_ident: tuple[int, int] | None = None,
+                 own: OwnWork | Callable[[], OwnWork] | None = None
                  ) -> None:
         self.rules = rules
         self.own = own
-        """What safehub's own paused work may do (None: what its frames allow)."""
+        """What safehub's own paused work may do (None: what its frames allow; a callable:
+        worked out at the first pause, as most loads make none)."""
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
@@ -169,7 +171,7 @@ class RuntimeGuard:
         self._libraries = [*self._installed, *_SYSTEM_LIBRARY_DIRS]
         self._lock = threading.Lock()
         self._addresses = _AddressBook(rules.named_hosts())
-        self._own_addresses = _AddressBook(list(own.hosts or ()) if own is not None else [])
+        self._own_addresses: _AddressBook | None = None
         self.sealed_ns = sealed_ns
         """The tree's sealed time (ns): its files are checked as they are opened."""
         self.tree_ident = tree_ident
@@ -259,7 +261,7 @@ class RuntimeGuard:
 
     def own_event(self, event: str, args: tuple[object, ...]) -> bool:
         """The event is one safehub's own paused work may raise (:class:`OwnWork`)."""
-        return self.own is None or _own_event(self.own, self._own_addresses, event, args)
+        return self.own is None or _own_event(self, event, args)
 
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
         """Add ``action`` (and ``refusal``) to this guard's report."""
@@ -444,15 +446,22 @@ def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:
     return value if isinstance(value, tuple) else ()
 
 
-def _own_event(own: OwnWork, book: _AddressBook, event: str, args: tuple[object, ...]) -> bool:
-    """Every action of the event is one ``own`` allows; cannot tell: False (the guard
-    decides)."""
+def _own_event(guard: RuntimeGuard, event: str, args: tuple[object, ...]) -> bool:
+    """Every action of the event is one the guard's ``own`` allows (worked out at the first
+    pause); cannot tell: False (the guard decides)."""
     name = args[0] if event == "open" and args else None
     if isinstance(name, str | bytes) and not os.path.isabs(name):
         return True  # relative to a folder fd (the archive writer's dir_fd): not knowable
     state = _hook._STATE
-    state.busy = True  # reading the event's arguments raises events of its own
+    state.busy = True  # working it out and reading the arguments raise events of their own
     try:
+        if callable(guard.own):
+            guard.own = guard.own()
+        own = guard.own
+        assert own is not None
+        if guard._own_addresses is None:
+            guard._own_addresses = _AddressBook(list(own.hosts or ()))
+        book = guard._own_addresses
         return all(own.allows(a, book.names_of) for a in EVENTS[event](args))
     except Exception:
         return False
