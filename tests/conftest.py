@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -144,6 +145,18 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     work.mkdir()
     monkeypatch.chdir(work)
     return home
+
+
+@pytest.fixture
+def clean_modules() -> Iterator[None]:
+    """Forget the modules a test imported (a repo's), and restore sys.path, so no other
+    test sees them; torch's own stay (they cannot be imported twice)."""
+    before, path = set(sys.modules), list(sys.path)
+    yield
+    for name in set(sys.modules) - before:
+        if not name.startswith(("torch", "_torch")):
+            del sys.modules[name]
+    sys.path[:] = path
 
 
 @pytest.fixture

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,14 +43,6 @@ def edit(path: Path, text: str) -> None:
     path.write_text(text)
     path.chmod(0o444)
 
-
-@pytest.fixture
-def clean_modules() -> Iterator[None]:
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if not name.startswith(("torch", "_torch")):
-            del sys.modules[name]
 
 
 # -- 1. a warm cache is re-checked on every read by the repo's code ---------------------------

@@ -18,7 +18,6 @@ from __future__ import annotations
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -70,6 +69,17 @@ repo = "acme/models"
 def actions(make_hub_repo, isolated: Path) -> Path:  # type: ignore[no-untyped-def]
     make_hub_repo("acme", "models", {"hubconf.py": ACTIONS})
     return policy(isolated, SITE)
+
+
+def refused_outside(tmp_path: Path, entrypoint: str, name: str, *before: object,
+                    match: str | None = None) -> None:
+    """The entrypoint's write to ``outside/name`` (by whatever route, its arguments
+    ``before`` that path) is refused and never happens."""
+    out = tmp_path / "outside" / name
+    out.parent.mkdir()
+    with pytest.raises(safehub.RuntimeGuardError, match=match or name):
+        safehub.load("acme/models:v1.0", entrypoint, *before, str(out), verbose=False)
+    assert not out.exists()
 
 
 def _free_port() -> int:
@@ -500,11 +510,7 @@ def test_emptying_the_event_table_fails_the_load_and_the_next_load_is_guarded(
 @pytest.mark.parametrize("entrypoint", ["via_tempdir", "via_hubdir"])
 def test_a_nested_load_cannot_be_given_wider_write_roots(nesting: Path, tmp_path: Path,
                                                          entrypoint: str) -> None:
-    target = tmp_path / "outside" / "pwned.txt"
-    target.parent.mkdir()
-    with pytest.raises(safehub.RuntimeGuardError, match="pwned.txt"):
-        safehub.load("acme/models:v1.0", entrypoint, str(target), verbose=False)
-    assert not target.exists()
+    refused_outside(tmp_path, entrypoint, "pwned.txt")
 
 
 # -- 4. bytecode committed to a repo never runs in place of its source ------------------------
@@ -528,14 +534,6 @@ def model():
     return "HIDDEN BYTECODE"
 '''
 
-
-@pytest.fixture
-def clean_modules() -> Iterator[None]:
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if not name.startswith(("torch", "_torch")):
-            del sys.modules[name]
 
 
 @pytest.mark.usefixtures("clean_modules")
@@ -603,23 +601,13 @@ def test_a_partial_of_safehubs_own_functions_gets_no_pause(nesting: Path, server
 def test_the_repos_stderr_acts_under_the_guard_during_safehubs_work(
     nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    out = tmp_path / "outside" / "stderr.txt"
-    out.parent.mkdir()
-    with pytest.raises(safehub.RuntimeGuardError, match="stderr.txt"):
-        safehub.load("acme/models:v1.0", "loud_stderr", f"{server.foreign_url}/acme/w.pth",
-                     str(out), verbose=False)
-    assert not out.exists()
+    refused_outside(tmp_path, "loud_stderr", "stderr.txt", f"{server.foreign_url}/acme/w.pth")
 
 
 def test_a_monkeypatched_library_acts_under_the_guard_during_safehubs_work(
     nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    out = tmp_path / "outside" / "sent.txt"
-    out.parent.mkdir()
-    with pytest.raises(safehub.RuntimeGuardError, match="sent.txt"):
-        safehub.load("acme/models:v1.0", "patched_send", f"{server.foreign_url}/acme/w.pth",
-                     str(out), verbose=False)
-    assert not out.exists()
+    refused_outside(tmp_path, "patched_send", "sent.txt", f"{server.foreign_url}/acme/w.pth")
 
 
 # -- 10. a runtime fix for a project's rule that would name a path outside it ----------------
@@ -649,11 +637,8 @@ def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
 
 def test_swapping_a_function_the_guard_computes_with_is_refused(nesting: Path,
                                                                 tmp_path: Path) -> None:
-    target = tmp_path / "outside" / "bashrc"
-    target.parent.mkdir()
-    with pytest.raises(safehub.RuntimeGuardError, match="posixpath.realpath was replaced"):
-        safehub.load("acme/models:v1.0", "realpath_swap", str(target), verbose=False)
-    assert not target.exists()
+    refused_outside(tmp_path, "realpath_swap", "bashrc",
+                    match="posixpath.realpath was replaced")
 
 
 # -- 11. a library object the repo hooks in acts under the guard during safehub's work -------
@@ -661,12 +646,7 @@ def test_swapping_a_function_the_guard_computes_with_is_refused(nesting: Path,
 def test_a_library_handler_the_repo_installs_acts_under_the_guard(
     nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
 ) -> None:
-    log = tmp_path / "outside" / "urllib3.log"
-    log.parent.mkdir()
-    with pytest.raises(safehub.RuntimeGuardError, match="urllib3.log"):
-        safehub.load("acme/models:v1.0", "logging_hook", f"{server.foreign_url}/acme/w.pth",
-                     str(log), verbose=False)
-    assert not log.exists()
+    refused_outside(tmp_path, "logging_hook", "urllib3.log", f"{server.foreign_url}/acme/w.pth")
 
 
 def test_proxy_variables_the_repo_edits_do_not_reach_safehubs_download(

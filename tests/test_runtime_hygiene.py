@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,16 +23,6 @@ def tree(tmp_path: Path) -> Path:
     (tree / "hubconf.py").write_text("dependencies = []\n")
     return tree
 
-
-@pytest.fixture
-def clean_modules() -> Iterator[None]:
-    """Forget modules a test imported from its tree, so no other test sees them."""
-    before = set(sys.modules)
-    path = list(sys.path)
-    yield
-    for name in set(sys.modules) - before:
-        del sys.modules[name]
-    sys.path[:] = path
 
 
 def package(tree: Path, name: str) -> None:

@@ -7,9 +7,7 @@ refusals; a nested ``torch.hub.load`` gets its own repo's rules.
 from __future__ import annotations
 
 import socket
-import sys
 import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +77,6 @@ def model():
     return "model"
 '''
 
-
-@pytest.fixture
-def clean_modules() -> Iterator[None]:
-    before = set(sys.modules)
-    yield
-    for name in set(sys.modules) - before:
-        if not name.startswith(("torch", "_torch")):
-            del sys.modules[name]
 
 
 @pytest.fixture
