@@ -33,7 +33,7 @@ from safehub.records import Consent, ConsentStore, SignatureRecords, VerifiedRec
 from safehub.resolve import Resolved, Resolver
 from safehub.runtime import RuntimeReport
 from safehub.signatures.check import SignatureCheck, SignatureStatus
-from safehub.spec import RepoSpec
+from safehub.spec import RepoSpec, plain_text
 from safehub.transport import Transport
 from safehub.trust import Subject, Trust, check_trust_repo
 
@@ -380,32 +380,27 @@ def _local_verdict(admission: Admission, ran: dict[str, str], real: str
     return ("warn" if decision.violations else "local"), list(decision.reasons)
 
 
-def _text(value: object) -> str:
-    """A str's value as a plain str, without calling methods a subclass may override."""
-    return str.__getitem__(value, slice(None))  # type: ignore[index]
-
-
 def _plain_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
                 verbose: object) -> tuple[str, str, str | None, bool, bool]:
     """The caller's arguments as plain values, before safehub does any work of its own: an
     object of the caller's (a str subclass, ``__bool__``, ``__fspath__``) is evaluated here,
     under whatever guard holds, never while safehub has paused the guard for its work."""
-    if not isinstance(source, str) or _text(source).lower() not in ("github", "local"):
+    kind = plain_text(source, "source").lower() if isinstance(source, str) else None
+    if kind not in ("github", "local"):
         raise SpecError(f'Unknown source: "{source}". Allowed values: "github" | "local".',
                         hint="use source='github' for owner/name[:ref] or 'local' for a folder")
-    kind = _text(source).lower()
     if kind == "local":
         folder = os.fspath(repo_or_dir) if isinstance(repo_or_dir, (str, os.PathLike)) else None
         if not isinstance(folder, str):
             raise SpecError(f"source='local' needs a folder path, not {repo_or_dir!r}",
                             hint="pass the folder as a str or pathlib.Path")
-        target = _text(folder)
+        target = plain_text(folder, "the folder")
     elif isinstance(repo_or_dir, str):
-        target = _text(repo_or_dir)
+        target = plain_text(repo_or_dir, "the repo")
     else:
         raise SpecError(f"{repo_or_dir!r} is not a repo: write it as 'owner/name[:ref]'",
                         hint="pass the repo as a string, e.g. 'pytorch/vision:v0.19.0'")
-    name = _text(entrypoint) if isinstance(entrypoint, str) else None
+    name = plain_text(entrypoint, "model") if isinstance(entrypoint, str) else None
     return target, kind, name, bool(force_reload), bool(verbose)
 
 

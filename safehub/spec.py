@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 from safehub.errors import SpecError
 
-__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "ref_forms", "ref_names"]
+__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text", "ref_forms",
+           "ref_names"]
 
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -75,6 +76,19 @@ def ref_forms(ref: str | None, full_ref: str, *, resolved: bool = False
         return (ref,), (ref,)
     either = (ref, *(f"{p}{k}/{ref}" for k in ("heads", "tags") for p in ("refs/", "")))
     return (either if resolved else (ref,)), either
+
+
+def plain_text(value: object, what: str) -> str:
+    """``value``, a str, as a plain str: a subclass's overridden methods never run (the
+    caller's objects are evaluated before safehub's own work, never during it).
+
+    >>> plain_text(type("S", (str,), {"lower": lambda s: "x"})("A"), "name").lower()
+    'a'
+    """
+    if not isinstance(value, str):
+        raise SpecError(f"{what} must be a string, not {type(value).__name__}",
+                        hint=f"pass {what} as a str")
+    return str.__getitem__(value, slice(None))
 
 
 def is_full_sha(ref: object) -> bool:

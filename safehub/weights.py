@@ -35,8 +35,9 @@ from urllib.parse import unquote, urlparse
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub._internal.warn import warn
-from safehub.errors import IntegrityError, PolicyDenied, SpecError
+from safehub.errors import IntegrityError, PolicyDenied
 from safehub.records import WeightPins
+from safehub.spec import plain_text
 from safehub.transport import Transport
 
 __all__ = ["WeightsGuard"]
@@ -149,9 +150,7 @@ class WeightsGuard:
                              progress: bool = True) -> None:
         """torch's ``download_url_to_file``, through safehub's transport: HTTPS only, every
         hop matched against ``weights``, the whole file hashed and pinned."""
-        url, dst = _text(url, "url"), _text(os.fspath(dst), "dst")
-        hash_prefix = None if hash_prefix is None else _text(hash_prefix, "hash_prefix")
-        progress = bool(progress)  # the caller's objects, evaluated before safehub's own work
+        (url, dst, hash_prefix, progress), _ = _plain_download(url, dst, hash_prefix, progress)
         self.check_url(url)
         target = Path(os.path.expanduser(dst))
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
@@ -193,10 +192,9 @@ class WeightsGuard:
                                  weights_only: bool = False) -> Any:
         """torch's ``load_state_dict_from_url``: a cached file is checked first; no pickled
         code unless every matching rule says ``weights_only = false``."""
-        url = _text(url, "url")
-        model_dir = None if model_dir is None else _text(os.fspath(model_dir), "model_dir")
-        file_name = None if file_name is None else _text(file_name, "file_name")
-        progress, check_hash, weights_only = bool(progress), bool(check_hash), bool(weights_only)
+        (url, model_dir, map_location, progress, check_hash, file_name, weights_only), _ = \
+            _plain_state(url, model_dir, map_location, progress, check_hash, file_name,
+                         weights_only)
         self.check_url(url)
         folder = model_dir or os.path.join(_torch_hub_dir(), "checkpoints")
         cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
@@ -209,11 +207,7 @@ class WeightsGuard:
 
 
 def _text(value: object, name: str) -> str:
-    """A str argument's plain value (a subclass's overrides never run in safehub's work)."""
-    if not isinstance(value, str):
-        raise SpecError(f"weights download: {name} must be a string, not "
-                           f"{type(value).__name__}", hint="pass URLs and paths as str")
-    return str.__getitem__(value, slice(None))
+    return plain_text(value, f"the weights download's {name}")
 
 
 def _plain_download(url: object, dst: object, hash_prefix: object = None,
