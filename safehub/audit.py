@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub.errors import PolicyDenied, PolicyError, SafehubError, UntrustedRepoError
-from safehub.runtime import suspended
+from safehub.runtime import own_work
 
 __all__ = ["AuditLog", "Note"]
 
@@ -67,7 +67,7 @@ class AuditLog:
         }
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
         try:
-            with suspended():  # safehub's line, also when a nested load ends under a guard
+            with own_work():  # safehub's line, also when a nested load ends under a guard
                 self._append(line)
         except OSError as e:
             if self.required:

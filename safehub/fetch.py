@@ -27,7 +27,7 @@ from safehub.github import GitHub
 from safehub.lockfile import LockEntry
 from safehub.records import VerifiedRecords
 from safehub.resolve import Resolved
-from safehub.runtime import suspended
+from safehub.runtime import own_work
 from safehub.transport import Progress, Transport
 
 __all__ = ["TreeFetcher"]
@@ -140,7 +140,7 @@ class TreeFetcher:
                 seen.dirs == _dirs(hit, seen.folders) if lazy else seen.scan == hit.scan()):
             fast = seen.sealed
         if fast is None:
-            with suspended():  # safehub reads the files to check them: not the repo's reads
+            with own_work():  # safehub reads the files to check them: not the repo's reads
                 hit.verify()
             if known is not None and known.digest != hit.digest:
                 raise IntegrityError(

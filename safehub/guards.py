@@ -8,14 +8,13 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from safehub._internal.warn import warn
-from safehub.cache import Cache, CachedTree
+from safehub._internal.hosts import hosts_of_urls
+from safehub.cache import CachedTree
 from safehub.config import Settings
-from safehub.errors import SafehubError
-from safehub.lockfile import LockEntry, Lockfile, WeightPin
+from safehub.lockfile import LockEntry
 from safehub.policy import Decision
 from safehub.records import WeightPins
-from safehub.runtime import OwnWork, RuntimeGuard, RuntimeRules, hosts_of_urls
+from safehub.runtime import OwnWork, RuntimeGuard, RuntimeRules
 from safehub.spec import RepoSpec
 from safehub.transport import Transport
 from safehub.weights import WeightsGuard
@@ -48,12 +47,12 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
                         tree_ident=tree.ident, own=own)
 
 
-def own_work(settings: Settings, decision: Decision, audit_path: Path, lockfile: Path
-             ) -> OwnWork:
-    """What safehub's own work may do during a load (a nested load's fetch and checks, a
-    weights download): its hosts (any, where the weights patterns name none or a wildcard:
-    the download may go where the policy lets it), its folders (cache, data but not the
-    consent records, logs, sigstore's caches, the temp dir) and the lockfile."""
+def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWork:
+    """What safehub's own work may touch during a load (a nested load's fetch and checks,
+    a weights download, the audit line): its hosts (any, where the weights patterns name
+    none or a wildcard: the download may go where the policy lets it), its folders (cache,
+    data but never the consent records, logs, sigstore's caches, the temp dir); never a
+    process."""
     import platformdirs
 
     patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
@@ -66,7 +65,6 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path, lockfile:
              Path(platformdirs.user_data_dir("sigstore-python", appauthor=False)),
              Path(tempfile.gettempdir()))
     return OwnWork(hosts, tuple(os.path.realpath(r) for r in roots),
-                   (os.path.realpath(lockfile),),
                    (os.path.realpath(settings.data_dir / "trust"),))
 
 
@@ -84,23 +82,11 @@ def _proxy_hosts() -> tuple[str, ...]:
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
-                  lockfile: Path, cache: Cache, data_dir: Path,
-                  transport: Transport) -> WeightsGuard:
-    """The weights guard for one load; new pins of a locked spec go into the lockfile."""
-
-    def pin(url: str, sha256: str) -> None:
-        try:
-            with cache.lock("lockfile"):
-                current = Lockfile.load(lockfile)
-                current.add_weight(spec, WeightPin(url, sha256))
-                current.save()
-        except (SafehubError, OSError) as e:
-            warn(f"could not pin the weights {url} in {lockfile}: {e}")
-
+                  data_dir: Path, transport: Transport) -> WeightsGuard:
+    """The weights guard for one load: the policy's patterns, the lockfile's pins."""
     reqs = decision.requirements
     return WeightsGuard(
         repo=spec.repo, patterns=reqs.weights, rules=reqs.weights_rules,
         weights_only=reqs.weights_only, warn_only=decision.mode == "warn",
         locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
-        records=WeightPins(data_dir), on_new_pin=pin if lock is not None else None,
-        transport=transport)
+        records=WeightPins(data_dir), repo_key=spec.key, transport=transport)

@@ -155,7 +155,7 @@ class Hub:
         """Run every check on ``repo`` and return its verified tree; nothing is imported."""
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(repo)                                               # 1. parse
-        with self.audit.note(spec.key, spec.ref, entrypoint) as note, runtime.suspended():
+        with self.audit.note(spec.key, spec.ref, entrypoint) as note, runtime.own_work():
             return self._prepare(spec, note, entrypoint, trust_repo, force_reload, verbose)
 
     def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
@@ -245,14 +245,14 @@ class Hub:
              trust_repo: Any, force_reload: bool, verbose: bool,
              run: Callable[[Path], Any], *, nested: bool = False) -> Any:
         """Prepare, then run the repo's code (step 9) under the guards; audit (step 10)."""
-        target, source, entrypoint, force_reload, verbose = _plain_args(
+        target, source, entrypoint, force_reload, verbose = _call_args(
             repo_or_dir, source, entrypoint, force_reload, verbose)
         if source == "local":
             return self._run_local(Path(target), entrypoint, run)
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(target)                                             # 1. parse
         with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
-            with runtime.suspended():  # safehub's own work, nested or not
+            with runtime.own_work():  # safehub's own work, nested or not
                 prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
                                          verbose, nested)
             return self._delegate(prepared, note, run, nested)                    # 9. delegate
@@ -273,16 +273,12 @@ class Hub:
         routing; record what it did on the audit line."""
         weights = guards.weights_guard(
             prepared.spec, prepared.decision, self.admission.lock_entry(prepared.spec),
-            lockfile=self.lockfile_path, cache=self.cache, data_dir=self.settings.data_dir,
-            transport=self.weights_transport())
-        handlers = {name: runtime.routed(handler, plain) for name, (handler, plain) in (
-            *weights.handlers().items(),
-            *((name, (self._nested(name), _nested_plain(name))) for name in
-              ("load", "list", "help")))}
+            data_dir=self.settings.data_dir, transport=self.weights_transport())
+        handlers = {**weights.handlers(),
+                    **{name: self._nested(name) for name in ("load", "list", "help")}}
         guard = guards.runtime_guard(
             prepared.spec, prepared.decision, prepared.tree, mode=self.settings.runtime,
-            own=lambda: guards.own_work(self.settings, prepared.decision, self.audit.path,
-                                        self.lockfile_path))
+            own=lambda: guards.own_work(self.settings, prepared.decision, self.audit.path))
         # The repo's code may call torch.hub after its load returns (model.forward, its
         # threads): those calls keep this load's routing.
         torchhub.remember((str(prepared.path) + os.sep,
@@ -306,21 +302,33 @@ class Hub:
             note.extra["runtime"] = guard.report.to_json()
 
     def _nested(self, name: str) -> Callable[..., Any]:
-        """torch.hub.load/list/help called by a repo's code while it runs: through this
-        hub, with this policy; a ``trust_repo`` the repo's code passes grants nothing."""
-        def nested(repo: str, source: str, model: str | None, force: bool, verbose: bool,
-                   positional: tuple[Any, ...], extra: dict[str, Any]) -> Any:
-            entrypoint = model or ""  # plain: a str wherever one is needed (_nested_plain)
+        """torch.hub.load/list/help called by a repo's code while it runs (with torch's
+        signature): through this hub, with this policy; a ``trust_repo`` the repo's code
+        passes grants nothing."""
+        signature = inspect.signature(torchhub.original(name))
+
+        def nested(*args: Any, **kwargs: Any) -> Any:
+            call = signature.bind(*args, **kwargs).arguments
+            given = call.get("model")
+            if name != "list" and not (isinstance(given, str) and given.isidentifier()):
+                raise SpecError(f"model={given!r} is not the name of an entrypoint",
+                                hint="pass the entrypoint's name as a string")
+            model = str(given)
             run: Callable[[Path], Any]
             if name == "load":
+                positional, extra = tuple(call.get("args", ())), dict(call.get("kwargs", {}))
+
                 def run(path: Path) -> Any:
-                    return torchhub.call_entrypoint(path, entrypoint, positional, extra)
+                    return torchhub.call_entrypoint(path, model, positional, extra)
             elif name == "list":
                 run = torchhub.entrypoints
             else:
                 def run(path: Path) -> Any:
-                    return torchhub.docstring(path, entrypoint)
-            return self._run(repo, source, model, "check", force, verbose, run, nested=True)
+                    return torchhub.docstring(path, model)
+            return self._run(call.get("repo_or_dir", call.get("github", "")),
+                             call.get("source", "github"), model if name != "list" else None,
+                             "check", call.get("force_reload", False),
+                             call.get("verbose", True), run, nested=True)
         return nested
 
     # -- consent without loading -----------------------------------------------------------
@@ -380,11 +388,9 @@ def _local_verdict(admission: Admission, ran: dict[str, str], real: str
     return ("warn" if decision.violations else "local"), list(decision.reasons)
 
 
-def _plain_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
-                verbose: object) -> tuple[str, str, str | None, bool, bool]:
-    """The caller's arguments as plain values, before safehub does any work of its own: an
-    object of the caller's (a str subclass, ``__bool__``, ``__fspath__``) is evaluated here,
-    under whatever guard holds, never while safehub has paused the guard for its work."""
+def _call_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
+               verbose: object) -> tuple[str, str, str | None, bool, bool]:
+    """The caller's arguments checked, as plain values."""
     kind = plain_text(source, "source").lower() if isinstance(source, str) else None
     if kind not in ("github", "local"):
         raise SpecError(f'Unknown source: "{source}". Allowed values: "github" | "local".',
@@ -424,22 +430,3 @@ def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) ->
                                     f"{spec.repo}:COMMIT"),
                           fixes.run(f"safehub untrust {spec.repo}", "to forget every commit "
                                     "of the repo")))
-
-
-def _nested_plain(name: str) -> Callable[..., tuple[tuple[Any, ...], dict[str, Any]]]:
-    """A nested ``torch.hub.load/list/help`` call's arguments as plain values (see
-    ``runtime.routed``); the ``trust_repo`` the repo's code passes is dropped."""
-    def plain(*args: Any, **kwargs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        bound = inspect.signature(torchhub.original(name)).bind(*args, **kwargs)
-        call = dict(bound.arguments)
-        repo = call.pop("repo_or_dir", call.pop("github", None))
-        source = call.pop("source", "github") if name == "load" else "github"
-        model = call.pop("model", None) if name != "list" else None
-        target, kind, entrypoint, force, verbose = _plain_args(
-            repo, source, model, call.pop("force_reload", False), call.pop("verbose", True))
-        if name != "list" and (entrypoint is None or not entrypoint.isidentifier()):
-            raise SpecError(f"model={model!r} is not the name of an entrypoint",
-                            hint="pass the entrypoint's name as a string")
-        return (target, kind, entrypoint, force, verbose, tuple(call.pop("args", ())),
-                dict(call.pop("kwargs", {}))), {}
-    return plain

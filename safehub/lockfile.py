@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,13 @@ class LockEntry:
     @property
     def repo_key(self) -> str:
         return self.spec.partition(":")[0]
+
+    def with_pins(self, seen: Mapping[str, str]) -> LockEntry:
+        """This entry with the weights ``seen`` (URL -> sha256) pinned too; a URL it pins
+        already keeps its pin."""
+        known = {w.url for w in self.weights}
+        new = tuple(WeightPin(url, sha) for url, sha in sorted(seen.items()) if url not in known)
+        return replace(self, weights=(*self.weights, *new)) if new else self
 
 
 def _spec(value: str) -> str:

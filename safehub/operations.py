@@ -29,6 +29,8 @@ from safehub.errors import (
     SpecError,
 )
 from safehub.lockfile import LockEntry, Lockfile, spec_key
+from safehub.records import WeightPins
+from safehub.runtime import own_work
 from safehub.signatures.check import verify_complete
 from safehub.signatures.signers import SignerSet
 from safehub.spec import RepoSpec
@@ -287,10 +289,12 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
     if not targets:
         raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")
     changes: list[LockChange] = []
+    pins = WeightPins(hub.settings.data_dir)
     for text in targets:
         spec = RepoSpec.parse(text)
         old = lockfile.get(spec)
         if old is not None and not upgrade:
+            lockfile.put(old.with_pins(pins.for_repo(spec.key)))
             changes.append(LockChange(old.spec, old.commit, "kept"))
             continue
         admitted = hub.admission.admit(spec, resolution="fresh", locked=True)
@@ -301,6 +305,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
                           tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
         if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
             entry = dataclasses.replace(entry, weights=old.weights)
+        entry = entry.with_pins(pins.for_repo(spec.key))
         change = "added" if old is None else (
             "unchanged" if old.commit == entry.commit else "upgraded")
         lockfile.put(entry)
@@ -458,7 +463,8 @@ def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
         if prefixes and not any(entry.commit.startswith(p) for p in prefixes):
             continue
         try:
-            entry.verify()
+            with own_work():  # safehub reads the files to check them
+                entry.verify()
             results.append(CacheCheck(entry.commit, True))
         except SafehubError as e:
             results.append(CacheCheck(entry.commit, False, e.message))

@@ -239,12 +239,26 @@ class WeightPins:
             return entry
         return None
 
-    def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]]
-            ) -> None:
+    def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]],
+            repo: str = "") -> None:
+        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it)."""
         data = self._all()
         with contextlib.suppress(OSError):
-            entry = {"sha256": sha256, "file": str(path), "stat": stat_key(path)}
-            if data.get(url) == entry:
+            old = data.get(url)
+            repos = sorted({*(_repos(old)), *([repo] if repo else [])})
+            entry = {"sha256": sha256, "file": str(path), "stat": stat_key(path),
+                     "repos": repos}
+            if old == entry:
                 return
             data[url] = entry
             _write(self.path, data, required=False, what="a weights pin")
+
+    def for_repo(self, repo: str) -> dict[str, str]:
+        """URL -> sha256 of the weights ``repo``'s code downloaded (``safehub lock``)."""
+        return {url: entry["sha256"] for url, entry in self._all().items()
+                if repo in _repos(entry) and self.get(url) is not None}
+
+
+def _repos(entry: Any) -> list[str]:
+    repos = entry.get("repos") if isinstance(entry, dict) else None
+    return [r for r in repos if isinstance(r, str)] if isinstance(repos, list) else []

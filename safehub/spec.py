@@ -79,8 +79,8 @@ def ref_forms(ref: str | None, full_ref: str, *, resolved: bool = False
 
 
 def plain_text(value: object, what: str) -> str:
-    """``value``, a str, as a plain str: a subclass's overridden methods never run (the
-    caller's objects are evaluated before safehub's own work, never during it).
+    """``value``, a str, as a plain str (the caller's argument, checked once where it
+    enters: a subclass's overridden methods never run later).
 
     >>> plain_text(type("S", (str,), {"lower": lambda s: "x"})("A"), "name").lower()
     'a'

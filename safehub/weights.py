@@ -10,9 +10,10 @@ repo's code bound them before the load:
   transport, HTTPS only, and every redirect hop must match the patterns too;
 * every file fetched, or found in torch's checkpoint folder, is hashed in full (torch
   checks an 8-character prefix, and only if the file name carries one). The first hash
-  of a URL is pinned: in the lockfile if the spec is locked (``[[repo.weights]]``), and
-  in the user's data dir; a later file with another hash is an :class:`IntegrityError`
-  and is deleted before torch loads it;
+  of a URL is pinned in the user's data dir (``safehub lock`` copies a repo's pins into
+  its lockfile entry, ``[[repo.weights]]``); a later file with another hash than the
+  lockfile's or the user's pin is an :class:`IntegrityError` and is deleted before torch
+  loads it;
 * ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
   every matching policy rule says ``weights_only = false``.
 
@@ -57,7 +58,9 @@ class WeightsGuard:
     warn_only: bool = False
     locked: dict[str, str] = field(default_factory=dict)
     records: WeightPins | None = None
-    on_new_pin: Callable[[str, str], None] | None = None
+    """The user's own pins (a new URL's first hash is recorded here; ``safehub lock``
+    copies a locked repo's pins into the lockfile: a load never writes the lockfile)."""
+    repo_key: str = ""
     rules: tuple[tuple[str, str], ...] = ()
     """(policy file, table) of the rule each entry of ``patterns`` comes from."""
     transport: Transport | None = None
@@ -123,21 +126,19 @@ class WeightsGuard:
                 hint="if the publisher really replaced the file, remove the pin (the "
                 "lockfile's [[repo.weights]] entry) and load again",
             )
-        from safehub.runtime import suspended
+        from safehub.runtime import own_work
 
-        with suspended():  # safehub's own records, written while the repo's code runs
+        with own_work():  # safehub's own records, written while the repo's code runs
             if self.records is not None:
-                self.records.put(url, digest, path, lambda p: _stat_key(p.stat()))
-            if url not in self.locked and self.on_new_pin is not None:
-                self.on_new_pin(url, digest)
+                self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
+                                 repo=self.repo_key)
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 
-    def handlers(self) -> dict[str, tuple[Callable[..., Any], Callable[..., Any]]]:
-        """The functions that stand in for torch.hub's while this guard holds, each with
-        the function that turns its caller's arguments into plain values first."""
-        return {"download_url_to_file": (self.download_url_to_file, _plain_download),
-                "load_state_dict_from_url": (self.load_state_dict_from_url, _plain_state)}
+    def handlers(self) -> dict[str, Callable[..., Any]]:
+        """The functions that stand in for torch.hub's while this guard holds."""
+        return {"download_url_to_file": self.download_url_to_file,
+                "load_state_dict_from_url": self.load_state_dict_from_url}
 
     def _hop(self, url: str) -> None:
         """Every redirect hop is held to the patterns, as the first URL is."""
@@ -150,7 +151,7 @@ class WeightsGuard:
                              progress: bool = True) -> None:
         """torch's ``download_url_to_file``, through safehub's transport: HTTPS only, every
         hop matched against ``weights``, the whole file hashed and pinned."""
-        (url, dst, hash_prefix, progress), _ = _plain_download(url, dst, hash_prefix, progress)
+        url, dst = _text(url, "url"), _text(os.fspath(dst), "dst")
         self.check_url(url)
         target = Path(os.path.expanduser(dst))
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
@@ -161,13 +162,13 @@ class WeightsGuard:
 
     def _fetch(self, url: str, target: Path, hash_prefix: str | None, progress: bool) -> None:
         from safehub._internal.progress import terminal_progress
-        from safehub.runtime import suspended
+        from safehub.runtime import own_work
 
         assert self.transport is not None
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
                                    suffix=".partial")
         try:
-            with os.fdopen(fd, "wb") as out, suspended():  # safehub's own download
+            with os.fdopen(fd, "wb") as out, own_work():  # safehub's own download
                 self.transport.download(
                     url, out, what=f"weights {url}", max_bytes=self.max_bytes,
                     allow=self._hop if self.patterns else _any_https_host,
@@ -192,9 +193,7 @@ class WeightsGuard:
                                  weights_only: bool = False) -> Any:
         """torch's ``load_state_dict_from_url``: a cached file is checked first; no pickled
         code unless every matching rule says ``weights_only = false``."""
-        (url, model_dir, map_location, progress, check_hash, file_name, weights_only), _ = \
-            _plain_state(url, model_dir, map_location, progress, check_hash, file_name,
-                         weights_only)
+        url = _text(url, "url")
         self.check_url(url)
         folder = model_dir or os.path.join(_torch_hub_dir(), "checkpoints")
         cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
@@ -210,26 +209,6 @@ def _text(value: object, name: str) -> str:
     return plain_text(value, f"the weights download's {name}")
 
 
-def _plain_download(url: object, dst: object, hash_prefix: object = None,
-                    progress: object = True) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``download_url_to_file``'s arguments as plain values (see ``runtime.routed``)."""
-    return (_text(url, "url"), _text(os.fspath(dst), "dst"),  # type: ignore[call-overload]
-            None if hash_prefix is None else _text(hash_prefix, "hash_prefix"),
-            bool(progress)), {}
-
-
-def _plain_state(url: object, model_dir: object = None, map_location: Any = None,
-                 progress: object = True, check_hash: object = False,
-                 file_name: object = None, weights_only: object = False
-                 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``load_state_dict_from_url``'s arguments as plain values (``map_location`` goes to
-    torch as given)."""
-    return (_text(url, "url"),
-            None if model_dir is None else _text(os.fspath(model_dir), "model_dir"),  # type: ignore[call-overload]
-            map_location, bool(progress), bool(check_hash),
-            None if file_name is None else _text(file_name, "file_name"), bool(weights_only)), {}
-
-
 def _any_https_host(url: str) -> None:
     """No policy names weights hosts: any host, but still HTTPS on every hop."""
 
@@ -241,6 +220,6 @@ def _original(name: str) -> Callable[..., Any]:
 
 
 def _torch_hub_dir() -> str:
-    from safehub._internal.torchhub import original
+    from safehub._internal.torchhub import hub_dir
 
-    return str(original("get_dir")())
+    return hub_dir()

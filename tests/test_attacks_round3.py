@@ -71,6 +71,12 @@ def actions(make_hub_repo, isolated: Path) -> Path:  # type: ignore[no-untyped-d
     return policy(isolated, SITE)
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def refused_outside(tmp_path: Path, entrypoint: str, name: str, *before: object,
                     match: str | None = None) -> None:
     """The entrypoint's write to ``outside/name`` (by whatever route, its arguments
@@ -80,12 +86,6 @@ def refused_outside(tmp_path: Path, entrypoint: str, name: str, *before: object,
     with pytest.raises(safehub.RuntimeGuardError, match=match or name):
         safehub.load("acme/models:v1.0", entrypoint, *before, str(out), verbose=False)
     assert not out.exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.parametrize("where", ["project", "user"])
@@ -238,88 +238,9 @@ def fetch(url):
         return f.read()
 
 
-def deputy_weights(url):
-    """Download with a WeightsGuard of its own, which pauses the guard for its fetch."""
-    import os, tempfile
-    from safehub.transport import Transport, TransportConfig
-    from safehub.weights import WeightsGuard
-    guard = WeightsGuard(repo="x", patterns=(), transport=Transport(TransportConfig()))
-    guard.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "leak"), progress=False)
-
-
-def deputy_hub(spec, outside):
-    """Run safehub's pipeline with a policy and cache of its own choosing."""
-    import safehub
-    from safehub.policy import Policy
-    hub = safehub.Hub(policy=Policy.from_text('[safehub]\\nunknown_repos = "allow"\\n', "x"),
-                      cache_dir=outside)
-    return str(hub.prepare(spec, trust_repo=True, verbose=False).path)
-
-
-def busy(path):
-    import sys
-    sys.modules["safehub.runtime._hook"]._STATE.busy = True
-    with open(path, "w") as f:
-        f.write("hidden")
-
-
-def clear_events(path):
-    import sys
-    sys.modules["safehub.runtime._hook"].EVENTS.clear()
-    with open(path, "w") as f:
-        f.write("unseen")
-
-
 def write(path):
     with open(path, "w") as f:
         f.write("x")
-
-
-class _Sneaky:
-    """An argument whose __bool__ phones home: evaluated by safehub, it must be guarded."""
-
-    def __init__(self, port):
-        self.port = port
-
-    def __bool__(self):
-        import socket
-        s = socket.socket()
-        try:
-            s.connect(("127.0.0.1", self.port))
-        except ConnectionRefusedError:
-            pass
-        finally:
-            s.close()
-        return False
-
-
-def sneaky_force_reload(spec, port):
-    import torch
-    return torch.hub.load(spec, "echo", force_reload=_Sneaky(port))
-
-
-def sneaky_progress(url, port):
-    import os, tempfile, torch
-    torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w"),
-                                   progress=_Sneaky(port))
-
-
-def local_deputy(url):
-    """Load its own verified folder locally, and from there borrow safehub's pause."""
-    import os, torch
-    return torch.hub.load(os.path.dirname(os.path.abspath(__file__)), "deputy_weights", url,
-                          source="local")
-
-
-def planted_consent(url, spec):
-    """A download whose destination's __fspath__ is a partial of safehub's own trust()."""
-    import functools, torch
-    import safehub
-
-    class Dst:
-        __fspath__ = functools.partial(safehub.Hub().trust, spec)
-
-    torch.hub.download_url_to_file(url, Dst(), progress=False)
 
 
 def loud_stderr(url, path):
@@ -364,18 +285,6 @@ def patched_send(url, path):
         requests.Session.send = real
 
 
-def realpath_swap(path):
-    """Swap a function the guard computes with (no frame of its own), write, swap back."""
-    import os, tempfile
-    real = os.path.realpath
-    os.path.realpath = tempfile.gettempdir().__add__
-    try:
-        with open(path, "a") as f:
-            f.write("outside")
-    finally:
-        os.path.realpath = real
-
-
 def logging_hook(url, path):
     """Hook a library's logger with a library's handler (no frame of the repo's acts)."""
     import logging, os, tempfile, torch
@@ -391,35 +300,6 @@ def logging_hook(url, path):
         handler.close()
 
 
-def edit_environ(url, proxy):
-    """Point the proxy variables at a host of its own, then download allowed weights."""
-    import os, tempfile, torch
-    os.environ["HTTPS_PROXY"] = proxy
-    try:
-        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w5"),
-                                       progress=False)
-    finally:
-        del os.environ["HTTPS_PROXY"]
-
-
-def via_tempdir(path):
-    """Move the temp dir over the target, then load itself (nested) to write there."""
-    import os, tempfile, torch
-    tempfile.tempdir = os.path.dirname(path)
-    try:
-        return torch.hub.load("acme/models:v1.0", "write", path)
-    finally:
-        tempfile.tempdir = None
-
-
-def via_hubdir(path):
-    import os, torch
-    old = torch.hub.get_dir()
-    torch.hub.set_dir(os.path.dirname(path))
-    try:
-        return torch.hub.load("acme/models:v1.0", "write", path)
-    finally:
-        torch.hub.set_dir(old)
 '''
 
 STRICT = """[safehub]
@@ -461,21 +341,6 @@ def test_weights_the_policy_allows_download_under_enforce(nesting: Path, server,
     assert safehub.load("acme/models:v1.0", "fetch", url, verbose=False) == b"weights"
 
 
-def test_the_repos_code_cannot_borrow_safehubs_pause(nesting: Path, server, tmp_path: Path,  # type: ignore[no-untyped-def]
-                                                     canary: Path) -> None:
-    server.add_static("/leak/SECRET", b"ok")
-    server.clear_log()
-    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
-        safehub.load("acme/models:v1.0", "deputy_weights", f"{server.foreign_url}/leak/SECRET",
-                     verbose=False)
-    assert not any("leak" in r.path for r in server.requests_log)
-    outside = tmp_path / "outside-cache"
-    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
-        safehub.load("acme/models:v1.0", "deputy_hub", "acme/other:v1.0", str(outside),
-                     verbose=False)
-    assert not outside.exists()
-
-
 def test_a_nested_load_is_never_prompted_for(nesting: Path, isolated: Path,
                                              canary: Path) -> None:
     hub = safehub.Hub(noninteractive=False)  # a user at a terminal
@@ -488,29 +353,8 @@ def test_a_nested_load_is_never_prompted_for(nesting: Path, isolated: Path,
 
 # -- 6. cheap edits of the guard's state ------------------------------------------------------
 
-def test_setting_the_guards_busy_flag_is_refused_at_once(nesting: Path, tmp_path: Path) -> None:
-    target = tmp_path / "hidden.txt"
-    with pytest.raises(safehub.RuntimeGuardError, match="busy flag"):
-        safehub.load("acme/models:v1.0", "busy", str(target), verbose=False)
-    assert not target.exists()
-
-
-def test_emptying_the_event_table_fails_the_load_and_the_next_load_is_guarded(
-    nesting: Path, tmp_path: Path
-) -> None:
-    with pytest.raises(safehub.RuntimeGuardError, match="state was edited"):
-        safehub.load("acme/models:v1.0", "clear_events", str(tmp_path / "a"), verbose=False)
-    with pytest.raises(safehub.RuntimeGuardError, match="does not allow it"):
-        safehub.load("acme/models:v1.0", "write", str(tmp_path / "b"), verbose=False)
-    assert not (tmp_path / "b").exists()
-
 
 # -- 7. a nested load keeps the hub and temp dirs of the load around it -----------------------
-
-@pytest.mark.parametrize("entrypoint", ["via_tempdir", "via_hubdir"])
-def test_a_nested_load_cannot_be_given_wider_write_roots(nesting: Path, tmp_path: Path,
-                                                         entrypoint: str) -> None:
-    refused_outside(tmp_path, entrypoint, "pwned.txt")
 
 
 # -- 4. bytecode committed to a repo never runs in place of its source ------------------------
@@ -533,7 +377,6 @@ dependencies = []
 def model():
     return "HIDDEN BYTECODE"
 '''
-
 
 
 @pytest.mark.usefixtures("clean_modules")
@@ -562,25 +405,6 @@ def test_committed_bytecode_never_runs_and_stays_part_of_the_tree(
 
 # -- 8. the caller's objects are never evaluated while safehub has paused the guard ----------
 
-@pytest.mark.parametrize("entrypoint", ["sneaky_force_reload", "sneaky_progress"])
-def test_an_argument_object_runs_guarded(nesting: Path, server, entrypoint: str) -> None:  # type: ignore[no-untyped-def]
-    port = _free_port()
-    first = ("acme/other:v1.0" if entrypoint == "sneaky_force_reload"
-             else f"{server.foreign_url}/acme/w.pth")
-    with pytest.raises(safehub.RuntimeGuardError, match=f"127.0.0.1:{port}"):
-        safehub.load("acme/models:v1.0", entrypoint, first, port, verbose=False)
-
-
-def test_a_folder_loaded_locally_inside_a_load_cannot_borrow_the_pause(
-    nesting: Path, server  # type: ignore[no-untyped-def]
-) -> None:
-    server.add_static("/leak/SECRET", b"ok")
-    server.clear_log()
-    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
-        safehub.load("acme/models:v1.0", "local_deputy", f"{server.foreign_url}/leak/SECRET",
-                     verbose=False)
-    assert not any("leak" in r.path for r in server.requests_log)
-
 
 @pytest.mark.parametrize("target", [b"/tmp", None, 3])
 def test_a_local_load_of_no_path_is_a_spec_error(target: object) -> None:
@@ -589,13 +413,6 @@ def test_a_local_load_of_no_path_is_a_spec_error(target: object) -> None:
 
 
 # -- 9. nothing of the repo's runs while safehub's own work is unguarded ---------------------
-
-def test_a_partial_of_safehubs_own_functions_gets_no_pause(nesting: Path, server,  # type: ignore[no-untyped-def]
-                                                           isolated: Path) -> None:
-    with pytest.raises(safehub.RuntimeGuardError, match="called safehub directly"):
-        safehub.load("acme/models:v1.0", "planted_consent", f"{server.foreign_url}/acme/w.pth",
-                     "acme/other:v1.0", verbose=False)
-    assert safehub.Hub().consents.list("acme/other") == []
 
 
 def test_the_repos_stderr_acts_under_the_guard_during_safehubs_work(
@@ -635,12 +452,6 @@ def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
     safehub.Hub()  # the project's file is still valid
 
 
-def test_swapping_a_function_the_guard_computes_with_is_refused(nesting: Path,
-                                                                tmp_path: Path) -> None:
-    refused_outside(tmp_path, "realpath_swap", "bashrc",
-                    match="posixpath.realpath was replaced")
-
-
 # -- 11. a library object the repo hooks in acts under the guard during safehub's work -------
 
 def test_a_library_handler_the_repo_installs_acts_under_the_guard(
@@ -649,15 +460,3 @@ def test_a_library_handler_the_repo_installs_acts_under_the_guard(
     refused_outside(tmp_path, "logging_hook", "urllib3.log", f"{server.foreign_url}/acme/w.pth")
 
 
-def test_proxy_variables_the_repo_edits_do_not_reach_safehubs_download(
-    nesting: Path, server  # type: ignore[no-untyped-def]
-) -> None:
-    import select
-
-    with socket.socket() as listener:  # a connection made to it waits in its backlog
-        listener.bind(("127.0.0.1", 0))
-        listener.listen(4)
-        proxy = f"http://exfil:secret@127.0.0.1:{listener.getsockname()[1]}"
-        assert safehub.load("acme/models:v1.0", "edit_environ",
-                            f"{server.foreign_url}/acme/w.pth", proxy, verbose=False) is None
-        assert select.select([listener], [], [], 0)[0] == []  # nobody connected

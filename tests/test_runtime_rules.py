@@ -7,9 +7,10 @@ import sys
 import pytest
 
 from safehub.errors import PolicyError
-from safehub.runtime import RuntimeRules, hosts_of_urls
-from safehub.runtime._read import shell_program
-from safehub.runtime.rules import HostPattern
+from safehub._internal.hosts import HostPattern, hosts_of_urls
+from safehub._internal.programs import shell_program
+from safehub.policy import Policy
+from safehub.runtime import RuntimeRules
 
 
 @pytest.mark.parametrize(("entry", "host", "port", "allowed"), [
@@ -95,3 +96,21 @@ def test_key_text_in_messages() -> None:
 ])
 def test_simple_shell_commands(command: str, program: str | None) -> None:
     assert shell_program(command) == program
+
+
+@pytest.mark.parametrize("entry", ["unix:/run/x.sock", "[::1]:8080", "10.0.0.5", "*.hf.co:443",
+                                   "download.pytorch.org"])
+def test_every_entry_the_guard_reads_is_one_a_policy_file_may_write(entry: str) -> None:
+    """One grammar: the validator and the guard read ``network`` entries the same way."""
+    policy = Policy.from_text(f'[[allow]]\nrepo = "a/b"\nnetwork = ["{entry}"]\n'
+                              'subprocess = ["git", "/usr/bin/git"]\n', "x.toml")
+    assert policy.rules[0].table.network == (entry,)
+    RuntimeRules(network=(entry,), subprocess=("git", "/usr/bin/git"))
+
+
+@pytest.mark.parametrize("entry", ["bad host", "x:99999", "unix:relative", "[zz]:1"])
+def test_an_entry_the_guard_cannot_read_is_a_policy_error(entry: str) -> None:
+    from safehub.errors import PolicyError as Refused
+
+    with pytest.raises(Refused, match="network"):
+        Policy.from_text(f'[[allow]]\nrepo = "a/b"\nnetwork = ["{entry}"]\n', "x.toml")

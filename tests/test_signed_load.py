@@ -221,14 +221,18 @@ def weights(server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch) -> GitHubSta
     return server
 
 
-def test_weights_from_an_allowed_url_are_pinned_in_the_lockfile(
+def test_weights_are_pinned_by_the_user_and_locked_by_safehub_lock(
     signed: Signed, weights: GitHubStandIn, isolated: Path
 ) -> None:
     require_key(isolated, signed.pub, "weights = ['https://localhost:*/weights/*']\n")
     assert main(["lock", f"{signed.spec}:v1.0"]) == 0
+    lockfile = Path.cwd() / "safehub.lock"
+    before = lockfile.read_bytes()
     model = safehub.load(f"{signed.spec}:v1.0", "pretrained")
     assert torch.equal(model.weight, torch.ones(2, 2))
-    entry = Lockfile.load(Path.cwd() / "safehub.lock").entries["acme/signed:v1.0"]
+    assert lockfile.read_bytes() == before  # a load never edits the committed lockfile
+    assert main(["lock", f"{signed.spec}:v1.0"]) == 0  # asked: the pin goes in
+    entry = Lockfile.load(lockfile).entries["acme/signed:v1.0"]
     url = f"https://localhost:{weights.port}/weights/tiny.pth"
     assert [(w.url, len(w.sha256)) for w in entry.weights] == [(url, 64)]
     safehub.load(f"{signed.spec}:v1.0", "pretrained")  # cached, pinned, still the same
@@ -251,6 +255,7 @@ def test_swapped_weight_file_is_refused(
     require_key(isolated, signed.pub, "weights = ['https://localhost:*/weights/*']\n")
     assert main(["lock", f"{signed.spec}:v1.0"]) == 0
     safehub.load(f"{signed.spec}:v1.0", "pretrained")
+    assert main(["lock", f"{signed.spec}:v1.0"]) == 0  # the weights' pin into the lockfile
     # 1. Someone replaces the file in torch's checkpoint folder.
     cached = Path(torch.hub.get_dir()) / "checkpoints/tiny.pth"
     cached.write_bytes(state_dict_bytes(6.0))

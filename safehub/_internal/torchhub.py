@@ -24,6 +24,7 @@ import contextlib
 import contextvars
 import importlib.util
 import inspect
+import os
 import sys
 import threading
 import types
@@ -116,6 +117,19 @@ def _route() -> None:
             func.__code__ = _trampoline(name, func)
 
 
+def hub_dir() -> str:
+    """torch's hub dir (``torch.hub.get_dir()``), without importing torch if it is not
+    imported yet (``TORCH_HOME``, else ``$XDG_CACHE_HOME/torch``, plus ``hub``)."""
+    hub = sys.modules.get("torch.hub")
+    if hub is not None:
+        get_dir = _ORIGINALS.get("get_dir") or getattr(hub, "get_dir", None)
+        if get_dir is not None:
+            return str(get_dir())
+    cache = os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.join(os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch"))),
+                        "hub")
+
+
 def original(name: str) -> Callable[..., Any]:
     """torch.hub's own function ``name``, whatever is routed or installed."""
     _route()
@@ -198,10 +212,6 @@ def uninstall() -> None:
         _INSTALLED.clear()
 
 
-def installed() -> bool:
-    return bool(_INSTALLED)
-
-
 # -- delegation ------------------------------------------------------------------------------
 
 def _require_hubconf(repo_dir: Path) -> Path:
@@ -214,16 +224,29 @@ def _require_hubconf(repo_dir: Path) -> Path:
     return hubconf
 
 
+_bytecode_users = 0
+_bytecode_saved = False
+
+
 @contextlib.contextmanager
 def _no_bytecode() -> Iterator[None]:
-    # A __pycache__ written into a verified tree would be run on the next import without
-    # being checked (timestamp-based .pyc), so none is ever written there.
-    old = sys.dont_write_bytecode
-    sys.dont_write_bytecode = True
+    """``sys.dont_write_bytecode`` while any repo's code is imported (a count: loads may
+    overlap in threads). A ``__pycache__`` written into a verified tree would run on the
+    next import without being checked (timestamp-based .pyc), and none lands in
+    site-packages from a repo's imports either."""
+    global _bytecode_users, _bytecode_saved
+    with _LOCK:
+        if _bytecode_users == 0:
+            _bytecode_saved = sys.dont_write_bytecode
+            sys.dont_write_bytecode = True
+        _bytecode_users += 1
     try:
         yield
     finally:
-        sys.dont_write_bytecode = old
+        with _LOCK:
+            _bytecode_users -= 1
+            if _bytecode_users == 0:
+                sys.dont_write_bytecode = _bytecode_saved
 
 
 def call_entrypoint(repo_dir: Path, model: str, args: tuple[Any, ...],

@@ -22,6 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from safehub._internal.globs import Glob
+from safehub._internal.hosts import HostPattern
+from safehub._internal.programs import check_entry
 
 __all__ = ["KEYS", "Choice", "Fault", "Key", "ValueType", "markdown_table"]
 
@@ -156,31 +158,25 @@ class HttpsUrl(ValueType):
         return text
 
 
-_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9.-]*[a-z0-9])?")
-_PROGRAM = re.compile(r"[A-Za-z0-9._+-]+")
-
-
-def _host(text: str, *, wildcard: bool, port: bool) -> str:
-    host, sep, port_text = text.rpartition(":") if port and ":" in text else (text, "", "")
-    if sep and not (port_text.isdigit() and 0 < int(port_text) < 65536):
-        raise Fault(f"{text!r}: the port must be a number from 1 to 65535")
-    if not host.isascii() or not _HOST.fullmatch(host) or (host.startswith("*.") and not wildcard):
-        allowed = "a lower-case host name" + (", or *.domain" if wildcard else "")
-        raise Fault(f"{text!r} is not {allowed}" + (" with an optional :port" if port else ""))
-    return text
-
-
 @dataclass(frozen=True)
 class Hosts(ValueType):
-    """Host names; with ``network``, also ``host:port`` and ``*.domain``."""
+    """Host names (``allowed_hosts``); with ``network``, every entry form of the runtime
+    guard's ``network`` key (:class:`safehub._internal.hosts.HostPattern`, the one
+    grammar): ``host``, ``host:port``, ``*.domain``, an IP address, ``[v6]:port``,
+    ``unix:/path``."""
 
     name: str = "list of host names"
     network: bool = False
 
     def check(self, value: Any) -> tuple[str, ...]:
         items = _need_list(value, "host names")
-        return tuple(_host(_need_str(v, "a host name"), wildcard=self.network,
-                           port=self.network) for v in items)
+        for item in items:
+            text = _need_str(item, "a host name")
+            try:
+                HostPattern.parse(text, names_only=not self.network)
+            except ValueError as e:
+                raise Fault(f"{text!r}: {e}") from None
+        return tuple(items)
 
 
 @dataclass(frozen=True)
@@ -225,7 +221,8 @@ class Globs(ValueType):
 
 @dataclass(frozen=True)
 class Programs(ValueType):
-    """``false`` (no process), ``true`` (any), or the program names that may start."""
+    """``false`` (no process), ``true`` (any), or the programs that may start (names or
+    absolute paths: :func:`safehub._internal.programs.check_entry`, the one rule)."""
 
     name: str = "false, true or a list of program names"
 
@@ -236,8 +233,10 @@ class Programs(ValueType):
         if items is None:
             raise Fault(f"must be true, false or a list of program names, not {_kind(value)}")
         for v in items:
-            if not _PROGRAM.fullmatch(_need_str(v, "a program name")):
-                raise Fault(f"{v!r} is not a program name (letters, digits, . _ + -)")
+            try:
+                check_entry(_need_str(v, "a program name"))
+            except ValueError as e:
+                raise Fault(str(e)) from None
         return tuple(items)
 
 

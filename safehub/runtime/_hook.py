@@ -1,36 +1,37 @@
 """The process-wide part of the runtime guard: one audit hook, per-thread guard stacks.
 
 Installed once per process, on the first guard's activation (audit hooks cannot be
-removed). While no thread has a guard, the hook is one global test per audit event.
+removed). While no thread has a guard and no tree is watched, the hook is two tests per
+event; an ``open`` of a file outside every watched tree adds a prefix test.
 
-Each thread has a stack of guard entries: a guard pushed by ``RuntimeGuard.active()``, or
-:data:`SUSPENDED` pushed by :func:`suspended` for safehub's own work. The innermost entry
-decides; every guard on the stack records. A thread started while its starter had a stack
-runs with a copy of that stack for its whole life (Python 3.10 and 3.11 raise no audit event
-for a thread start, so the start functions of ``threading`` and ``_thread`` are wrapped).
-Processes started through ``_posixsubprocess.fork_exec``, which raises no audit event
-(``multiprocessing``'s spawn and forkserver; ``subprocess`` itself), are announced with the
-event ``safehub.fork_exec``, whose arguments are the exact bytes the child will run.
+Each thread has a stack of entries: the guards pushed by ``RuntimeGuard.active()``, and
+the :data:`OWN_WORK` marker pushed by :class:`own_work` around safehub's own work during
+a load (a nested load's checks, a weights download, the audit line). The innermost guard
+decides and every guard on the stack records. Under the marker, an action on the
+innermost guard's list of what safehub's work may touch (its hosts; its cache, data and
+log folders but never consent records; never a process) is neither recorded nor refused;
+anything else is decided as if there were no marker.
+
+Two things raise no audit event on Python 3.10 and 3.11, so safehub wraps a function for
+each, once: thread starts (a thread started while its starter has a stack runs with a copy
+of it), and ``_posixsubprocess.fork_exec``, which ``multiprocessing`` calls directly (the
+wrapper raises ``safehub.fork_exec``). They hold honest code. Code that wants to start an
+unwatched thread or process can (docs/runtime.md); ``safehub run --confine`` holds that.
 """
 
 from __future__ import annotations
 
-import errno
-import gc
 import os
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, NoReturn, Protocol
+from typing import Any, Protocol
 
+from safehub.cache import opened
 from safehub.errors import RuntimeGuardError
-from safehub.runtime import sealed
-from safehub.runtime._events import EVENTS, PROCESS_EVENTS, Action
-from safehub.runtime.frames import foreign_between, safehubs
-from safehub.runtime.integrity import replaced as _replaced
+from safehub.runtime._events import EVENTS, Action, writes
 
-__all__ = ["SUSPENDED", "Entry", "Guarded", "heal", "install", "pop", "push",
-           "routed", "snapshot", "suspended", "tampered"]
+__all__ = ["OWN_WORK", "Guarded", "install", "own_work", "pop", "push"]
 
 
 class Guarded(Protocol):
@@ -40,26 +41,24 @@ class Guarded(Protocol):
 
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None: ...
 
+    def own_allows(self, action: Action) -> bool: ...
+
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError: ...
 
-    def own_event(self, event: str, args: tuple[Any, ...]) -> bool: ...
 
-
-class _Suspended:
+class _OwnWork:
     def __repr__(self) -> str:
-        return "SUSPENDED"
+        return "OWN_WORK"
 
 
-SUSPENDED = _Suspended()
-Entry = Guarded | _Suspended
+OWN_WORK = _OwnWork()
+Entry = Guarded | _OwnWork
 
 
 class _State(threading.local):
     stack: tuple[Entry, ...] = ()
-    busy: bool = False
-    own: int = 0  # inside suspended(): safehub's own work, which may read tree files
-    marks: tuple[int, ...] = ()  # guard depths at which a routed call began (see routed)
-    pause_at: tuple[Any, ...] = ()  # frames that entered a pause under a guard (suspended)
+    busy: bool = False  # the guard is deciding: its own lookups and opens are not events
+    own: int = 0  # inside own_work(): safehub may read tree files (to verify them again)
 
 
 _STATE = _State()
@@ -67,103 +66,89 @@ _LOCK = threading.RLock()
 _live = 0  # threads whose stack is not empty; the hook's whole idle cost is testing this
 _threads: set[int] = set()
 _installed = False
-_wrapped: dict[tuple[object, str], Callable[..., Any]] = {}
 
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
-    if event == "open" and sealed.PREFIXES:
-        _check_tree_read(args)
-    elif event == "os.mkdir" and sealed.PREFIXES:
-        sealed.refuse_bytecode_folder(args)
+    if event == "open":
+        prefixes = opened.PREFIXES
+        if prefixes:
+            name = args[0]
+            if type(name) is str and name[:1] == "/" and "/." not in name:
+                if name.startswith(prefixes):
+                    _tree_read(name, args)
+            elif type(name) is not int:
+                _tree_read_slow(name, args)
+    elif event == "os.chdir":
+        opened.changed_dir()
+    elif event == "os.mkdir" and opened.PREFIXES:
+        opened.refuse_bytecode_folder(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
 
 
-def _record_all(stack: tuple[Entry, ...], action: Action,
-                refusal: RuntimeGuardError | None) -> None:
-    """Every guard of ``stack`` records ``action`` (and its refusal)."""
-    for entry in stack:
-        if entry is not SUSPENDED:
-            entry.record(action, refusal)  # type: ignore[union-attr]
-
-
-def _tamper(stack: tuple[Entry, ...], target: str, what: str) -> NoReturn:
-    """Refuse (and have every guard record) an edit of the guard's machinery."""
-    error = RuntimeGuardError(f"runtime guard: {what}",
-                              hint="find what changed it (the repo's code, a test tool)")
-    _record_all(stack, Action("guard", "tamper", target), error)
-    raise error
-
-
-def _check_tree_read(args: tuple[Any, ...]) -> None:
-    """A file of a verified tree, opened for reading, guarded or not (sealed.py)."""
-    state = _STATE
-    if state.busy or state.own:
-        return
+def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
     try:
-        path = sealed.opened(args)
-        if path is None or (not state.stack and not _from_a_tree()):
-            return  # after a load, only the repo's own code is held to its tree
-        refusal = sealed.check_read(path)
-    except Exception:  # a path the check cannot read is the guard's business, not this one
+        path = opened.tree_path(name)
+    except (OSError, ValueError, TypeError):  # a deleted working directory, an odd name
         return
-    if path.endswith(".pyc"):  # committed or planted: importlib then compiles the source
-        raise PermissionError(errno.EACCES, "safehub: bytecode in a verified tree never "
-                              "runs (the source it shows reviewers may differ)", path)
-    if refusal is None:
+    if path is not None:
+        _tree_read(path, args)
+
+
+def _tree_read(path: str, args: tuple[Any, ...]) -> None:
+    """A file of a watched tree is opened (cache/opened.py): during a guarded load, or after it
+    by the tree's own code (a lazy import in ``model.forward``); the caller's own reads
+    after the load, and safehub's own work, are not the repo's."""
+    state = _STATE
+    if state.own or state.busy or writes(args[1], args[2]):  # writes: the guard's business
         return
-    _record_all(state.stack, Action("read", "open", path or ""), refusal)
-    raise refusal
+    if not state.stack and not _from_a_tree():
+        return
+    opened.refuse_bytecode(path)
+    refusal = opened.check_read(path)
+    if refusal is not None:
+        _record_all(state.stack, Action("read", "open", path), refusal)
+        raise refusal
 
 
 def _from_a_tree() -> bool:
-    """Some frame on this thread's stack runs code of a watched tree (the repo's code,
-    after its load returned: a lazy import in ``model.forward``)."""
-    frame = sys._getframe(3)
-    for _ in range(256):
-        if frame is None:
-            return False
-        if frame.f_code.co_filename.startswith(sealed.PREFIXES):
+    """Some frame on this thread's stack runs code of a watched tree."""
+    frame: Any = sys._getframe(3)
+    prefixes = opened.PREFIXES
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(prefixes):
             return True
-        frame = frame.f_back  # type: ignore[assignment]
+        frame = frame.f_back
     return False
+
+
+def _guards(stack: tuple[Entry, ...]) -> list[Guarded]:
+    return [e for e in stack if e is not OWN_WORK]  # type: ignore[misc]
+
+
+def _record_all(stack: tuple[Entry, ...], action: Action,
+                refusal: RuntimeGuardError | None) -> None:
+    for guard in _guards(stack):
+        guard.record(action, refusal)
 
 
 def _dispatch(event: str, args: tuple[Any, ...]) -> None:
     state = _STATE
     stack = state.stack
-    if not stack:
+    if not stack or state.busy:
         return
-    if stack[-1] is SUSPENDED:  # safehub's own work: unless something else is doing this
-        depth = _guard_depth(stack)
-        if not depth or not state.pause_at or (
-                event not in PROCESS_EVENTS
-                and not foreign_between(sys._getframe(2), state.pause_at[-1], sealed.PREFIXES)
-                and stack[depth - 1].own_event(event, args)):  # type: ignore[union-attr]
-            return
-        stack = stack[:depth]  # decided as if there were no pause
-    top: Guarded = stack[-1]  # type: ignore[assignment]
-    if state.busy:
-        dispatching = _inside_dispatch()
-        if dispatching is not None and not foreign_between(sys._getframe(2), dispatching,
-                                                           sealed.PREFIXES):
-            return  # the guard's own opens, lookups and imports
-        state.busy = False  # set from outside, or code of another's ran while it decided
-        _tamper(stack, event, f"code that is not the guard's ran while the guard was busy "
-                f"({event}): its busy flag was set from outside, or a hook ran meanwhile")
-    state.busy = True  # the guard's own opens, lookups and imports are not audited by it
-    collecting = gc.isenabled()
-    if collecting:
-        gc.disable()  # no gc callback or finalizer of the repo's runs while busy
+    guards = _guards(stack)
+    if not guards:
+        return
+    top, own = guards[-1], stack[-1] is OWN_WORK
+    state.busy = True
     try:
-        actions = EVENTS[event](args)
-        changed = _replaced() if actions else None
-        if changed is not None:  # the guard's own tools were swapped: it cannot decide
-            _tamper(stack, changed, f"{changed} was replaced while guarded code ran, so the "
-                    f"guard cannot decide {event}; refused")
-        for action in actions:
+        for action in EVENTS[event](args):
+            if own and top.own_allows(action):
+                continue
             refusal = top.decide(action)
-            _record_all(stack, action, refusal)
+            for guard in guards:
+                guard.record(action, refusal)
             if refusal is not None:
                 raise refusal
     except RuntimeGuardError:
@@ -174,46 +159,6 @@ def _dispatch(event: str, args: tuple[Any, ...]) -> None:
         raise error from None
     finally:
         state.busy = False
-        if collecting:
-            gc.enable()
-
-
-_DISPATCH = _dispatch
-_DISPATCH_CODE = _dispatch.__code__
-_EVENTS = EVENTS
-_EVENTS_FROZEN = tuple(EVENTS.items())
-
-
-
-def _inside_dispatch() -> Any:
-    """The frame of :func:`_dispatch` on this thread's stack, if any (the busy flag is
-    legitimately set only while the guard decides an event)."""
-    frame = sys._getframe(2)
-    for _ in range(128):
-        if frame is None:
-            return None
-        if frame.f_code is _DISPATCH_CODE:
-            return frame
-        frame = frame.f_back  # type: ignore[assignment]
-    return None
-
-
-def heal() -> None:
-    """Undo cheap edits an earlier load left behind (its guard refused them when it ended),
-    so that the next guard holds again: the event table's contents, this thread's flag."""
-    if tuple(EVENTS.items()) != _EVENTS_FROZEN:
-        EVENTS.clear()
-        EVENTS.update(_EVENTS_FROZEN)
-    if not _STATE.stack:
-        _STATE.busy = False
-
-
-def _guard_depth(stack: tuple[Entry, ...]) -> int:
-    """How many entries up to and including the innermost guard (0: no guard)."""
-    for index in range(len(stack) - 1, -1, -1):
-        if stack[index] is not SUSPENDED:
-            return index + 1
-    return 0
 
 
 def _set_stack(stack: tuple[Entry, ...]) -> None:
@@ -222,7 +167,7 @@ def _set_stack(stack: tuple[Entry, ...]) -> None:
     was = bool(state.stack)
     state.stack = stack
     if was != bool(stack):
-        with _LOCK:  # a set of threads, not a bare count: an edited count heals on the next
+        with _LOCK:
             if stack:
                 _threads.add(threading.get_ident())
             else:
@@ -243,149 +188,52 @@ def pop(entry: Entry) -> None:
         _set_stack(stack[:index])
 
 
-_safehubs = safehubs
+class own_work:  # used as a function: ``with own_work():``
+    """safehub's own work, inside a guarded load or not: under a guard, what the guard's
+    own-work list allows is neither recorded nor refused (see the module docstring); and
+    the files of a verified tree may be read (to verify them again).
 
-
-def routed(handler: Callable[..., Any],
-           plain: Callable[..., tuple[tuple[Any, ...], dict[str, Any]]] | None = None
-           ) -> Callable[..., Any]:
-    """``handler`` (a torch.hub function's stand-in that a load installs) marked as the
-    way a guarded repo's calls reach safehub: while it runs, safehub's own work may
-    suspend the guard that was innermost when it was called (see :class:`suspended`).
-    ``plain`` turns the caller's arguments into plain values first, outside that window:
-    whatever code of the caller's that runs (``__fspath__``, ``__bool__``, a ``partial``
-    of safehub's own functions) runs with no right to pause anything."""
-    caller = sys._getframe(1)
-    if not _safehubs(caller):
-        _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}")
-
-    def call_routed(*args: Any, **kwargs: Any) -> Any:
-        state = _STATE
-        if plain is not None:
-            args, kwargs = plain(*args, **kwargs)
-        state.marks = (*state.marks, _guard_depth(state.stack))
-        try:
-            return handler(*args, **kwargs)
-        finally:
-            state.marks = state.marks[:-1]
-
-    global _CALL_ROUTED
-    _CALL_ROUTED = call_routed.__code__
-    return call_routed
-
-
-_CALL_ROUTED: Any = None
-
-
-def _routed_directly(caller: Any) -> bool:
-    """Between ``caller`` and the routed call it serves, only safehub's own frames and
-    libraries' (such as ``contextlib``): no code of the repo's (an object of its passed as
-    an argument, a folder it loads locally) asked safehub for this pause."""
-    frame = caller
-    for _ in range(512):
-        if frame is None:
-            return False
-        if frame.f_code is _CALL_ROUTED:
-            return True
-        if foreign_between(frame, frame.f_back, sealed.PREFIXES):
-            return False
-        frame = frame.f_back
-    return False
-
-
-class suspended:  # used as a function: ``with suspended():``
-    """safehub's own work (inside a guarded load or not): neither recorded nor refused, and
-    it may read a cached tree's files (to verify them again).
-
-    Only safehub's own code may suspend the guard; under a guard, only for a call the load
-    routed to safehub (:func:`routed`), never for the repo's code calling safehub's
-    functions directly. Otherwise it refuses (recorded by every guard of the thread: the
-    load fails even if the caller swallows it). A pause covers only safehub's own work
-    (see :func:`_dispatch`). A thread-local counter when no guard is active.
-
-    >>> try:
-    ...     with suspended():
-    ...         pass
-    ... except RuntimeGuardError as refused:
-    ...     print(refused.args[0].split(": ")[1])
-    only safehub's own code may pause the runtime guard, and nothing was paused
+    >>> with own_work():
+    ...     pass
     """
 
-    __slots__ = ("_pushed", "_world")
-
-    def __init__(self) -> None:
-        self._pushed = False
-        self._world: Any = None
+    __slots__ = ("_pushed",)
 
     def __enter__(self) -> None:
-        caller = sys._getframe(1)
-        if not _safehubs(caller):
-            _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}")
         state = _STATE
-        if state.stack:
-            depth = _guard_depth(state.stack)
-            if depth and not (state.marks and state.marks[-1] >= depth
-                              and _routed_directly(caller)):
-                _refuse_suspend(f"{caller.f_code.co_filename}:{caller.f_lineno}",
-                                direct=True)
-        world = next((getattr(e, "world", None) for e in state.stack if e is not SUSPENDED),
-                     None) if not state.own else None  # the outermost guard's (world.py)
         state.own += 1
-        if state.stack:
-            push(SUSPENDED)
-            self._pushed = True
-            state.pause_at = (*state.pause_at, caller)
-        self._world = world
-        if world is not None:
-            world.enter()
+        self._pushed = bool(state.stack)
+        if self._pushed:
+            push(OWN_WORK)
 
     def __exit__(self, *exc: object) -> None:
-        if self._world is not None:
-            self._world.leave()
-            self._world = None
         if self._pushed:
-            pop(SUSPENDED)
-            self._pushed = False
-            _STATE.pause_at = _STATE.pause_at[:-1]
+            pop(OWN_WORK)
         _STATE.own -= 1
-
-
-def _refuse_suspend(where: str, *, direct: bool = False) -> None:
-    refusal = RuntimeGuardError(
-        f"{where} called safehub.runtime.suspended(): only safehub's own code may pause "
-        "the runtime guard, and nothing was paused" if not direct else
-        f"a guarded repo's code called safehub directly (reaching {where}), which would "
-        "fetch, write or load outside the guard; nothing was done",
-        hint="remove the call; what a repo's code does is always held to the policy" if not
-        direct else "call torch.hub.load/list/help or torch.hub.download_url_to_file: "
-        "safehub routes those, under the same policy")
-    _record_all(_STATE.stack, Action("guard", "suspend", where), refusal)
-    raise refusal
 
 
 class _Carried:
     """A thread's function, run with the stack its starter had."""
 
-    def __init__(self, function: Callable[..., Any], stack: tuple[Entry, ...]) -> None:
-        self.function = function
-        self.stack = stack
+    def __init__(self, function: Callable[..., Any], stack: tuple[Entry, ...],
+                 own: int) -> None:
+        self.function, self.stack, self.own = function, stack, own
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         _set_stack(self.stack)
-        if self.stack and self.stack[-1] is SUSPENDED:  # started by safehub's paused work:
-            _STATE.pause_at = (None,)  # only its own and libraries' frames, to the bottom
+        _STATE.own = self.own
         try:
             return self.function(*args, **kwargs)
         finally:
             _set_stack(())
-            _STATE.pause_at = ()
+            _STATE.own = 0
 
 
 def _carrying(start: Callable[..., Any]) -> Callable[..., Any]:
     def start_thread(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        stack = _STATE.stack
-        if stack:
-            function = _Carried(function, stack)
+        state = _STATE
+        if state.stack or state.own:
+            function = _Carried(function, state.stack, state.own)
         return start(function, *args, **kwargs)
 
     return start_thread
@@ -400,13 +248,11 @@ def _announcing(fork_exec: Callable[..., Any]) -> Callable[..., Any]:
     return announce_fork_exec
 
 
-def _wrap(module: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+def _wrap(module: Any, name: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]
+          ) -> None:
     current = getattr(module, name, None)
-    if current is None or _wrapped.get((module, name)) is current:
-        return
-    wrapper = make(current)
-    setattr(module, name, wrapper)
-    _wrapped[(module, name)] = wrapper
+    if current is not None:
+        setattr(module, name, make(current))
 
 
 def _after_fork_in_child() -> None:
@@ -429,11 +275,11 @@ class _Probe:
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
         return None
 
+    def own_allows(self, action: Action) -> bool:
+        return False
+
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
         return RuntimeGuardError(f"the runtime guard failed its self-test: {error!r}")
-
-    def own_event(self, event: str, args: tuple[Any, ...]) -> bool:
-        return True
 
 
 def install() -> None:
@@ -443,57 +289,30 @@ def install() -> None:
     """
     global _installed
     with _LOCK:
-        if not _installed:
-            sys.addaudithook(_hook)
-            probe = _Probe()
-            push(probe)
-            try:
-                sys.audit("safehub.runtime.probe")
-            finally:
-                pop(probe)
-            if not probe.seen:
-                raise RuntimeGuardError(
-                    "the runtime guard could not add its audit hook: another audit hook "
-                    "refused it", hint='set runtime = "off" in [safehub], or remove the hook')
-            if hasattr(os, "register_at_fork"):
-                os.register_at_fork(after_in_child=_after_fork_in_child)
-            _installed = True
+        if _installed:
+            return
+        sys.addaudithook(_hook)
+        probe = _Probe()
+        push(probe)
+        try:
+            sys.audit("safehub.runtime.probe")
+        finally:
+            pop(probe)
+        if not probe.seen:
+            raise RuntimeGuardError(
+                "the runtime guard could not add its audit hook: another audit hook "
+                "refused it", hint='set runtime = "off" in [safehub], or remove the hook')
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=_after_fork_in_child)
         import _thread
 
-        for name in ("_start_new_thread", "_start_joinable_thread"):
+        for name in ("_start_new_thread", "_start_joinable_thread"):  # 3.13: joinable
             _wrap(threading, name, _carrying)
-        for name in ("start_new_thread", "start_joinable_thread"):
-            _wrap(_thread, name, _carrying)
-        import subprocess
-
-        _wrap(subprocess, "_fork_exec", _announcing)  # 3.11+: subprocess's own binding
+        _wrap(_thread, "start_new_thread", _carrying)
         try:
             import _posixsubprocess
         except ImportError:  # not POSIX
-            return
-        _wrap(_posixsubprocess, "fork_exec", _announcing)
-
-
-def snapshot() -> tuple[tuple[int, ...], int]:
-    """This thread's routed-call marks and suspension count (a guard compares them when
-    it ends: see :func:`tampered`)."""
-    return _STATE.marks, _STATE.own
-
-
-def tampered(entry: Entry, before: tuple[tuple[int, ...], int] = ((), 0)) -> list[str]:
-    """What has been changed in the guard's machinery while ``entry`` was active in this
-    thread: wrapped functions replaced, the hook's state or this thread's stack edited
-    (``before``: the :func:`snapshot` taken when ``entry`` was pushed)."""
-    found = [f"{getattr(module, '__name__', module)}.{name} was replaced"
-             for (module, name), wrapper in _wrapped.items()
-             if getattr(module, name, None) is not wrapper]
-    if entry not in _STATE.stack:
-        found.append("the guard was removed from its thread's stack")
-    elif _STATE.stack[-1] is not entry:
-        found.append("entries were left on the guard's stack")
-    state = _STATE
-    if (_live < 1 or _dispatch is not _DISPATCH or EVENTS is not _EVENTS
-            or tuple(EVENTS.items()) != _EVENTS_FROZEN or state.busy
-            or (state.marks, state.own) != before):
-        found.append("the audit hook's state was edited")
-    return found
+            pass
+        else:
+            _wrap(_posixsubprocess, "fork_exec", _announcing)
+        _installed = True

@@ -1,7 +1,10 @@
 """The runtime guard: what a repo's code does while safehub imports its hubconf and runs
-its entrypoint, held to the policy's ``network``, ``subprocess`` and ``writes`` keys.
+its entrypoint, recorded, and held to the policy's ``network``, ``subprocess`` and
+``writes`` keys.
 
-A tripwire and a record for Python-level behaviour, not a sandbox: see docs/runtime.md.
+A record and a seatbelt for code that is not hiding, not a sandbox: code that wants to get
+past an audit hook can (docs/runtime.md). ``safehub run --confine`` holds a job to its
+policy with the kernel's Landlock instead.
 
 >>> import tempfile
 >>> tree = Path(tempfile.mkdtemp())
@@ -35,49 +38,24 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from safehub._internal.hosts import local_name, normalise_host, parse_ip
+from safehub._internal.torchhub import hub_dir
 from safehub._internal.warn import warn
+from safehub.cache import opened
 from safehub.errors import RuntimeGuardError
-from safehub.runtime import _hook, sealed
-from safehub.runtime._events import EVENTS, Action
+from safehub.runtime import _hook
+from safehub.runtime._events import Action
 from safehub.runtime.hygiene import leftovers, shadowing
 from safehub.runtime.report import RuntimeReport
-from safehub.runtime.rules import (
-    OwnWork,
-    RuntimeRules,
-    normalise_host,
-    parse_ip,
-    toml_list,
-)
-from safehub.runtime.rules import (
-    local_name as _local_name,
-)
-from safehub.runtime.rules import (
-    within as _within,
-)
-from safehub.runtime.world import World, no_bytecode
+from safehub.runtime.rules import OwnWork, RuntimeRules, toml_list, within
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
 _SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr", "/opt", "/System", "/Library")
-_RISKY_SYMBOLS = frozenset({
-    "system", "popen", "execl", "execle", "execlp", "execv", "execve", "execvp", "execvpe",
-    "fexecve", "fork", "vfork", "clone", "clone3", "posix_spawn", "posix_spawnp", "socket",
-    "connect", "dlopen", "dlmopen", "syscall", "ptrace", "_PySys_ClearAuditHooks",
-})
 
 
 def _real(path: os.PathLike[str] | str) -> str:
     return os.path.realpath(os.path.expanduser(os.fspath(path)))
-
-
-def torch_hub_dir() -> str:
-    """torch's hub dir, without importing torch if it is not imported yet."""
-    hub = sys.modules.get("torch.hub")
-    get_dir = getattr(hub, "get_dir", None)
-    if get_dir is not None:
-        return str(get_dir())
-    cache = os.getenv("XDG_CACHE_HOME", os.path.join("~", ".cache"))
-    return os.path.join(os.getenv("TORCH_HOME", os.path.join(cache, "torch")), "hub")
 
 
 class _AddressBook:
@@ -88,7 +66,7 @@ class _AddressBook:
     code looked up that an entry allows, and the entries' own names.
     """
 
-    def __init__(self, entries: list[str]) -> None:
+    def __init__(self, entries: Sequence[str]) -> None:
         self._lock = threading.Lock()
         self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
         self._resolved: set[str] = set()
@@ -139,30 +117,26 @@ class RuntimeGuard:
     """The runtime rules of one load, applied while :meth:`active` is entered.
 
     ``tree`` (the repo's verified folder), torch's hub dir, the temp dir, ``os.devnull``
-    and ``write_roots`` are always writable; ``rules.writes`` adds more.
+    and ``write_roots`` are always writable; ``rules.writes`` adds more. ``own``: what
+    safehub's own work during the load may touch (a callable: worked out when first
+    needed, as most loads make none); None: nothing beyond the rules.
     """
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), sealed_ns: int | None = None,
                  tree_ident: tuple[int, int] | None = None,
-                 own: OwnWork | Callable[[], OwnWork] | None = None
-                 ) -> None:
+                 own: OwnWork | Callable[[], OwnWork] | None = None) -> None:
         self.rules = rules
-        self.own = own
-        """What safehub's own paused work may do (None: what its frames allow; a callable:
-        worked out at the first pause, as most loads make none)."""
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
-        outer = next((e for e in reversed(_hook._STATE.stack) if isinstance(e, RuntimeGuard)),
-                     None)
-        # A nested load's guard keeps the hub and temp dirs of the load around it: the
-        # repo's code may have moved them (tempfile.tempdir, torch.hub.set_dir) to widen it.
-        self._defaults: tuple[str, str] = (outer._defaults if outer is not None else
-                                           (torch_hub_dir(), tempfile.gettempdir()))
-        self.world: World = outer.world if outer is not None else World()  # before repo code
-        roots: list[str | os.PathLike[str]] = [tree, *self._defaults, *rules.write_paths(),
-                                                *write_roots]
+        self.sealed_ns = sealed_ns
+        """The tree's sealed time (ns): its files are checked as they are opened."""
+        self.tree_ident = tree_ident
+        """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
+        self._own = own
+        roots: list[str | os.PathLike[str]] = [tree, hub_dir(), tempfile.gettempdir(),
+                                                *rules.write_paths(), *write_roots]
         self._roots = sorted({_real(p) for p in roots})
         self._tree = [str(self.tree)]
         self._devnull = _real(os.devnull)
@@ -172,10 +146,6 @@ class RuntimeGuard:
         self._lock = threading.Lock()
         self._addresses = _AddressBook(rules.named_hosts())
         self._own_addresses: _AddressBook | None = None
-        self.sealed_ns = sealed_ns
-        """The tree's sealed time (ns): its files are checked as they are opened."""
-        self.tree_ident = tree_ident
-        """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
         self._watch = tuple({str(tree).rstrip(os.sep) + os.sep, str(self.tree) + os.sep})
 
     # -- the guarded block ---------------------------------------------------------------
@@ -184,57 +154,53 @@ class RuntimeGuard:
     def active(self) -> Iterator[RuntimeReport]:
         """Guard this thread (and threads it starts) until the block ends; yield the report.
 
-        On entry, under ``enforce``, a tree whose top-level names would replace a standard
-        library module or an installed distribution's (not imported yet, not in
-        ``rules.shadows``) is refused. On exit the first refusal is raised, even if the
-        repo's code caught it; the report keeps everything for the audit line.
+        On entry, a tree whose top-level names would replace a standard-library module or
+        an installed distribution's (see :meth:`_refuse_shadowing`) is refused. On exit the
+        first refusal is raised, even if the repo's code caught it; the report keeps
+        everything for the audit line.
         """
         if self.rules.mode == "off":
             yield self.report
             return
         _hook.install()
-        _hook.heal()
-        self.report.shadowing = shadowing(self.tree)
+        self.report.shadowing = shadowing(self.tree, self.repo)
         self._refuse_shadowing()
         before = set(sys.modules)
         if self.sealed_ns is not None:
-            sealed.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
-        with no_bytecode():  # no .pyc written into site-packages or the tree
-            state = _hook.snapshot()
-            _hook.push(self)
-            try:
-                yield self.report
-            except Exception as e:
-                if self.report.refused and e not in self.report.refused:
-                    # the refusal is the root cause; `e` stays visible as its context
-                    raise self.report.refused[0]  # noqa: B904
-                raise
-            finally:
-                problems = _hook.tampered(self, state)
-                _hook.pop(self)
-                self.report.leftovers = leftovers(self.tree, before)
-                if problems:
-                    self._refuse_now(
-                        Action("guard", "tamper", "; ".join(problems)), "runtime",
-                        f"runtime guard: while {self.repo}'s code ran, {'; '.join(problems)}; "
-                        "what it did may be missing from the record",
-                        "find what changed it (gevent, a test tool, the repo's code)")
+            opened.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
+        _hook.push(self)
+        try:
+            yield self.report
+        except Exception as e:
+            if self.report.refused and e not in self.report.refused:
+                # the refusal is the root cause; `e` stays visible as its context
+                raise self.report.refused[0]  # noqa: B904
+            raise
+        finally:
+            _hook.pop(self)
+            self.report.leftovers = leftovers(self.tree, before)
         self.report.raise_if_refused()
 
     def _refuse_shadowing(self) -> None:
+        """A module of the tree that would replace the standard library's is refused; one
+        that would replace an installed distribution's is refused unless the distribution
+        names this repo as its source (then recorded and warned about); ``shadowing =
+        "warn"`` or a name in ``rules.shadows`` warns for every one."""
         for s in self.report.shadowing:
-            if s.takes_effect and s.name not in self.rules.shadows and \
-                    self.rules.shadowing == "warn":
-                warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for the "
-                     "whole process (shadowing = \"warn\")")
+            if not s.takes_effect or s.name in self.rules.shadows:
                 continue
-            if s.takes_effect and s.name not in self.rules.shadows:
-                what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
-                self._refuse_now(
-                    Action("module", "import", s.name), "shadows",
-                    f"runtime guard: {self.repo} would replace {what} module {s.name} with "
-                    f"{s.path} for the whole process (shadowing = \"refuse\"{self._src()})",
-                    "if that is intended: " + self.rules.fix('shadowing = "warn"'))
+            if self.rules.shadowing == "warn" or s.own_distribution:
+                why = ("its own distribution" if s.own_distribution and
+                       self.rules.shadowing != "warn" else 'shadowing = "warn"')
+                warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for the "
+                     f"whole process ({why})")
+                continue
+            what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
+            self._refuse_now(
+                Action("module", "import", s.name), "shadows",
+                f"runtime guard: {self.repo} would replace {what} module {s.name} with "
+                f"{s.path} for the whole process (shadowing = \"refuse\"{self._src()})",
+                "if that is intended: " + self.rules.fix('shadowing = "warn"'))
         self.report.raise_if_refused()
 
     def _refuse_now(self, action: Action, key: str, message: str, hint: str) -> None:
@@ -247,21 +213,25 @@ class RuntimeGuard:
     def decide(self, action: Action) -> RuntimeGuardError | None:
         """The refusal for ``action``, or None if the rules allow it."""
         kind = action.kind
-        if action.opaque:
-            return self._decide_opaque(action)
         if kind == "write":
             return self._decide_write(action)
         if kind in ("lookup", "connect"):
             return self._decide_network(action)
         if kind == "process":
             return self._decide_process(action)
-        if kind in ("library", "extension", "symbol"):
+        if kind in ("library", "extension"):
             return self._decide_native(action)
         return None
 
-    def own_event(self, event: str, args: tuple[object, ...]) -> bool:
-        """The event is one safehub's own paused work may raise (:class:`OwnWork`)."""
-        return self.own is None or _own_event(self, event, args)
+    def own_allows(self, action: Action) -> bool:
+        """safehub's own work during the load may do this (:class:`OwnWork`)."""
+        if callable(self._own):
+            self._own = self._own()
+        if self._own is None:
+            return False
+        if self._own_addresses is None:
+            self._own_addresses = _AddressBook(self._own.hosts or ())
+        return self._own.allows(action, self._own_addresses.names_of)
 
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
         """Add ``action`` (and ``refusal``) to this guard's report."""
@@ -270,16 +240,9 @@ class RuntimeGuard:
             if refusal is not None and not any(refusal is r for r in report.refused):
                 report.refused.append(refusal)
             kind = action.kind
-            if action.opaque:
-                entries = {"write": report.writes, "lookup": report.lookups,
-                           "connect": report.hosts, "process": report.programs,
-                           "library": report.libraries, "extension": report.libraries,
-                           "symbol": report.libraries, "environ": report.environ}.get(kind)
-                if entries is not None:
-                    report.add_entry(entries, f"{action.target} ({action.op})")
-            elif kind == "write":
+            if kind == "write":
                 for path in action.paths:
-                    if path != self._devnull and not _within(path, self._tree):
+                    if path != self._devnull and not within(path, self._tree):
                         report.add_entry(report.writes, path)
             elif kind == "connect":
                 report.add_entry(report.hosts, self._host_label(action))
@@ -289,21 +252,16 @@ class RuntimeGuard:
                 report.add_entry(report.programs, action.target)
             elif kind == "environ":
                 report.add_entry(report.environ, action.target)
-            elif self._noteworthy_native(action):
+            elif kind == "symbol":
+                report.add_entry(report.libraries, f"{action.target} (ctypes symbol)")
+            elif kind == "library" or (kind == "extension" and self._written(action.paths[0])):
                 report.add_entry(report.libraries, action.target)
-
-    def _noteworthy_native(self, action: Action) -> bool:
-        if action.kind == "library":
-            return True
-        if action.kind == "symbol":
-            return action.program in _RISKY_SYMBOLS
-        return action.kind == "extension" and self._written(action.paths[0])
 
     def _written(self, path: str) -> bool:
         """``path`` is in a place the guarded code may write (a Python installation in the
         temp dir counts as installed, not as written)."""
-        return _within(path, self._tree) or (_within(path, self._roots)
-                                             and not _within(path, self._installed))
+        return within(path, self._tree) or (within(path, self._roots)
+                                            and not within(path, self._installed))
 
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
         return RuntimeGuardError(
@@ -326,43 +284,21 @@ class RuntimeGuard:
     def _refusal(self, action: Action, verb: str, key: str, hint_value: str,
                  why: str = "") -> RuntimeGuardError:
         rules = self.rules
-        if key == "subprocess":
-            current: tuple[str, ...] = rules.subprocess if isinstance(rules.subprocess,
-                                                                      tuple) else ()
-        else:
-            current = getattr(rules, key) or ()
+        value = getattr(rules, key)
+        current: tuple[str, ...] = value if isinstance(value, tuple) else ()
         line = f"{key} = {toml_list([*current, hint_value])}"
         return RuntimeGuardError(
             f"runtime guard: {self.repo} tried to {verb}; {why or self._why(key)}",
             hint=f"if {self.repo} should do this: {rules.fix(line)}",
             action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
 
-    def _decide_opaque(self, action: Action) -> RuntimeGuardError | None:
-        rules = self.rules
-        key, restricted = {
-            "write": ("writes", rules.writes_restricted),
-            "lookup": ("network", rules.network_restricted),
-            "connect": ("network", rules.network_restricted),
-            "process": ("subprocess", rules.processes_restricted),
-        }.get(action.kind, ("runtime", rules.mode == "enforce" and action.kind in (
-            "library", "extension", "symbol")))
-        if not restricted:
-            return None
-        return RuntimeGuardError(
-            f"runtime guard: {self.repo} called {action.op} with {action.target}, which the "
-            "guard does not read (its methods are the repo's code, and could answer "
-            f"differently from what the operation used); refused because the {key} rules "
-            f"restrict it (runtime = \"{rules.mode}\"{self._src()})",
-            hint="the repo's code should pass a str, bytes or pathlib path",
-            action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
-
     def _decide_write(self, action: Action) -> RuntimeGuardError | None:
         if not self.rules.writes_restricted:
             return None
         for path in action.paths:
-            if path == self._devnull or _within(path, self._roots):
+            if path == self._devnull or within(path, self._roots):
                 continue
-            if action.op == "os.mkdir" and any(_within(root, [path]) for root in self._roots):
+            if action.op == "os.mkdir" and any(within(root, [path]) for root in self._roots):
                 continue  # a folder on the way to an allowed one (torch's hub dir, first use)
             verb = "write" if action.op in ("open", "sqlite3.connect") else f"change ({action.op})"
             return self._refusal(
@@ -390,21 +326,18 @@ class RuntimeGuard:
                              "dir...), where a program name does not allow it")
 
     def _decide_native(self, action: Action) -> RuntimeGuardError | None:
-        if self.rules.mode != "enforce":
+        """Under ``enforce``: ``ctypes`` libraries outside the Python installation and the
+        system's library folders, or in a writable place, and compiled modules imported
+        from a writable place. (What a ``ctypes`` function does cannot be told from its
+        name: symbol lookups are recorded, never decided.)"""
+        if self.rules.mode != "enforce" or not action.paths:  # a bare name: the loader's
             return None
-        if action.kind == "symbol":
-            if action.program not in _RISKY_SYMBOLS:
-                return None
-            reason = "calling it through ctypes would bypass the guard"
-        else:
-            if not action.paths:  # a bare name: the dynamic loader's own search path
-                return None
-            path = action.paths[0]
-            written = self._written(path)
-            if not written and _within(path, self._libraries):
-                return None
-            reason = ("it is in a place code can write (its tree, the temp dir...)" if written
-                      else "it is not part of the Python installation or the system's libraries")
+        path = action.paths[0]
+        written = self._written(path)
+        if not written and (action.kind == "extension" or within(path, self._libraries)):
+            return None
+        reason = ("it is in a place code can write (its tree, the temp dir...)" if written
+                  else "it is not part of the Python installation or the system's libraries")
         return RuntimeGuardError(
             f"runtime guard: {self.repo} tried to load native code {action.target} "
             f"({action.op}); {reason} (runtime = \"enforce\"{self._src()})",
@@ -417,7 +350,13 @@ class RuntimeGuard:
             return None
         host, port = normalise_host(action.host), action.port
         if action.kind == "lookup":
-            if parse_ip(host) is not None or _local_name(host) or rules.host_allowed(host, None):
+            ip = parse_ip(host)
+            if ip is not None and action.op in _REVERSE:  # the address itself goes to DNS
+                if ip.is_loopback or rules.host_allowed(host, None) or any(
+                        rules.host_allowed(n, None) for n in self._addresses.names_of(host)):
+                    return None
+                return self._refusal(action, f"look up the name of {host}", "network", host)
+            if ip is not None or local_name(host) or rules.host_allowed(host, None):
                 if rules.host_allowed(host, None):
                     self._addresses.looked_up(host)
                 return None
@@ -437,33 +376,11 @@ class RuntimeGuard:
         return self._addresses.label(action.host, action.port, action.target)
 
 
+_REVERSE = frozenset({"socket.gethostbyaddr", "socket.getnameinfo"})
 _ACTION = {"write": "write", "lookup": "network", "connect": "network", "process": "process",
            "library": "library", "extension": "library", "symbol": "library",
-           "module": "module", "guard": "guard", "probe": "guard"}
+           "module": "module", "guard": "guard", "probe": "guard", "read": "read"}
 
 
 def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:
     return value if isinstance(value, tuple) else ()
-
-
-def _own_event(guard: RuntimeGuard, event: str, args: tuple[object, ...]) -> bool:
-    """Every action of the event is one the guard's ``own`` allows (worked out at the first
-    pause); cannot tell: False (the guard decides)."""
-    name = args[0] if event == "open" and args else None
-    if isinstance(name, str | bytes) and not os.path.isabs(name):
-        return True  # relative to a folder fd (the archive writer's dir_fd): not knowable
-    state = _hook._STATE
-    state.busy = True  # working it out and reading the arguments raise events of their own
-    try:
-        if callable(guard.own):
-            guard.own = guard.own()
-        own = guard.own
-        assert own is not None
-        if guard._own_addresses is None:
-            guard._own_addresses = _AddressBook(list(own.hosts or ()))
-        book = guard._own_addresses
-        return all(own.allows(a, book.names_of) for a in EVENTS[event](args))
-    except Exception:
-        return False
-    finally:
-        state.busy = False

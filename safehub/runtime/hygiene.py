@@ -25,6 +25,7 @@ import contextlib
 import importlib.machinery
 import importlib.metadata
 import os
+import re
 import sys
 import threading
 from collections.abc import Collection
@@ -57,6 +58,10 @@ class Shadow:
     path: Path
     shadows: str
     imported: bool
+    own_distribution: bool = False
+    """Every distribution it shadows names the repo as its source (``Home-page`` or a
+    ``Project-URL`` on GitHub): the repo is where the installed package comes from
+    (``huggingface/pytorch-image-models`` and the distribution ``timm``)."""
 
     @property
     def kind(self) -> str:
@@ -72,7 +77,7 @@ class Shadow:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "path": str(self.path), "shadows": self.shadows,
-                "imported": self.imported}
+                "imported": self.imported, "own_distribution": self.own_distribution}
 
 
 _NAMES: dict[tuple[str, int, int], dict[str, Path]] = {}
@@ -200,8 +205,39 @@ def _classify(name: str, origin: str) -> str:
     return f"module {origin}"
 
 
-def shadowing(tree: Path) -> list[Shadow]:
-    """Top-level modules of ``tree`` that would hide (or be hidden by) another module.
+_GITHUB_REPO = re.compile(r"https?://(?:www\.)?github\.com/([A-Za-z0-9-]+)/([A-Za-z0-9._-]+?)"
+                          r"(?:\.git)?(?:[/#?].*)?$")
+
+
+def source_repos(distribution: str) -> set[str]:
+    """The GitHub repos (``owner/name``, lower case) an installed distribution names as
+    its home or source in its metadata.
+
+    >>> source_repos("no-such-distribution")
+    set()
+    """
+    try:
+        metadata = importlib.metadata.metadata(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return set()
+    urls = [*(metadata.get_all("Home-page") or ()), *(metadata.get_all("Download-URL") or ())]
+    urls += [entry.partition(",")[2] for entry in metadata.get_all("Project-URL") or ()]
+    found = set()
+    for url in urls:
+        match = _GITHUB_REPO.match(url.strip())
+        if match:
+            found.add(f"{match[1]}/{match[2]}".lower())
+    return found
+
+
+def _own_distribution(name: str, repo: str) -> bool:
+    owners = top_level_owners().get(name, ())
+    return bool(repo) and bool(owners) and all(repo.lower() in source_repos(d) for d in owners)
+
+
+def shadowing(tree: Path, repo: str = "") -> list[Shadow]:
+    """Top-level modules of ``tree`` that would hide (or be hidden by) another module
+    (``repo``: the repo the tree is, ``owner/name``, to tell its own distribution).
 
     Names that cannot be shadowed (built-in and frozen modules, found before ``sys.path``
     is searched), ``hubconf``, and demo-only standard-library names are left out.
@@ -218,7 +254,9 @@ def shadowing(tree: Path) -> list[Shadow]:
         imported = module is not None and not _inside(_file_of(module), roots)
         origin = _origin(name, others)
         if origin:
-            found.append(Shadow(name, path, _classify(name, origin), imported))
+            kind = _classify(name, origin)
+            found.append(Shadow(name, path, kind, imported, kind.startswith("distribution")
+                                and _own_distribution(name, repo)))
         elif imported:
             found.append(Shadow(name, path, "already imported", True))
     return found

@@ -12,122 +12,22 @@ parsed once, here, into small matchers; the guard only asks them yes/no question
 
 from __future__ import annotations
 
-import contextlib
-import ipaddress
 import os
 import re
-import socket
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
-from urllib.parse import urlsplit
 
+from safehub._internal.hosts import HostPattern, local_name, normalise_host, parse_ip
+from safehub._internal.programs import check_entry
 from safehub.errors import PolicyError
 from safehub.runtime._events import Action
 
-__all__ = ["HostPattern", "Mode", "OwnWork", "RuntimeRules", "hosts_of_urls", "local_name",
-           "toml_list", "within"]
+__all__ = ["Mode", "OwnWork", "RuntimeRules", "toml_list", "within"]
 
 Mode = Literal["observe", "enforce", "off"]
 _MODES = ("observe", "enforce", "off")
-_LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
-_PROGRAM = re.compile(r"^[A-Za-z0-9_.+-]+$")
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
-
-IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
-
-
-def parse_ip(text: str) -> IPAddress | None:
-    """``text`` as an IP address (IPv4-mapped IPv6 as IPv4), or None if it is a name."""
-    try:
-        ip = ipaddress.ip_address(text.split("%", 1)[0])
-    except ValueError:
-        return None
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        return ip.ipv4_mapped
-    return ip
-
-
-def normalise_host(host: str) -> str:
-    """Lower case, no trailing dot, no IPv6 brackets; IP addresses in their short form."""
-    host = host.strip().rstrip(".").lower()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    ip = parse_ip(host)
-    return str(ip) if ip is not None else host
-
-
-@dataclass(frozen=True)
-class HostPattern:
-    """One ``network`` entry: ``host``, ``host:port``, ``*.suffix[:port]``, ``[v6]:port``,
-    an IP address, or ``unix:/path`` for a Unix socket.
-
-    ``*.example.com`` matches any name under ``example.com`` (at any depth), not the name
-    itself. A pattern without a port matches every port.
-    """
-
-    text: str
-    host: str
-    port: int | None = None
-    wildcard: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> HostPattern:
-        raw = text.strip()
-        if raw.startswith("unix:"):
-            if not raw[5:].startswith("/"):
-                raise ValueError("a unix socket entry is unix:/absolute/path")
-            return cls(raw, raw)
-        host, port = raw, None
-        if raw.startswith("["):
-            close = raw.find("]")
-            rest = raw[close + 1:]
-            if close < 0 or (rest and not rest.startswith(":")):
-                raise ValueError("an IPv6 entry is [address] or [address]:port")
-            host = raw[1:close]
-            port = _port(rest[1:]) if rest else None
-            if parse_ip(host) is None:
-                raise ValueError(f"{host!r} is not an IPv6 address")
-        elif raw.count(":") == 1:
-            host, port_text = raw.split(":")
-            port = _port(port_text)
-        host = normalise_host(host)
-        wildcard = host.startswith("*.")
-        name = host[2:] if wildcard else host
-        if parse_ip(name) is None or wildcard:
-            labels = name.split(".")
-            if not name or not all(_LABEL.match(label) for label in labels):
-                raise ValueError("expected a host name, *.domain, an IP address or unix:/path")
-        return cls(raw, name, port, wildcard)
-
-    def matches(self, host: str, port: int | None) -> bool:
-        """Whether this entry allows ``host`` (already normalised) on ``port``."""
-        if self.port is not None and port is not None and port != self.port:
-            return False
-        if self.wildcard:
-            return host.endswith("." + self.host)
-        return host == self.host
-
-
-def _port(text: str) -> int:
-    if not text.isdigit() or not 0 < int(text) < 65536:
-        raise ValueError(f"port {text!r} is not a number from 1 to 65535")
-    return int(text)
-
-
-def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
-    """The hosts of URL patterns (such as a policy's ``weights``), for ``weights_hosts``.
-
-    >>> hosts_of_urls(["https://download.pytorch.org/models/*", "https://*.hf.co/x/*"])
-    ('download.pytorch.org', '*.hf.co')
-    """
-    hosts: list[str] = []
-    for pattern in patterns:
-        netloc = urlsplit(pattern).netloc.rsplit("@", 1)[-1]
-        host = netloc.split(":")[0] if not netloc.startswith("[") else netloc.split("]")[0] + "]"
-        if host and host not in hosts and "*" not in host.replace("*.", "", 1):
-            hosts.append(host.lower())
-    return tuple(hosts)
 
 
 def toml_list(values: Iterable[str]) -> str:
@@ -184,12 +84,13 @@ class RuntimeRules:
                                   hint='write "host", "host:port", "*.domain" or '
                                        '"unix:/path"') from e
         object.__setattr__(self, "_hosts", tuple(patterns))
-        if isinstance(self.subprocess, tuple):
-            for name in self.subprocess:
-                if not (_PROGRAM.match(name) or os.path.isabs(name)):
-                    raise PolicyError(f"{where}subprocess entry {name!r} is not a program name",
-                                      hint='write a program name such as "git", or an '
-                                           "absolute path")
+        for name in self.subprocess if isinstance(self.subprocess, tuple) else ():
+            try:
+                check_entry(name)
+            except ValueError as e:
+                raise PolicyError(f"{where}subprocess entry: {e}",
+                                  hint='write a program name such as "git", or an '
+                                       "absolute path") from e
         for path in self.writes or ():
             if not os.path.isabs(os.path.expanduser(path)):
                 raise PolicyError(f"{where}writes entry {path!r} is not an absolute path",
@@ -276,35 +177,28 @@ def within(path: str, roots: Sequence[str]) -> bool:
     return False
 
 
-def local_name(host: str) -> bool:
-    """Names the resolver answers without asking DNS; decided at connect instead."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    with contextlib.suppress(OSError):
-        return host == socket.gethostname().lower()
-    return False
-
-
 @dataclass(frozen=True)
 class OwnWork:
-    """What safehub's own work may do while it pauses a guard (a nested load's checks, a
-    weights download): connect to ``hosts`` (None: any, as weights patterns that name no
-    host allow), write under ``roots`` (its cache, data and log folders) or to ``files``
-    (a lockfile and its temporary siblings), never under ``denied`` (consent records).
-    Anything else during a pause is decided by the guard, whoever's frames it shows."""
+    """What safehub's own work may touch while a repo's code runs (a nested load's fetch
+    and checks, a weights download, the audit line): connect to ``hosts`` (None: any, as
+    weights patterns that name no host allow), write under ``roots`` (its cache, data and
+    log folders) but never under ``denied`` (consent records), and never start a process.
+    Anything else it does is decided by the guard like the repo's own actions. (A file
+    opened by a relative name is its archive writer's, relative to the staging folder's
+    descriptor, which the audit event does not carry.)"""
 
     hosts: tuple[str, ...] | None = ()
     roots: tuple[str, ...] = ()
-    files: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
 
     def allows(self, action: Action, names_of: Callable[[str], set[str]]) -> bool:
         kind = action.kind
-        if kind == "process" or action.opaque:
+        if kind == "process":
             return False
         if kind == "write":
+            if action.relative:
+                return True
             return all((within(p, self.roots) and not within(p, self.denied))
-                       or any(_sibling(p, f) for f in self.files)
                        or (action.op == "os.mkdir" and any(within(r, [p]) for r in self.roots))
                        for p in action.paths)
         if kind in ("lookup", "connect") and self.hosts is not None:
@@ -312,10 +206,3 @@ class OwnWork:
             own = set(self.hosts)
             return host in own or local_name(host) or bool(names_of(host) & own)
         return True
-
-
-def _sibling(path: str, file: str) -> bool:
-    """``path`` is ``file`` or a temporary file written next to it (``.name.*``)."""
-    folder, name = os.path.split(file)
-    head, base = os.path.split(path)
-    return head == folder and (base == name or base.startswith(f".{name}."))

@@ -1,20 +1,22 @@
-"""Files of a verified tree, checked as the repo's code opens them.
+"""Files of a verified tree, checked as code opens them.
 
 A warm load does not stat every file of a cached tree: it checks that the tree's folders
 are unchanged (no entry added, removed, renamed or replaced) and records the tree's
-*sealed* time, the latest ctime of any entry right after it was verified. While the
-repo's code runs, every file of the tree it opens for reading (its modules as Python
-imports them, hubconf.py first) must still have a ctime no later than that, and no write
-permission: any write, chmod or replacement since makes the ctime later, and ctime cannot
-be set back.
+*sealed* time, the latest ctime of any entry right after it was verified. From then on,
+for the rest of the process, every file of the tree that is opened for reading (the repo's
+modules as Python imports them, hubconf.py first; a data file read later) must still have
+a ctime no later than that, and no write permission: any write, chmod or replacement
+since makes the ctime later, and ctime cannot be set back.
 
 The folders on the way are checked too, or a file could be swapped with the folder around
-it: the tree folder must still be the one that was verified (same device and inode: a
-commit folder, or any folder above it, renamed away and replaced by a copy prepared
-earlier, with old ctimes, is another inode), and it and every folder between it and the
-file must have a ctime no later than the sealed time (a folder renamed into place, or one
-whose entries changed, has a later one). What native code reads directly is not seen here
-(``safehub cache verify`` re-hashes everything).
+it: the tree folder must still be the one that was verified (same device and inode), and
+it and every folder between it and the file must have a ctime no later than the sealed
+time. What native code reads directly is not seen here (``safehub cache verify``
+re-hashes everything).
+
+Cost: the audit hook tests an absolute path against :data:`PREFIXES` and stops there for
+a file outside every tree (a relative path is joined to the working directory, which is
+looked up again only after a ``chdir``).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ from typing import NamedTuple
 from safehub._internal import fixes
 from safehub.errors import TamperedError
 
-__all__ = ["PREFIXES", "check_read", "refuse_bytecode_folder", "watch"]
+__all__ = ["PREFIXES", "changed_dir", "check_read", "refuse_bytecode", "refuse_bytecode_folder",
+           "tree_path", "watch"]
 
 
 class _Watched(NamedTuple):
@@ -40,52 +43,59 @@ class _Watched(NamedTuple):
 #: Watched tree folders (each ending in a separator). Empty: reads cost nothing.
 PREFIXES: tuple[str, ...] = ()
 _SEALED: dict[str, _Watched] = {}  # folder + separator -> what it was when verified
+_cwd: str | None = None  # the working directory as last looked up (None: changed since)
+_cwd_near = True  # a tree is at or below the working directory, or the reverse
 
 
 def watch(prefixes: tuple[str, ...], sealed: int, repo: str,
           ident: tuple[int, int] | None = None) -> None:
     """Check reads under ``prefixes`` against ``sealed`` (ctime, ns) from now on, for the
-    rest of the process: the repo's modules stay importable after its load returns, and a
-    module imported later (lazily, from ``model.forward``) is checked as well.
-
-    ``ident``: the tree folder's ``(st_dev, st_ino)`` when it was verified (each prefix
-    names that folder); without it, the folder's identity now.
-    """
+    rest of the process. ``ident``: the tree folder's ``(st_dev, st_ino)`` when it was
+    verified; without it, the folder's identity now."""
     global PREFIXES
     for prefix in prefixes:
         root = prefix.rstrip(os.sep) or os.sep
-        if ident is None:
+        here = ident
+        if here is None:
             try:
                 st = os.lstat(root)
             except OSError:
-                here: tuple[int, int] | None = None  # then every read under it is refused
+                here = None  # then every read under it is refused
             else:
                 here = (st.st_dev, st.st_ino)
-        _SEALED[prefix] = _Watched(sealed, repo, root, ident if ident is not None else here)
+        _SEALED[prefix] = _Watched(sealed, repo, root, here)
     PREFIXES = tuple(_SEALED)
+    changed_dir()
 
 
-def opened(args: tuple[object, ...]) -> str | None:
-    """The path an ``open`` audit event reads under a watched tree, or None.
+def changed_dir() -> None:
+    """The working directory may have changed (an ``os.chdir`` event)."""
+    global _cwd
+    _cwd = None
 
-    Only reads: writes are the guard's. Relative and bytes paths are made absolute, so
-    ``chdir`` into the tree and ``open(b"file")`` are seen too.
-    """
-    name, mode, flags = (*args, None, None, None)[:3]
-    if isinstance(flags, int) and flags & (os.O_WRONLY | os.O_RDWR | os.O_APPEND | os.O_CREAT
-                                           | os.O_TRUNC):
-        return None
-    if isinstance(mode, str) and any(c in mode for c in "wax+"):
-        return None
-    if type(name) is bytes:
+
+def tree_path(name: object) -> str | None:
+    """The absolute path ``name`` (an ``open`` event's first argument that is not a plain
+    absolute ``str``) opens, if it may lie in a watched tree; else None."""
+    global _cwd, _cwd_near
+    if isinstance(name, bytes):
         name = os.fsdecode(name)
-    if type(name) is not str:
-        return None  # an fd, or an object the guard does not read
-    if not name.startswith(PREFIXES) or "/." in name:
-        name = os.path.abspath(name)  # relative, or "tree/../x" (which is not in the tree)
-        if not name.startswith(PREFIXES):
+    elif isinstance(name, os.PathLike):
+        name = os.fspath(name)
+        if isinstance(name, bytes):
+            name = os.fsdecode(name)
+    if not isinstance(name, str):
+        return None  # an fd
+    if not os.path.isabs(name):
+        if _cwd is None:
+            _cwd = os.path.join(os.getcwd(), "")
+            _cwd_near = _cwd.startswith(PREFIXES) or any(p.startswith(_cwd) for p in PREFIXES)
+        if not _cwd_near and ".." not in name:
             return None
-    return name
+        name = _cwd + name
+    if "/." in name:  # "tree/../x" is not in the tree; "a/../tree/x" is
+        name = os.path.normpath(name)
+    return name if name.startswith(PREFIXES) else None
 
 
 def refuse_bytecode_folder(args: tuple[object, ...]) -> None:
@@ -94,13 +104,21 @@ def refuse_bytecode_folder(args: tuple[object, ...]) -> None:
     write the read-only tree). A new entry would make its folder's ctime later than the
     sealed time, and every later read under that folder would be refused."""
     name = args[0] if args else None
-    if type(name) is bytes:
+    if isinstance(name, bytes):
         name = os.fsdecode(name)
-    if type(name) is str and name.endswith("__pycache__"):
+    if isinstance(name, str) and name.endswith("__pycache__"):
         name = os.path.abspath(name)
-        if name.startswith(PREFIXES) and os.path.basename(name) == "__pycache__":
+        if name.startswith(PREFIXES):
             raise PermissionError(errno.EACCES, "safehub: a verified tree takes no bytecode",
                                   name)
+
+
+def refuse_bytecode(path: str) -> None:
+    """Bytecode in a verified tree never runs: committed or planted, the source it shows
+    reviewers may differ (reading it fails, so importlib compiles the source)."""
+    if path.endswith(".pyc"):
+        raise PermissionError(errno.EACCES, "safehub: bytecode in a verified tree never "
+                              "runs (the source it shows reviewers may differ)", path)
 
 
 def check_read(path: str, repo: str = "") -> TamperedError | None:
