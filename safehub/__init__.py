@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from safehub.errors import (
     CacheError,
+    ConfineError,
     FetchError,
     HubconfError,
     IntegrityError,
@@ -50,6 +51,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "CacheError",
+    "ConfineError",
     "FetchError",
     "Hub",
     "HubconfError",

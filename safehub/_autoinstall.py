@@ -1,15 +1,24 @@
-"""Install safehub into torch.hub the moment torch.hub is imported (``safehub run``)."""
+"""Install safehub into torch.hub the moment torch.hub is imported (``safehub run``), and
+start the command it runs."""
 
 from __future__ import annotations
 
 import importlib.abc
 import importlib.machinery
+import json
+import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 
-__all__ = ["SITE_DIR", "arm"]
+from safehub.errors import ConfineError, SpecError
+
+if TYPE_CHECKING:
+    from safehub.confine import Ruleset
+
+__all__ = ["SITE_DIR", "arm", "launch"]
 
 SITE_DIR = Path(__file__).resolve().parent / "_data" / "autoinstall"
 
@@ -50,3 +59,33 @@ def arm() -> None:
         safehub.install()
     elif not any(isinstance(f, _Finder) for f in sys.meta_path):
         sys.meta_path.insert(0, _Finder())
+
+
+def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
+    """Run ``command`` with torch.hub routed through safehub in every Python process it
+    starts (held to ``ruleset`` by the kernel, if given, from before its first
+    instruction); wait for it and return its exit code."""
+    import subprocess
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH", ""))
+                                        if p)
+    program, prepared = command[0], None
+    if ruleset is not None:
+        from safehub import confine
+
+        env[confine.ENV] = json.dumps(ruleset.to_json(), separators=(",", ":"))
+        program = ruleset.exec[0].path  # the command's program, as the ruleset resolved it
+        prepared = confine.prepare(ruleset)
+    try:
+        return subprocess.call(list(command), executable=program, env=env, preexec_fn=(
+            None if prepared is None else lambda: confine.enter(prepared)))
+    except OSError as e:
+        raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
+                        hint="check the command and its path") from e
+    except subprocess.SubprocessError as e:  # entering the ruleset failed in the child
+        raise ConfineError(f"the kernel refused to hold {command[0]!r} to the ruleset; "
+                           "nothing ran", hint="report this as a safehub bug") from e
+    finally:
+        if prepared is not None:
+            os.close(prepared)

@@ -374,22 +374,22 @@ def _cmd_cache(args: argparse.Namespace) -> int:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    import subprocess
-
-    from safehub._autoinstall import SITE_DIR
+    from safehub._autoinstall import launch
+    from safehub.confine.plan import confinement
 
     command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
     if not command:
         raise _Usage("safehub run needs a command, e.g. safehub run -- python train.py",
-                      "safehub run")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH", ""))
-                                        if p)
-    try:
-        return subprocess.call(command, env=env)
-    except OSError as e:
-        raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
-                        hint="check the command and its path") from e
+                     "safehub run")
+    hub = _hub(args)
+    ruleset = (confinement(hub, command, dry_run=args.dry_run)
+               if args.confine or hub.settings.confine else None)
+    if args.dry_run:
+        _emit(args, {"command": command, "confine": ruleset and ruleset.to_json()},
+              ruleset.text() if ruleset else f"would run {command[0]} unconfined (no "
+              "--confine, SAFEHUB_CONFINE or [safehub] confine = true)")
+        return EXIT_OK
+    return launch(command, ruleset)
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

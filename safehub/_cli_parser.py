@@ -299,7 +299,15 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     run = add("run", "run a program with torch.hub routed through safehub",
               "Every Python process COMMAND starts routes torch.hub.load/list/help through "
-              "safehub. Example: safehub run -- python train.py")
+              "safehub. With --confine (or SAFEHUB_CONFINE=1, or a policy's [safehub] "
+              "confine = true), the kernel's Landlock holds COMMAND and every process it "
+              "starts to the policy's [confine] table: writes only below its folders and "
+              "safehub's, only its programs, TCP only to its ports (`safehub docs confine`).\n"
+              "Example: safehub run --confine -- python train.py", "json")
+    run.add_argument("--confine", action="store_true",
+                     help="hold COMMAND to the [confine] rules with Landlock (Linux)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the ruleset --confine would apply, and run nothing")
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     add("demo", "run the whole pipeline on a shipped example (no network)")
     docs = add("docs", "print a page of safehub's documentation", "", "json")

@@ -181,6 +181,10 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
     for held in data.get("local_dirs", ()):
         dirs = "no local folder" if held["value"] is None else held["value"]
         lines.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
+    for name, layers in data.get("confine", {}).items():
+        for i, layer in enumerate(layers):
+            how = "" if i == 0 else ", narrows"
+            lines.append(f"  [confine] {name} = {layer['value']!r}  (from {layer['from']}{how})")
     lines.append("rules:" if data["rules"] else "rules: (none)")
     for rule in data["rules"]:
         extra = {k: v for k, v in rule.items()
@@ -199,8 +203,9 @@ def runtime(report: dict[str, Any]) -> str:
     for key, label in (("hosts", "connected to"), ("lookups", "looked up"),
                        ("programs", "started"), ("writes", "wrote outside its tree"),
                        ("libraries", "loaded native code"), ("environ", "changed environment"),
+                       ("kernel", "the kernel refuses"),
                        ("leftovers", "left imported")):
-        done = [item for item in report[key] if item not in refused]
+        done = [item for item in report.get(key, ()) if item not in refused]
         lines.append(f"  {label:22} {', '.join(done) or '-'}")
     for shadow in report["shadowing"]:
         lines.append(f"  {'shadows':22} {shadow['name']} ({shadow['shadows']})")

@@ -127,6 +127,8 @@ class Settings:
     """The runtime guard's mode while hubconf runs (``observe``, ``enforce``, ``off``)."""
     offline_source: str = "SAFEHUB_OFFLINE=1"
     """Where offline mode was switched on (for messages)."""
+    confine: bool = False
+    """``safehub run`` confines its command (``SAFEHUB_CONFINE=1`` or ``confine = true``)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -171,6 +173,7 @@ class Settings:
             tree_fallback=bool(value("tree_fallback")),
             runtime=str(value("runtime")),
             offline_source=offline_source,
+            confine=bool(value("confine")),
         )
 
     def with_changes(self, **changes: object) -> Settings:

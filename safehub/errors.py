@@ -25,6 +25,7 @@ from __future__ import annotations
 
 __all__ = [
     "CacheError",
+    "ConfineError",
     "FetchError",
     "HubconfError",
     "IntegrityError",
@@ -164,6 +165,16 @@ class RuntimeGuardError(SafehubError):
         self.target = target
         self.repo = repo
         self.key = key
+
+
+class ConfineError(SafehubError):
+    """``safehub run --confine`` (or a policy's ``confine = true``) cannot hold the command
+    to its ruleset: the kernel has no Landlock, or not the ABI a rule needs, or refused the
+    ruleset. Nothing was started: never silently unconfined.
+
+    >>> isinstance(ConfineError("no Landlock"), SafehubError)
+    True
+    """
 
 
 class TamperedError(RuntimeGuardError, IntegrityError):

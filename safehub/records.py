@@ -226,10 +226,13 @@ class WeightPins:
     """Per-user record of weight files seen: URL -> sha256 (and the file's stat data)."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "weights.json"
+        self.path = data_dir / "weights" / "pins.json"
+        self._before = data_dir / "weights.json"  # where safehub 0.1 kept them
 
     def _all(self) -> dict[str, Any]:
         data = _read(self.path)
+        if data is None:
+            data = _read(self._before)
         return data if isinstance(data, dict) else {}
 
     def get(self, url: str) -> dict[str, Any] | None:

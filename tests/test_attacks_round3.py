@@ -16,7 +16,6 @@ clear error and the honest case beside it:
 from __future__ import annotations
 
 import socket
-import sys
 import tempfile
 from pathlib import Path
 
@@ -355,55 +354,6 @@ def test_a_nested_load_is_never_prompted_for(nesting: Path, isolated: Path,
 
 
 # -- 7. a nested load keeps the hub and temp dirs of the load around it -----------------------
-
-
-# -- 4. bytecode committed to a repo never runs in place of its source ------------------------
-
-def _unchecked_pyc(tmp_path: Path, source: str) -> bytes:
-    import py_compile
-
-    src, out = tmp_path / "evil.py", tmp_path / "evil.pyc"
-    src.write_text(source)
-    py_compile.compile(str(src), cfile=str(out), doraise=True,
-                       invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
-    return out.read_bytes()
-
-
-EVIL_HUBCONF = '''import os
-open(os.environ["SAFEHUB_TEST_CANARY"], "a").write("bytecode ran\\n")
-dependencies = []
-
-
-def model():
-    return "HIDDEN BYTECODE"
-'''
-
-
-@pytest.mark.usefixtures("clean_modules")
-@pytest.mark.parametrize("runtime", ["observe", "enforce"])
-def test_committed_bytecode_never_runs_and_stays_part_of_the_tree(
-    make_hub_repo, isolated: Path, tmp_path: Path, canary: Path, runtime: str  # type: ignore[no-untyped-def]
-) -> None:
-
-    from safehub._cli import main
-
-    tag = sys.implementation.cache_tag
-    source = ('dependencies = []\n\n\ndef model():\n    import lib\n'
-              '    return "REVIEWED SOURCE" if lib.VALUE == "source" else lib.VALUE\n')
-    make_hub_repo("acme", "models", {
-        "hubconf.py": source,
-        f"__pycache__/hubconf.{tag}.pyc": _unchecked_pyc(tmp_path, EVIL_HUBCONF),
-        "lib/__init__.py": "VALUE = 'source'\n",
-        f"lib/__pycache__/__init__.{tag}.pyc": _unchecked_pyc(tmp_path, "VALUE = 'pyc'\n")})
-    policy(isolated, f'[safehub]\nruntime = "{runtime}"\n[[allow]]\nrepo = "acme/models"\n',
-           "config")
-    for _ in range(2):  # cold, then warm
-        assert safehub.load("acme/models:v1.0", "model", verbose=False) == "REVIEWED SOURCE"
-    assert "bytecode ran" not in (canary.read_text() if canary.exists() else "")
-    assert main(["cache", "verify"]) == 0  # the commit's bytecode is the tree's: kept
-
-
-# -- 8. the caller's objects are never evaluated while safehub has paused the guard ----------
 
 
 @pytest.mark.parametrize("target", [b"/tmp", None, 3])

@@ -101,11 +101,12 @@ LAYOUT: dict[str, list[tuple[str, str]]] = {
                   ("toml", "checked"), ("bash", "run")],
     "docs/architecture.md": [],
     "docs/ci.md": [("yaml", "not run"), ("python", "run"), ("", "checked")],
+    "docs/confine.md": [("bash", "not run"), ("toml", "checked"), ("bash", "run")],
     "docs/digest.md": [("", "checked"), ("", "checked")],
     "docs/fleet.md": [("bash", "run")] * 5,
     "docs/pinning.md": [("bash", "run"), ("toml", "checked")],
     "docs/policy.md": [("", "checked"), ("toml", "checked"), ("toml", "checked"),
-                       ("json", "checked"),
+                       ("toml", "checked"), ("json", "checked"),
                        ("bash", "run")],
     "docs/runtime.md": [("toml", "checked"), ("json", "checked"), ("", "checked")],
     "docs/signing.md": [("yaml", "not run"), ("toml", "checked"), ("bash", "run"),
@@ -422,6 +423,13 @@ def test_ci(docs: Docs) -> None:
     assert_shows(docs.mapped(shown), result.err, refusal.where)
 
 
+def test_confine(docs: Docs) -> None:
+    _, table, dry_runs = page("docs/confine.md")
+    validate(docs, table)
+    (docs.work / "train.py").write_text("print('training')\n")
+    docs.run(dry_runs)  # each prints the ruleset and exits 0; nothing runs
+
+
 def test_output_blocks_match_words_and_elisions() -> None:
     from tests.docs_support import pattern
 
@@ -590,9 +598,10 @@ def test_pinning(docs: Docs) -> None:
 def test_policy(docs: Docs) -> None:
     import safehub
 
-    invalid, local, runtime_rule, audit_line, commands = page("docs/policy.md")
+    invalid, local, runtime_rule, confinement, audit_line, commands = page("docs/policy.md")
     validate(docs, runtime_rule)
     validate(docs, local)
+    validate(docs, confinement)
     site = docs.path("/etc/xdg/safehub/policy.toml")
     site.parent.mkdir(parents=True, exist_ok=True)
     site.write_text('[safehub]\nfinal = "yes"\n\n[[allow]]\nrepo = "org/*"\npin = "sha"\n\n'

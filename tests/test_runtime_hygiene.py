@@ -123,3 +123,60 @@ def test_a_shadowing_module_is_what_later_imports_get(tree: Path) -> None:
     # after the load, the whole process gets the repo's module for the stdlib name
     assert getattr(__import__(UNUSED_STDLIB), "FROM_THE_REPO", False)
     assert leftovers(tree, before=["acme_helpers", "acme_helpers.io"]) == [UNUSED_STDLIB]
+
+
+@pytest.fixture
+def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    """Install a distribution ``timmish`` on sys.path (its own top-level package), whose
+    metadata names ``huggingface/pytorch-image-models`` as its source, as timm's does."""
+    from safehub.runtime import hygiene
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    package(site, "timmish")
+    info = site / "timmish-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(
+        "Metadata-Version: 2.1\nName: timmish\nVersion: 1.0\n"
+        "Project-URL: homepage, https://github.com/huggingface/pytorch-image-models\n"
+        "Project-URL: Documentation, https://huggingface.co/docs/timm\n")
+    (info / "top_level.txt").write_text("timmish\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(hygiene, "_OWNERS", None)  # read the distributions afresh
+    yield
+    hygiene._OWNERS = None
+
+
+@pytest.mark.usefixtures("installed")
+@pytest.mark.parametrize("repo", ["huggingface/pytorch-image-models",
+                                  "HuggingFace/Pytorch-Image-Models"])
+def test_the_source_of_an_installed_distribution_is_warned_about_not_refused(
+    tree: Path, repo: str
+) -> None:
+    package(tree, "timmish")
+    guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo=repo, tree=tree)
+    with pytest.warns(UserWarning, match="shadows distribution timmish.*its own distribution"), \
+            guard.active() as report:
+        pass
+    assert report.refused == [] and report.shadowing[0].own_distribution
+
+
+@pytest.mark.usefixtures("installed")
+def test_another_repo_shadowing_that_distribution_is_refused(tree: Path) -> None:
+    package(tree, "timmish")  # a fork, or any repo carrying a package of that name
+    guard = RuntimeGuard(RuntimeRules(mode="observe"), repo="someone/pytorch-image-models",
+                         tree=tree)
+    with pytest.raises(RuntimeGuardError, match="replace distribution timmish's module"), \
+            guard.active():
+        raise AssertionError("the block must not run")
+
+
+@pytest.mark.usefixtures("installed")
+def test_the_standard_library_stays_refused_for_a_distributions_source(tree: Path) -> None:
+    package(tree, "timmish")
+    (tree / f"{UNUSED_STDLIB}.py").write_text("")
+    guard = RuntimeGuard(RuntimeRules(mode="observe"), repo="huggingface/pytorch-image-models",
+                         tree=tree)
+    with pytest.raises(RuntimeGuardError, match="standard library's module"), \
+            pytest.warns(UserWarning), guard.active():
+        raise AssertionError("the block must not run")

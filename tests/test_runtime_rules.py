@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from safehub.errors import PolicyError
 from safehub._internal.hosts import HostPattern, hosts_of_urls
 from safehub._internal.programs import shell_program
+from safehub.errors import PolicyError
 from safehub.policy import Policy
 from safehub.runtime import RuntimeRules
 

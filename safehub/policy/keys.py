@@ -15,6 +15,7 @@ and the error messages all read this one table.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -129,11 +130,15 @@ class PathValue(ValueType):
     name: str = "path"
     exists: bool = False
     pem: str = ""
+    absolute: bool = False
+    """Must be absolute once ``~`` is expanded (never relative to the policy file)."""
 
     def check(self, value: Any) -> str:
         text = _need_str(value, "a path (a string)")
         if not text or "\0" in text:
             raise Fault("must be a non-empty path")
+        if self.absolute and not os.path.isabs(os.path.expanduser(text)):
+            raise Fault(f"{text!r} is not an absolute path (~ is expanded)")
         return text
 
 
@@ -241,6 +246,36 @@ class Programs(ValueType):
 
 
 @dataclass(frozen=True)
+class ProgramList(ValueType):
+    """Program names or absolute paths (``[confine] exec``)."""
+
+    name: str = "list of program names or absolute paths"
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        items = _need_list(value, "program names")
+        for v in items:
+            try:
+                check_entry(_need_str(v, "a program name"))
+            except ValueError as e:
+                raise Fault(str(e)) from None
+        return tuple(items)
+
+
+@dataclass(frozen=True)
+class Ports(ValueType):
+    """TCP port numbers, 1 to 65535."""
+
+    name: str = "list of port numbers"
+
+    def check(self, value: Any) -> tuple[int, ...]:
+        items = _need_list(value, "port numbers")
+        for v in items:
+            if type(v) is not int or not 0 < v < 65536:
+                raise Fault(f"{v!r} is not a port number from 1 to 65535")
+        return tuple(items)
+
+
+@dataclass(frozen=True)
 class Tables(ValueType):
     """A list of tables whose keys are declared in another scope (``[[allow.signers]]``)."""
 
@@ -257,11 +292,13 @@ class Tables(ValueType):
 #: ``any-true`` / ``any-false`` (either side can tighten), ``latest`` (a later file, then the
 #: environment, override; a ``final`` file holds), ``per-file`` (not merged), ``each``
 #: (every file that sets it must allow: ``local_dirs``, see ``Policy.decide_local``).
+#: ``narrow`` ([confine]): the first file that sets a key bounds it; a later file may only
+#: narrow it (see ``Policy.confine``).
 #: How matching [[allow]] rules combine: ``each`` (every rule's list must allow it),
 #: ``strictest``, ``signer-set`` (each rule that asks for a signature adds a signer set
 #: that must accept it), ``match`` (selects the rule), ``note`` (for humans).
 MERGES = ("strictest", "any-true", "any-false", "latest", "per-file", "each", "signer-set",
-          "match", "note")
+          "match", "note", "narrow")
 
 
 @dataclass(frozen=True)
@@ -330,6 +367,19 @@ _DECLARED: tuple[Key, ...] = (
         "come from (subfolders included, symlinks resolved); unset: any folder, unless "
         "`unknown_repos = \"deny\"`; every file that sets it must admit the folder",
         "each", project=False),
+    Key("safehub", "confine", Bool(), False, "`safehub run` confines its command with the "
+        "kernel's Landlock (as `--confine`) and refuses to start it unconfined; as "
+        "`SAFEHUB_CONFINE=1`", "any-true", env="SAFEHUB_CONFINE"),
+    # [confine]: what `safehub run --confine` lets its command do (docs/confine.md)
+    Key("confine", "writes", PathList(item=PathValue(absolute=True)), (), "folders the "
+        "command may change (create, write, truncate, remove, rename into), besides "
+        "safehub's cache, data and log folders, torch's hub dir and the temp dir; absolute "
+        "(`~` expanded); a later file may only narrow it", "narrow"),
+    Key("confine", "exec", ProgramList(), (), "programs the command may run (names looked "
+        "up on `PATH` once, or absolute paths), besides its own interpreter; a later file "
+        "may only narrow it", "narrow"),
+    Key("confine", "connect_ports", Ports(), (443,), "TCP ports the command may connect "
+        "to (Landlock ABI 4); a later file may only narrow it", "narrow"),
     # [[allow]]
     Key("allow", "repo", GlobValue(repo=True), None, "which repos the rule covers; ASCII, "
         "compared case-insensitively", "match", required=True,
@@ -388,13 +438,13 @@ _DECLARED: tuple[Key, ...] = (
     Key("signer", "trigger", GlobValue(), None, "GitHub Actions claim: event", "match"),
 )
 
-SCOPES = ("safehub", "allow", "deny", "signer")
+SCOPES = ("safehub", "confine", "allow", "deny", "signer")
 KEYS: Mapping[str, Mapping[str, Key]] = {
     scope: {k.name: k for k in _DECLARED if k.scope == scope} for scope in SCOPES
 }
 #: Where each scope sits in a file, for error messages.
-TABLE_NAMES = {"safehub": "[safehub]", "allow": "[[allow]]", "deny": "[[deny]]",
-               "signer": "[[allow.signers]]"}
+TABLE_NAMES = {"safehub": "[safehub]", "confine": "[confine]", "allow": "[[allow]]",
+               "deny": "[[deny]]", "signer": "[[allow.signers]]"}
 
 
 @dataclass(frozen=True)

@@ -254,6 +254,13 @@ class Policy:
     def mode(self) -> str:
         return str(self.setting("mode").value)
 
+    def confine_layers(self, name: str) -> list[tuple[str, Any]]:
+        """(file, value) of each file whose ``[confine]`` table sets ``name``, in order:
+        the first bounds the key, each later one may only narrow it (``safehub.confine``
+        works out the narrowing, once names and links are resolved)."""
+        return [(f.source, f.confine[name]) for f in self.layers
+                if f.confine is not None and name in f.confine.given]
+
     # -- deciding -----------------------------------------------------------------------
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None,
@@ -368,6 +375,9 @@ class Policy:
                          for s in (self.setting(name),)},
             "local_dirs": [{"from": source, "value": None if dirs is None else list(dirs)}
                            for _, source, dirs in self._local_holders()],
+            "confine": {name: [{"from": source, "value": _plain(value)}
+                               for source, value in self.confine_layers(name)]
+                        for name in KEYS["confine"]},
             "rules": [
                 {"kind": r.kind, "from": r.source, "index": r.index + 1,
                  "admits": r.admits if r.kind == "allow" else None,

@@ -47,6 +47,8 @@ class FileSpec:
     safehub: Table
     allow: tuple[Table, ...] = ()
     deny: tuple[Table, ...] = ()
+    confine: Table | None = None
+    """The ``[confine]`` table, if the file has one."""
 
 
 class _Faults:
@@ -156,15 +158,19 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
         return value
 
     section: Table | None = Table("safehub", {k.name: k.default for k in KEYS["safehub"].values()})
+    confine: Table | None = None
     rules: dict[str, list[Table]] = {"allow": [], "deny": []}
     if type(data) is not dict:
         faults.add("(top level)", "must be a TOML document")
     else:
         for name in data:
-            if name not in ("safehub", "allow", "deny"):
-                faults.add(name, "unknown table; allowed: [safehub], [[allow]], [[deny]]")
+            if name not in ("safehub", "confine", "allow", "deny"):
+                faults.add(name, "unknown table; allowed: [safehub], [confine], [[allow]], "
+                           "[[deny]]")
         if "safehub" in data:
             section = _table("safehub", data["safehub"], "safehub", faults, resolve)
+        if "confine" in data:
+            confine = _table("confine", data["confine"], "confine", faults, resolve)
         for scope in ("allow", "deny"):
             raw = data.get(scope, [])
             if type(raw) is not list:
@@ -178,7 +184,8 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
     if faults.items or section is None:
         raise PolicyError(f"policy file {source} is invalid:\n    "
                           + "\n    ".join(faults.items), hint=_fix(source, origin))
-    return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]))
+    return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]),
+                    confine)
 
 
 def _path(kind: PathValue, value: str, base: Path, project: bool) -> str:
@@ -256,7 +263,7 @@ def pydantic_model() -> Any:
         return annotation, (... if key.required else key.default)
 
     models: dict[str, Any] = {}
-    for scope in ("signer", "safehub", "deny", "allow"):
+    for scope in ("signer", "safehub", "confine", "deny", "allow"):
         validators: dict[str, Any] = {}
         for check in _TABLE_CHECKS.get(scope, ()):
             def after(self: Any, check: Callable[[Table], None] = check,
@@ -270,6 +277,7 @@ def pydantic_model() -> Any:
     section, allow, deny = models["safehub"], models["allow"], models["deny"]
     _MODELS["file"] = create_model(
         "PolicyFile", __config__=config, safehub=(section, section()),
+        confine=(models["confine"] | None, None),
         allow=(list.__class_getitem__(allow), []), deny=(list.__class_getitem__(deny), []))
     return _MODELS["file"]
 

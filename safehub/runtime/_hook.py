@@ -31,7 +31,7 @@ from safehub.cache import opened
 from safehub.errors import RuntimeGuardError
 from safehub.runtime._events import EVENTS, Action, writes
 
-__all__ = ["OWN_WORK", "Guarded", "install", "own_work", "pop", "push"]
+__all__ = ["OWN_WORK", "Guarded", "install", "own_work", "pop", "push", "watch"]
 
 
 class Guarded(Protocol):
@@ -70,20 +70,32 @@ _installed = False
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event == "open":
-        prefixes = opened.PREFIXES
-        if prefixes:
+        if _prefixes:
             name = args[0]
-            if type(name) is str and name[:1] == "/" and "/." not in name:
-                if name.startswith(prefixes):
+            if name.__class__ is str:
+                if "/." in name or name[:1] != "/":
+                    _tree_read_slow(name, args)  # relative, "tree/../x" or "a/../tree/x"
+                elif name.startswith(_prefixes):
                     _tree_read(name, args)
-            elif type(name) is not int:
-                _tree_read_slow(name, args)
+            elif name.__class__ is not int:
+                _tree_read_slow(name, args)  # bytes, a path object
     elif event == "os.chdir":
         opened.changed_dir()
-    elif event == "os.mkdir" and opened.PREFIXES:
+    elif event == "os.mkdir" and _prefixes:
         opened.refuse_bytecode_folder(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
+
+
+_prefixes: tuple[str, ...] = ()  # opened.PREFIXES, where the hook reads it fastest
+
+
+def watch(prefixes: tuple[str, ...], sealed: int, repo: str,
+          ident: tuple[int, int] | None = None) -> None:
+    """Check reads of the tree under ``prefixes`` from now on (:func:`opened.watch`)."""
+    global _prefixes
+    opened.watch(prefixes, sealed, repo, ident)
+    _prefixes = opened.PREFIXES
 
 
 def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
@@ -114,9 +126,8 @@ def _tree_read(path: str, args: tuple[Any, ...]) -> None:
 def _from_a_tree() -> bool:
     """Some frame on this thread's stack runs code of a watched tree."""
     frame: Any = sys._getframe(3)
-    prefixes = opened.PREFIXES
     while frame is not None:
-        if frame.f_code.co_filename.startswith(prefixes):
+        if frame.f_code.co_filename.startswith(_prefixes):
             return True
         frame = frame.f_back
     return False

@@ -41,7 +41,7 @@ from pathlib import Path
 from safehub._internal.hosts import local_name, normalise_host, parse_ip
 from safehub._internal.torchhub import hub_dir
 from safehub._internal.warn import warn
-from safehub.cache import opened
+from safehub.confine.ruleset import current as confine_ruleset
 from safehub.errors import RuntimeGuardError
 from safehub.runtime import _hook
 from safehub.runtime._events import Action
@@ -146,6 +146,7 @@ class RuntimeGuard:
         self._lock = threading.Lock()
         self._addresses = _AddressBook(rules.named_hosts())
         self._own_addresses: _AddressBook | None = None
+        self._confined = confine_ruleset()  # safehub run --confine: the kernel's rules
         self._watch = tuple({str(tree).rstrip(os.sep) + os.sep, str(self.tree) + os.sep})
 
     # -- the guarded block ---------------------------------------------------------------
@@ -167,7 +168,7 @@ class RuntimeGuard:
         self._refuse_shadowing()
         before = set(sys.modules)
         if self.sealed_ns is not None:
-            opened.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
+            _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
         _hook.push(self)
         try:
             yield self.report
@@ -256,6 +257,23 @@ class RuntimeGuard:
                 report.add_entry(report.libraries, f"{action.target} (ctypes symbol)")
             elif kind == "library" or (kind == "extension" and self._written(action.paths[0])):
                 report.add_entry(report.libraries, action.target)
+            if self._confined is not None:
+                self._kernel_refuses(action)
+
+    def _kernel_refuses(self, action: Action) -> None:
+        """Note what the kernel will refuse of ``action`` (the record of a confined job)."""
+        assert self._confined is not None
+        checks: list[tuple[str, str | int]] = []
+        if action.kind == "write":
+            checks = [("write", p) for p in action.paths]
+        elif action.kind == "process" and action.real:
+            checks = [("exec", action.real)]
+        elif action.kind == "connect" and action.op == "socket.connect" and action.port:
+            checks = [("connect", action.port)]
+        for kind, target in checks:
+            why = self._confined.refuses(kind, target)
+            if why:
+                self.report.add_entry(self.report.kernel, f"{action.target}: {why}")
 
     def _written(self, path: str) -> bool:
         """``path`` is in a place the guarded code may write (a Python installation in the

@@ -22,7 +22,8 @@ class RuntimeReport:
     paths changed outside the repo's tree; ``environ``: environment variables set or unset
     (names only: later processes and libraries of the caller see them, ``HTTPS_PROXY`` or
     ``PATH`` for instance); ``libraries``: native code loaded with ctypes,
-    compiled modules imported from writable places, risky ctypes functions looked up;
+    compiled modules imported from writable places, ctypes functions looked up;
+    ``kernel``: under ``safehub run --confine``, the actions above the kernel refuses;
     ``refused``: every refusal, in order; ``shadowing``: top-level names of the tree that
     shadow other modules; ``leftovers``: the tree's modules still imported afterwards.
     """
@@ -35,6 +36,8 @@ class RuntimeReport:
     writes: list[str] = field(default_factory=list)
     environ: list[str] = field(default_factory=list)
     libraries: list[str] = field(default_factory=list)
+    kernel: list[str] = field(default_factory=list)
+    """Under ``safehub run --confine``: what the guard saw that the kernel refuses."""
     refused: list[RuntimeGuardError] = field(default_factory=list)
     shadowing: list[Shadow] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
@@ -52,6 +55,7 @@ class RuntimeReport:
             "hosts": list(self.hosts), "lookups": list(self.lookups),
             "programs": list(self.programs), "writes": list(self.writes),
             "environ": list(self.environ), "libraries": list(self.libraries),
+            "kernel": list(self.kernel),
             "refused": [{"action": e.action, "target": e.target, "key": e.key,
                          "message": e.message} for e in self.refused],
             "shadowing": [s.to_json() for s in self.shadowing],

@@ -1,0 +1,342 @@
+"""``safehub run --confine``: the kernel's Landlock holds a job to the ``[confine]`` table,
+whatever code runs in it. On real parts: the machine's kernel, a hub repo served by the
+loopback stand-in, a program that loads it through torch.hub, real sockets and processes.
+
+Each evasion that gets past the in-process guard (a thread started from the wrapper's
+closure, ctypes, torch.save's C++ writer) is shown succeeding without confinement and
+refused by the kernel with it; the honest job works unchanged.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from safehub._cli import main
+from safehub.config import Settings
+from safehub.confine import _landlock
+from safehub.confine.plan import plan
+from safehub.errors import PolicyError
+from safehub.policy import Policy
+from tests.conftest import HUBCONF, needs_torch
+
+needs_landlock = pytest.mark.skipif(
+    _landlock.abi() < 4, reason=f"the kernel offers Landlock ABI {_landlock.abi()}; "
+    "confinement needs 4 (Linux 6.7)")
+
+ATTACKS = HUBCONF + '''
+
+def _outcome(action):
+    try:
+        result = action()
+    except BaseException as e:
+        return f"refused: {type(e).__name__}: {e}"
+    return f"done: {result}"
+
+
+def plain(path):
+    return _outcome(lambda: open(path, "w").write("x"))
+
+
+def closure_thread(path):
+    """The original thread start, taken out of the guard's wrapper: no guard in it."""
+    import threading
+    start = threading._start_new_thread
+    original = start.__closure__[0].cell_contents if start.__closure__ else start
+    done, outcome = threading.Event(), []
+
+    def run():
+        outcome.append(_outcome(lambda: open(path, "w").write("x")))
+        done.set()
+
+    original(run, ())
+    done.wait(60)
+    return outcome[0] if outcome else "no thread"
+
+
+def ctypes_open(path):
+    import ctypes, os
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = libc.open(path.encode(), os.O_WRONLY | os.O_CREAT, 0o644)
+    if fd < 0:
+        return f"refused: errno {ctypes.get_errno()}"
+    libc.close(fd)
+    return "done"
+
+
+def ctypes_popen(path):
+    import ctypes
+    libc = ctypes.CDLL(None)
+    libc._IO_popen.restype = ctypes.c_void_p
+    stream = libc._IO_popen(f"echo x > {path}".encode(), b"r")
+    return "done: " + str(libc.pclose(ctypes.c_void_p(stream)) if stream else "no stream")
+
+
+def torch_save(path):
+    import torch
+    return _outcome(lambda: torch.save(torch.zeros(2), path))
+
+
+def child_isolated(path):
+    import subprocess, sys
+    code = f"open({path!r}, 'w').write('x')"
+    return _outcome(lambda: subprocess.run([sys.executable, "-I", "-c", code]).returncode)
+
+
+def program():
+    import subprocess
+    return _outcome(lambda: subprocess.run(["id", "-u"], capture_output=True).returncode)
+
+
+def connect(port):
+    import socket
+    def go():
+        with socket.create_connection(("127.0.0.1", int(port)), timeout=10):
+            return "connected"
+    return _outcome(go)
+
+
+def train(folder, port):
+    """The honest job: checkpoints under its folder, its port, its program."""
+    import os, socket, subprocess, torch
+    model = torch.nn.Linear(2, 2)
+    torch.save(model.state_dict(), os.path.join(folder, "epoch-1.pt"))
+    with socket.create_connection(("127.0.0.1", int(port)), timeout=10):
+        pass
+    version = subprocess.run(["git", "--version"], capture_output=True, text=True, check=True)
+    return version.stdout.split()[0]
+'''
+
+PROGRAM = '''import json, sys, torch
+results = {}
+for case, args in json.loads(sys.argv[1]):
+    try:
+        results[case] = torch.hub.load("acme/models:v1.0", case, *args, verbose=False)
+    except Exception as e:  # the load's own verdict (a refusal the repo swallowed)
+        results[case] = f"load refused: {type(e).__name__}"
+print("RESULTS " + json.dumps(results))
+'''
+
+
+@pytest.fixture
+def listener() -> Iterator[int]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s.getsockname()[1]
+
+
+@pytest.fixture
+def job(make_hub_repo, server, isolated: Path, tmp_path: Path,  # type: ignore[no-untyped-def]
+        listener: int) -> dict[str, Any]:
+    """A repo, a program that loads it, a policy with a [confine] table, an environment."""
+    make_hub_repo("acme", "models", {"hubconf.py": ATTACKS})
+    (tmp_path / "tmpdir").mkdir()
+    (tmp_path / "outside").mkdir()
+    checkpoints = tmp_path / "checkpoints"
+    policy = isolated / "config" / "safehub" / "policy.toml"
+    policy.parent.mkdir(parents=True)
+    canaries = tmp_path / "canaries"  # the test hubconf's canary is written on import
+    canaries.mkdir()
+    policy.write_text(f'[[allow]]\nrepo = "acme/models"\n[confine]\n'
+                      f'writes = ["{checkpoints}", "{canaries}"]\n'
+                      f'exec = ["git"]\nconnect_ports = [{server.port}, {listener}]\n')
+    program = tmp_path / "prog.py"
+    program.write_text(PROGRAM)
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir"), "CI": "true",
+           "SAFEHUB_TEST_CANARY": str(canaries / "canary")}
+    return {"env": env, "program": program, "outside": tmp_path / "outside",
+            "checkpoints": checkpoints, "listener": listener, "policy": policy,
+            "canaries": canaries}
+
+
+def run(job: dict[str, Any], cases: list[tuple[str, list[Any]]], *flags: str
+        ) -> tuple[dict[str, str], subprocess.CompletedProcess[str]]:
+    done = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", *flags, "--", sys.executable,
+         str(job["program"]), json.dumps(cases)],
+        env=job["env"], capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=600)
+    line = next((x for x in done.stdout.splitlines() if x.startswith("RESULTS ")), None)
+    assert line is not None, (done.stdout, done.stderr)
+    return json.loads(line[len("RESULTS "):]), done
+
+
+def _attacks(job: dict[str, Any], free_port: int) -> list[tuple[str, list[Any]]]:
+    out = job["outside"]
+    return [("plain", [str(out / "plain")]), ("closure_thread", [str(out / "thread")]),
+            ("ctypes_open", [str(out / "ctypes")]), ("ctypes_popen", [str(out / "popen")]),
+            ("torch_save", [str(out / "saved.pt")]), ("child_isolated", [str(out / "child")]),
+            ("program", []), ("connect", [free_port])]
+
+
+@pytest.fixture
+def free_port() -> Iterator[int]:
+    """A port some server listens on that [confine] does not list."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield s.getsockname()[1]
+
+
+@needs_landlock
+@needs_torch
+def test_every_evasion_is_refused_by_the_kernel_and_nothing_is_written(
+    job: dict[str, Any], free_port: int, isolated: Path
+) -> None:
+    results, done = run(job, _attacks(job, free_port), "--confine")
+    assert done.returncode == 0, done.stderr
+    assert list(job["outside"].iterdir()) == [], results  # not one byte written outside
+    for case in ("plain", "closure_thread", "program", "connect"):  # EACCES from the kernel
+        assert results[case].startswith("refused: PermissionError: [Errno 13]"), results
+    assert results["ctypes_open"] == "refused: errno 13"
+    assert "Permission denied" in results["torch_save"]  # torch's C++ writer
+    assert results["child_isolated"] == "done: 1"  # python -I ran, and its write failed
+    assert results["ctypes_popen"] != "done: 0"  # sh may not run at all
+    # The audit line of the run names the ruleset and the ABI; the load's line records what
+    # the in-process guard saw that the kernel refused.
+    lines = [json.loads(x) for x in (isolated / "state" / "safehub" / "log" / "audit.jsonl")
+             .read_text().splitlines()]
+    run_line = next(x for x in lines if x["decision"] == "confine")
+    assert run_line["confine"]["abi"] >= 4 and run_line["command"][0] == sys.executable
+    kernel = [k for x in lines if "runtime" in x for k in x["runtime"]["kernel"]]
+    assert any(str(job["outside"] / "plain") in k for k in kernel), kernel
+    assert any("id -u" in k and "not in [confine] exec" in k for k in kernel), kernel
+
+
+@needs_torch
+def test_the_same_evasions_get_past_the_in_process_guard(job: dict[str, Any], free_port: int
+                                                         ) -> None:
+    """The documented limit: under runtime = "enforce" the in-process guard refuses what it
+    sees (the plain write, the child process), and code that goes around it succeeds."""
+    job["policy"].write_text('[safehub]\nruntime = "enforce"\n[[allow]]\nrepo = "acme/models"\n'
+                             f'writes = ["{job["canaries"]}"]\n')
+    results, _ = run(job, _attacks(job, free_port)[:5])
+    assert results["plain"] == "load refused: RuntimeGuardError"
+    for case, name in (("closure_thread", "thread"), ("ctypes_open", "ctypes"),
+                       ("ctypes_popen", "popen"), ("torch_save", "saved.pt")):
+        assert (job["outside"] / name).exists(), (case, results[case])
+
+
+@needs_landlock
+@needs_torch
+def test_the_honest_job_works_unchanged_under_confinement(job: dict[str, Any]) -> None:
+    job["checkpoints"].mkdir()
+    results, done = run(job, [("train", [str(job["checkpoints"]), job["listener"]])],
+                        "--confine")
+    assert results == {"train": "git"}, done.stderr
+    assert (job["checkpoints"] / "epoch-1.pt").stat().st_size > 0
+
+
+@needs_landlock
+@needs_torch
+def test_a_listed_folder_that_does_not_exist_yet_is_made(job: dict[str, Any]) -> None:
+    results, _ = run(job, [("train", [str(job["checkpoints"]), job["listener"]])], "--confine")
+    assert results == {"train": "git"} and (job["checkpoints"] / "epoch-1.pt").exists()
+
+
+@needs_landlock
+@needs_torch
+@pytest.mark.parametrize("how", ["environment", "site policy"])
+def test_confinement_required_by_the_site_or_the_environment(job: dict[str, Any],
+                                                             isolated: Path, how: str) -> None:
+    if how == "environment":
+        job["env"]["SAFEHUB_CONFINE"] = "1"
+    else:
+        site = isolated / "etc-xdg" / "safehub" / "policy.toml"
+        site.parent.mkdir(parents=True)
+        site.write_text("[safehub]\nconfine = true\n")
+    results, _ = run(job, [("plain", [str(job["outside"] / "plain")])])  # no --confine
+    assert "Permission denied" in results["plain"]
+    assert list(job["outside"].iterdir()) == []
+
+
+@pytest.mark.parametrize(("abi", "missing"), [(0, "has no Landlock"), (3, "needs ABI 4")])
+def test_a_kernel_without_what_confinement_needs_refuses_to_start(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    abi: int, missing: str, isolated: Path
+) -> None:
+    monkeypatch.setattr(_landlock, "abi", lambda: abi)
+    marker = tmp_path / "ran"
+    command = ["run", "--confine", "--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "ConfineError" in err or missing in err
+    assert missing in err and not marker.exists()
+    site = isolated / "etc-xdg" / "safehub" / "policy.toml"  # required by the site: the same
+    site.parent.mkdir(parents=True)
+    site.write_text("[safehub]\nconfine = true\n")
+    assert main(command[:1] + command[2:]) == 1 and not marker.exists()
+
+
+def test_dry_run_prints_the_ruleset_and_runs_nothing(capsys: pytest.CaptureFixture[str],
+                                                     tmp_path: Path, isolated: Path) -> None:
+    marker = tmp_path / "ran"
+    command = ["--", sys.executable, "-c", f"open({str(marker)!r}, 'w')"]
+    assert main(["run", "--confine", "--dry-run", *command]) == 0
+    shown = capsys.readouterr().out
+    assert "may change" in shown and "may run:" in shown and "TCP ports: 443" in shown
+    assert str(isolated / "cache" / "safehub") in shown and "(the command)" in shown
+    assert main(["run", "--confine", "--dry-run", "--json", *command]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["confine"]["connect_ports"] == [443]
+    assert os.path.realpath(sys.executable) in [g["path"] for g in data["confine"]["exec"]]
+    assert not marker.exists()
+
+
+# -- the [confine] table: validated, and narrowed by later files ------------------------------
+
+@pytest.mark.parametrize(("line", "fault"), [
+    ('writes = ["relative/dir"]', "not an absolute path"),
+    ("connect_ports = [0]", "port number"),
+    ("connect_ports = [70000]", "port number"),
+    ('connect_ports = ["443"]', "port number"),
+    ("connect_ports = [true]", "port number"),
+    ('exec = ["rm -rf"]', "not a program name"),
+    ("bind_ports = [80]", "unknown key"),
+])
+def test_a_bad_confine_table_is_an_error_naming_the_file_and_key(line: str, fault: str) -> None:
+    with pytest.raises(PolicyError, match=fault) as info:
+        Policy.from_text(f"[confine]\n{line}\n", "/etc/xdg/safehub/policy.toml")
+    assert "/etc/xdg/safehub/policy.toml" in info.value.message
+    assert "confine." in info.value.message
+
+
+def _plan(*texts: str, command: str = sys.executable) -> Any:
+    from safehub.policy.schema import parse_text
+
+    policy = Policy.from_files([parse_text(t, f"/f{i}.toml") for i, t in enumerate(texts)])
+    return plan(policy, Settings.from_env(policy=policy), [command], abi=7)
+
+
+def test_a_later_file_only_narrows_confine(tmp_path: Path) -> None:
+    a, b, c = tmp_path / "a", tmp_path / "a" / "b", tmp_path / "c"
+    ruleset = _plan(f'[confine]\nwrites = ["{a}"]\nexec = ["git"]\nconnect_ports = [443, 8443]\n',
+                    f'[confine]\nwrites = ["{b}", "{c}"]\nexec = ["git", "curl"]\n'
+                    "connect_ports = [8443, 22]\n")
+    listed = [g.path for g in ruleset.writes if "[confine]" in g.why]
+    assert listed == [str(b)]  # inside the first file's folder: kept; elsewhere: dropped
+    assert [g.why.split(":")[0] for g in ruleset.exec if "[confine]" in g.why] == ["git"]
+    assert ruleset.connect_ports == (8443,)
+
+
+def test_a_link_out_of_the_bound_does_not_widen_it(tmp_path: Path) -> None:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "data" / "link").symlink_to(tmp_path / "etc")
+    ruleset = _plan(f'[confine]\nwrites = ["{tmp_path / "data"}"]\n',
+                    f'[confine]\nwrites = ["{tmp_path / "data" / "link"}"]\n')
+    assert [g.path for g in ruleset.writes if "[confine]" in g.why] == []
+
+
+def test_the_first_file_that_sets_a_key_bounds_it() -> None:
+    ruleset = _plan("[safehub]\nmode = 'enforce'\n", "[confine]\nconnect_ports = [8443]\n")
+    assert ruleset.connect_ports == (8443,)
+    assert _plan("").connect_ports == (443,)
