@@ -91,6 +91,14 @@ def child_isolated(path):
     return _outcome(lambda: subprocess.run([sys.executable, "-I", "-c", code]).returncode)
 
 
+def spawn_shell(path):
+    import os
+    def go():
+        pid = os.posix_spawn("/bin/sh", ["sh", "-c", f"echo x > {path}"], dict(os.environ))
+        return os.waitpid(pid, 0)[1]
+    return _outcome(go)
+
+
 def program():
     import subprocess
     return _outcome(lambda: subprocess.run(["id", "-u"], capture_output=True).returncode)
@@ -174,7 +182,7 @@ def _attacks(job: dict[str, Any], free_port: int) -> list[tuple[str, list[Any]]]
     return [("plain", [str(out / "plain")]), ("closure_thread", [str(out / "thread")]),
             ("ctypes_open", [str(out / "ctypes")]), ("ctypes_popen", [str(out / "popen")]),
             ("torch_save", [str(out / "saved.pt")]), ("child_isolated", [str(out / "child")]),
-            ("program", []), ("connect", [free_port])]
+            ("spawn_shell", [str(out / "shell")]), ("program", []), ("connect", [free_port])]
 
 
 @pytest.fixture
@@ -194,7 +202,7 @@ def test_every_evasion_is_refused_by_the_kernel_and_nothing_is_written(
     results, done = run(job, _attacks(job, free_port), "--confine")
     assert done.returncode == 0, done.stderr
     assert list(job["outside"].iterdir()) == [], results  # not one byte written outside
-    for case in ("plain", "closure_thread", "program", "connect"):  # EACCES from the kernel
+    for case in ("plain", "closure_thread", "program", "connect", "spawn_shell"):  # EACCES
         assert results[case].startswith("refused: PermissionError: [Errno 13]"), results
     assert results["ctypes_open"] == "refused: errno 13"
     assert "Permission denied" in results["torch_save"]  # torch's C++ writer
