@@ -9,7 +9,7 @@ archived with ``git archive --format=zip`` as GitHub does. Then, on the same zip
 alternating order, the median of ``--runs`` (the disk is synced between runs):
 
 * torch.hub: ``zipfile.ZipFile(zip).extractall(dir)`` (what ``torch.hub`` does);
-* safehub: :func:`safehub.archive.extract` (checks, writes read-only, one streaming pass
+* safehub: :func:`safehub.verify.archive.extract` (checks, writes read-only, one streaming pass
   that hashes SHA-256 and the git blob id while writing, inflating and hashing on two
   helper threads) and :func:`check_tree` against
   the commit's tree: exact for the repo without submodules, per file (the API's listing,
@@ -37,8 +37,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 from safehub._internal.fsutil import rmtree  # noqa: E402
-from safehub.archive import check_tree, extract  # noqa: E402
 from safehub.config import Limits  # noqa: E402
+from safehub.verify.archive import check_tree, extract  # noqa: E402
 
 WORDS = ["def", "class", "return", "import", "self", "torch", "tensor", "model", "weight",
          "layer", "forward", "config", "data", "loader", "train", "eval", "batch", "shape"]

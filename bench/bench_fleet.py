@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     server = start_server(work)
     shared = work / "shared-cache"
     try:
-        from safehub._cli import main as cli
+        from safehub.cli import main as cli
         from tests.support import git
 
         make_big_repo(work / "repo", args.files)

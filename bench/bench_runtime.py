@@ -103,7 +103,7 @@ def small_repo(root: Path) -> Path:
 
 
 def measure(root: Path) -> dict[str, float]:
-    from safehub.runtime import RuntimeGuard, RuntimeRules
+    from safehub.run.runtime import RuntimeGuard, RuntimeRules
 
     results: dict[str, float] = {}
     event = lambda: sys.audit("bench.event", 1)  # noqa: E731
@@ -144,7 +144,7 @@ def measure(root: Path) -> dict[str, float]:
     # After a load, its verified tree stays watched for the process's lifetime: every
     # read is matched against it (and a read of a tree file from outside the repo's code
     # looks at the stack first).
-    from safehub.cache import opened as sealed
+    from safehub.store.cache import opened as sealed
 
     other = root / "other.txt"
     other.write_text("x")
@@ -173,7 +173,7 @@ def warm_loads(root: Path) -> dict[str, float]:
         import torch.hub
     except ImportError:
         return {}
-    from safehub.runtime import RuntimeGuard, RuntimeRules
+    from safehub.run.runtime import RuntimeGuard, RuntimeRules
 
     tree = small_repo(root)
     hub_load: Callable[..., Any] = torch.hub.load
@@ -204,8 +204,8 @@ sys.path.insert(0, sys.argv[1])
 import bench_runtime as b
 path, tree = sys.argv[2], sys.argv[3]
 if sys.argv[4] == "hooked":
-    from safehub.cache import opened
-    from safehub.runtime import _hook
+    from safehub.store.cache import opened
+    from safehub.run.runtime import _hook
     _hook.install()
     opened.watch((tree.rstrip("/") + "/",), time.time_ns(), "bench/tree")
 print(json.dumps(b.per_event(lambda: open(path, "rb").close(), n=50_000)))

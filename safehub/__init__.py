@@ -157,7 +157,7 @@ def help(
 
 def get_dir() -> str:
     """torch.hub's directory (weights and checkpoints); safehub's cache lives elsewhere."""
-    from safehub._internal.torchhub import torch_hub
+    from safehub.run.torchhub import torch_hub
 
     result: str = torch_hub().get_dir()
     return result
@@ -167,7 +167,7 @@ def set_dir(d: str | os.PathLike[str]) -> None:
     """Set torch.hub's directory, as ``torch.hub.set_dir`` does."""
     import os
 
-    from safehub._internal.torchhub import torch_hub
+    from safehub.run.torchhub import torch_hub
 
     if not isinstance(d, str | os.PathLike):
         raise SpecError(f"set_dir({d!r}): a folder path is a string or a path",
@@ -182,7 +182,7 @@ def download_url_to_file(
     progress: bool = True,
 ) -> None:
     """Download ``url`` to ``dst``, as ``torch.hub.download_url_to_file`` does."""
-    from safehub._internal.torchhub import torch_hub
+    from safehub.run.torchhub import torch_hub
 
     torch_hub().download_url_to_file(url, dst, hash_prefix, progress)
 
@@ -197,7 +197,7 @@ def load_state_dict_from_url(
     weights_only: bool = False,
 ) -> dict[str, Any]:
     """Download and ``torch.load`` a state dict, as ``torch.hub.load_state_dict_from_url``."""
-    from safehub._internal.torchhub import torch_hub
+    from safehub.run.torchhub import torch_hub
 
     result: dict[str, Any] = torch_hub().load_state_dict_from_url(
         url, model_dir, map_location, progress, check_hash, file_name, weights_only
@@ -217,14 +217,14 @@ def install() -> None:
     import load``): torch.hub's functions themselves are routed, not only the module's
     attributes. :func:`uninstall` restores torch's behaviour.
     """
-    from safehub._internal import torchhub
+    from safehub.run import torchhub
 
     torchhub.install(_REPLACEMENTS)
 
 
 def uninstall() -> None:
     """Undo :func:`install`."""
-    from safehub._internal import torchhub
+    from safehub.run import torchhub
 
     torchhub.uninstall()
 

@@ -2,6 +2,6 @@
 
 import sys
 
-from safehub._cli import main
+from safehub.cli import main
 
 sys.exit(main())

@@ -21,10 +21,10 @@ from typing import Literal
 from safehub._internal import fixes
 from safehub._internal.warn import warn
 from safehub.errors import PinError, PolicyDenied
-from safehub.lockfile import LockEntry, Lockfile, spec_key
 from safehub.policy import Decision, Policy
 from safehub.resolve import Resolved, Resolver
 from safehub.spec import RepoSpec
+from safehub.store.lockfile import LockEntry, Lockfile, spec_key
 
 __all__ = ["Admission", "Admitted"]
 

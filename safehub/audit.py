@@ -27,12 +27,12 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
 from safehub.errors import PolicyDenied, PolicyError, SafehubError, UntrustedRepoError
-from safehub.runtime import own_work
 
 __all__ = ["AuditLog", "Note"]
 
@@ -49,10 +49,14 @@ def _who() -> tuple[str, str]:
 class AuditLog:
     """Appends decision records to ``path``."""
 
-    def __init__(self, path: Path, *, required: bool, policy_files: Sequence[str] = ()) -> None:
+    def __init__(self, path: Path, *, required: bool, policy_files: Sequence[str] = (),
+                 around: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
         self.path = path
         self.required = required
         self.policy_files = list(policy_files)
+        self._around = around
+        """Held while a line is written (the load passes the runtime guard's own-work
+        marker: a nested load's line is safehub's, not the repo's)."""
 
     def write(self, decision: str, *, repo: str, reasons: Sequence[str] = (),
               ref: str | None = None, commit: str | None = None, digest: str | None = None,
@@ -67,7 +71,7 @@ class AuditLog:
         }
         line = (json.dumps(record, sort_keys=True) + "\n").encode()
         try:
-            with own_work():  # safehub's line, also when a nested load ends under a guard
+            with self._around():
                 self._append(line)
         except OSError as e:
             if self.required:

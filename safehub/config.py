@@ -26,7 +26,7 @@ from safehub.errors import SpecError
 from safehub.limits import DEFAULTS, Limits
 from safehub.policy import Policy
 from safehub.policy.keys import KEYS
-from safehub.transport import TransportConfig
+from safehub.sources.transport import TransportConfig
 
 __all__ = ["DEFAULTS", "Limits", "Settings", "env_flag"]
 

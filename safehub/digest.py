@@ -21,6 +21,7 @@ Two hashes describe a tree of files:
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -35,9 +36,18 @@ __all__ = [
     "blob_id",
     "content_digest",
     "git_tree_id",
+    "is_digest",
     "parents",
     "tree_id",
 ]
+
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def is_digest(value: object) -> bool:
+    """True for a content digest as safehub writes it (``sha256:<64 hex>``)."""
+    return isinstance(value, str) and _DIGEST.fullmatch(value) is not None
+
 
 MODE_FILE = "100644"
 MODE_EXEC = "100755"

@@ -18,17 +18,16 @@ from pathlib import Path
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
-from safehub.archive import check_tree, drop_empty_dirs, extract
-from safehub.cache import Cache, CachedTree, Verdict
-from safehub.cache.tree import Survey, dir_scan, survey, tamper
 from safehub.config import Settings
 from safehub.errors import IntegrityError, NotFoundError
-from safehub.github import GitHub
-from safehub.lockfile import LockEntry
-from safehub.records import VerifiedRecords
 from safehub.resolve import Resolved
-from safehub.runtime import own_work
-from safehub.transport import Progress, Transport
+from safehub.sources.github import GitHub
+from safehub.sources.transport import Progress, Transport
+from safehub.store.cache import Cache, CachedTree, Verdict
+from safehub.store.cache.tree import Survey, dir_scan, survey, tamper
+from safehub.store.lockfile import LockEntry
+from safehub.store.records import VerifiedRecords
+from safehub.verify.archive import check_tree, drop_empty_dirs, extract
 
 __all__ = ["TreeFetcher"]
 
@@ -140,8 +139,7 @@ class TreeFetcher:
                 seen.dirs == _dirs(hit, seen.folders) if lazy else seen.scan == hit.scan()):
             fast = seen.sealed
         if fast is None:
-            with own_work():  # safehub reads the files to check them: not the repo's reads
-                hit.verify()
+            hit.verify()  # under a guard, the load's own-work marker covers these reads
             if known is not None and known.digest != hit.digest:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} has digest {hit.digest}, but you "

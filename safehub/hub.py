@@ -17,24 +17,24 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from safehub import guards, runtime
-from safehub._internal import fixes, torchhub
+from safehub._internal import fixes
 from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog, Note
-from safehub.cache import Cache, CachedTree
 from safehub.config import Settings
 from safehub.errors import HubconfError, NotFoundError, OfflineError, PinError, SpecError
 from safehub.fetch import TreeFetcher
-from safehub.github import GitHub
-from safehub.lockfile import Lockfile
 from safehub.policy import Decision, Policy, load_policy
-from safehub.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.resolve import Resolved, Resolver
-from safehub.runtime import RuntimeReport
+from safehub.run import guards, runtime, torchhub
+from safehub.run.runtime import RuntimeReport
 from safehub.signatures.check import SignatureCheck, SignatureStatus
+from safehub.sources.github import GitHub
+from safehub.sources.transport import Transport
 from safehub.spec import RepoSpec, plain_text
-from safehub.transport import Transport
+from safehub.store.cache import Cache, CachedTree
+from safehub.store.lockfile import Lockfile
+from safehub.store.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.trust import Subject, Trust, check_trust_repo
 
 __all__ = ["Hub", "Prepared"]
@@ -68,7 +68,7 @@ class Hub:
 
     Keyword arguments are :class:`~safehub.config.Settings` fields; ``policy`` replaces
     the policy files (``Policy.from_text(...)`` or :func:`safehub.policy.load_policy`);
-    ``transport`` replaces the HTTPS transport (:class:`safehub.transport.Transport`).
+    ``transport`` replaces the HTTPS transport (:class:`safehub.sources.transport.Transport`).
     """
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
@@ -87,7 +87,7 @@ class Hub:
         self.verified = VerifiedRecords(s.data_dir)
         self.audit = AuditLog(s.audit_log or s.log_dir / "audit.jsonl",
                               required=s.audit_log is not None,
-                              policy_files=self.policy.files)
+                              policy_files=self.policy.files, around=runtime.own_work)
         self._transport = transport
         self._weights_transport: Transport | None = None
         self._github: GitHub | None = None

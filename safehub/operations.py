@@ -28,12 +28,12 @@ from safehub.errors import (
     SignatureError,
     SpecError,
 )
-from safehub.lockfile import LockEntry, Lockfile, spec_key
-from safehub.records import WeightPins
-from safehub.runtime import own_work
+from safehub.run.runtime import own_work
 from safehub.signatures.check import verify_complete
 from safehub.signatures.signers import SignerSet
 from safehub.spec import RepoSpec
+from safehub.store.lockfile import LockEntry, Lockfile, spec_key
+from safehub.store.records import WeightPins
 
 if TYPE_CHECKING:
     from safehub.hub import Hub

@@ -31,11 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from safehub._internal import fixes
-from safehub.cache import Cache, CommitProof, RefRecord
 from safehub.errors import NotFoundError, PinError, RepoMovedError
-from safehub.github import GitHub, sha_field
-from safehub.lockfile import LockEntry, spec_key
+from safehub.sources.github import GitHub, sha_field
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
+from safehub.store.cache import Cache, CommitProof, RefRecord
+from safehub.store.lockfile import LockEntry, spec_key
 
 __all__ = ["MAX_COMPARES", "Resolved", "Resolver", "resolve_online"]
 

@@ -2,7 +2,7 @@
 
 torch.hub remembers that a user trusted a *name*; safehub remembers that they trusted
 *this content*: a consent record is the triple (repo, commit, content digest), kept in
-the user's data dir (:class:`~safehub.records.ConsentStore`). New content asks again.
+the user's data dir (:class:`~safehub.store.records.ConsentStore`). New content asks again.
 
 The prompt appears only on a terminal. With ``CI=true``, ``SAFEHUB_NONINTERACTIVE=1`` or
 a stdin that is not a TTY, safehub never calls ``input()``: it refuses at once and says
@@ -19,7 +19,7 @@ from safehub._internal import fixes
 from safehub._internal.warn import warn
 from safehub.errors import SpecError, UntrustedRepoError
 from safehub.policy import Decision
-from safehub.records import ConsentStore
+from safehub.store.records import ConsentStore
 
 __all__ = ["TRUST_VALUES", "Trust", "ask", "check_trust_repo"]
 

@@ -17,7 +17,7 @@ from io import BytesIO
 from pathlib import Path
 
 from safehub.digest import blob_id, parents
-from safehub.gitattributes.subst import CommitFacts, Person
+from safehub.verify.gitattributes.subst import CommitFacts, Person
 
 FILE, EXEC, LINK, GITLINK = "100644", "100755", "120000", "160000"
 

@@ -8,7 +8,7 @@ right before the fence, if any (``<!-- not run: why -->`` marks a block no test 
 continuations, ``&&``, quoting, ``~/`` at the start of a word, ``NAME=value cmd`` and
 ``export NAME=value...``. Anything else (pipes, redirections, ``$VAR``, globs, ``;``) fails
 the test, so a doc cannot quietly show what the runner does not understand. ``safehub`` runs
-in this process through ``safehub._cli.main``; a few other programs run as subprocesses.
+in this process through ``safehub.cli.main``; a few other programs run as subprocesses.
 """
 
 from __future__ import annotations
@@ -210,8 +210,8 @@ def environment(env: Mapping[str, str], cwd: Path) -> Iterator[None]:
 
 
 def run_safehub(shell: Shell, words: list[str], env: dict[str, str]) -> Result:
-    """``safehub ...`` through ``safehub._cli.main``, in this process."""
-    from safehub._cli import main
+    """``safehub ...`` through ``safehub.cli.main``, in this process."""
+    from safehub.cli import main
 
     out, err = io.StringIO(), io.StringIO()
     with environment(env, shell.cwd), contextlib.redirect_stdout(out), \

@@ -64,6 +64,25 @@ def test_no_import_runs_back_up_the_layers() -> None:
     assert not wrong, "\n".join(wrong)
 
 
+def separations() -> list[tuple[str, str]]:
+    text = (ROOT / "docs/architecture.md").read_text()
+    return re.findall(r"^- `([\w.]+)` must not import `([\w.]+)`", text, re.M)
+
+
+def test_the_separations_hold() -> None:
+    """What a layer order cannot say (docs/architecture.md, "Folders and layers")."""
+    rules = separations()
+    assert len(rules) >= 5
+    wrong = []
+    for name, path in modules().items():
+        for imported in imports(path):
+            for low, high in rules:
+                if (name == low or name.startswith(low + ".")) and (
+                        imported == high or imported.startswith(high + ".")):
+                    wrong.append(f"{name} imports {imported}")
+    assert not wrong, "\n".join(wrong)
+
+
 def test_size_limits() -> None:
     too_big = []
     for name, path in modules().items():

@@ -27,7 +27,10 @@ from archive_helpers import (
     unix,
 )
 
-from safehub.archive import (
+from safehub.config import Limits
+from safehub.digest import blob_id
+from safehub.errors import IntegrityError, SafehubError
+from safehub.verify.archive import (
     Extracted,
     Reason,
     check_tree,
@@ -35,9 +38,6 @@ from safehub.archive import (
     extract,
     resolve_link,
 )
-from safehub.config import Limits
-from safehub.digest import blob_id
-from safehub.errors import IntegrityError, SafehubError
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 TOP = "o-r-0123456/"
@@ -326,7 +326,7 @@ def test_the_entry_cap_comes_before_parsing(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """An end record claiming millions of entries is refused from the last bytes alone:
     the (sparse, 138 MB) central directory is never read."""
-    import safehub.archive._extract as module
+    import safehub.verify.archive._extract as module
 
     def never(*args: object) -> None:
         raise AssertionError("the central directory was parsed")
@@ -542,7 +542,7 @@ def test_an_empty_tree_leaves_no_folder(repo: Repo, tmp_path: Path) -> None:
 @pytest.fixture
 def threaded(monkeypatch: pytest.MonkeyPatch) -> None:
     """Decode on the helper threads even for a small archive."""
-    import safehub.archive._stream as stream
+    import safehub.verify.archive._stream as stream
 
     monkeypatch.setattr(stream, "_THREAD", 0)
     monkeypatch.setattr(stream, "_WHOLE", 64)
@@ -551,7 +551,7 @@ def threaded(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_helper_threads_give_the_same_tree(tmp_path: Path, threaded: None,
                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    import safehub.archive._stream as stream
+    import safehub.verify.archive._stream as stream
 
     entries = honest([(TOP + f"pkg/m{n}.py", b"x = %d\n" % n * 40, None) for n in range(30)])
     one = extract(make_zip(tmp_path / "a.zip", entries), tmp_path / "o", commit=SHA,

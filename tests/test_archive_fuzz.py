@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from safehub._internal.fsutil import rmtree
-from safehub.archive import check_tree, extract
 from safehub.config import Limits
 from safehub.errors import SafehubError
+from safehub.verify.archive import check_tree, extract
 
 SCALE = int(os.environ.get("SAFEHUB_FUZZ_SCALE", "1"))
 

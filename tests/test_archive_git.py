@@ -32,10 +32,10 @@ from archive_helpers import (
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safehub.archive import check_tree, extract
 from safehub.config import Limits
 from safehub.digest import parents
 from safehub.errors import IntegrityError
+from safehub.verify.archive import check_tree, extract
 
 SCALE = int(os.environ.get("SAFEHUB_FUZZ_SCALE", "1"))
 CASES_PER_EXAMPLE = 8

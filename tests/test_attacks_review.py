@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._cli import main
+from safehub.cli import main
 from safehub.errors import PolicyDenied, RepoMovedError, SafehubError, SpecError
 from tests.conftest import HUBCONF, HubRepo, runs
 from tests.support import GitHubStandIn

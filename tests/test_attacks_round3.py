@@ -183,7 +183,7 @@ def test_refs_in_full_hold_for_locked_loads(branches: Path, canary: Path,
                                             legacy: bool) -> None:
     """The lockfile keeps the full name (resolved_ref); one written before it did is held
     to a deny for either kind."""
-    from safehub._cli import main
+    from safehub.cli import main
 
     assert main(["lock", "acme/models:dev", "acme/models:vnext"]) == 0
     lock = Path("safehub.lock")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from safehub._cli import main
+from safehub.cli import main
 from tests.conftest import HubRepo, child_pythonpath, needs_torch
 
 
@@ -93,7 +93,7 @@ def test_a_fix_carries_the_cache_dir_and_lockfile_it_was_given(
 
 
 def test_cli_fixes_name_cli_options(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
-    from safehub._cli_parser import for_cli as _for_cli
+    from safehub.cli.parser import for_cli as _for_cli
 
     hint = _for_cli("retry with force_reload=True; or load without force_reload",
                     argparse.Namespace())
@@ -109,7 +109,7 @@ def test_lock_says_when_nothing_changed(hub_repo: HubRepo,
 
 
 def test_the_report_lists_refused_actions_once_as_refused() -> None:
-    from safehub._cli_text import runtime
+    from safehub.cli.text import runtime
 
     report = {"mode": "enforce", "repo": "acme/models", "hosts": [], "lookups": [],
               "programs": [], "writes": ["/home/u/x", "/home/u/y"], "libraries": [],
@@ -123,8 +123,8 @@ def test_the_report_lists_refused_actions_once_as_refused() -> None:
 
 def test_terminal_escapes_from_a_repo_are_shown_escaped(capsys: pytest.CaptureFixture[str]
                                                         ) -> None:
-    from safehub._cli import _fail
-    from safehub._cli_text import out
+    from safehub.cli import _fail
+    from safehub.cli.text import out
 
     out("docstring \x1b]52;c;cHduZWQ=\x07 with\ttab")
     _fail(False, "IntegrityError", "rule `x=\x1b[2K`", "fix \x9b", 1)
@@ -134,7 +134,7 @@ def test_terminal_escapes_from_a_repo_are_shown_escaped(capsys: pytest.CaptureFi
 
 
 def test_a_cache_clear_fix_carries_the_cache_dir() -> None:
-    from safehub._cli_parser import for_cli
+    from safehub.cli.parser import for_cli
 
     hint = for_cli("run:\n      safehub cache clear " + "a" * 40,
                    argparse.Namespace(cache_dir="/x y", lockfile=None))

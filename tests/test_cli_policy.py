@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from safehub._cli import main
+from safehub.cli import main
 from tests.conftest import HubRepo, child_pythonpath, needs_torch, runs
 
 

@@ -30,7 +30,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
 from safehub import errors
-from safehub._cli import main
+from safehub.cli import main
 from safehub.signatures import sign_directory
 from tests.conftest import HAVE_TORCH, HUBCONF, child_pythonpath, needs_torch, runs
 from tests.support import GitHubStandIn, TLSFiles, git, make_repo
@@ -484,7 +484,7 @@ def test_every_failure_is_one_line_a_fix_and_an_exit_code(
 
 def test_every_subcommand_is_in_the_table() -> None:
     """A new subcommand (or action) gets its bad-argument cases here too."""
-    from safehub._cli import COMMANDS
+    from safehub.cli import COMMANDS
 
     tried = {" ".join(shlex.split(c.args)[:2]) for c in CASES} | \
         {shlex.split(c.args)[0] for c in CASES if c.args}
@@ -503,7 +503,7 @@ def test_what_the_repo_code_prints_does_not_spoil_the_json(
 
 def test_version_and_every_help(capsys: pytest.CaptureFixture[str]) -> None:
     from safehub import __version__
-    from safehub._cli import COMMANDS
+    from safehub.cli import COMMANDS
 
     assert main(["--version"]) == 0
     assert capsys.readouterr().out == f"safehub {__version__}\n"

@@ -20,12 +20,12 @@ from typing import Any
 
 import pytest
 
-from safehub._cli import main
+from safehub.cli import main
 from safehub.config import Settings
-from safehub.confine import _landlock
-from safehub.confine.plan import plan
 from safehub.errors import PolicyError
 from safehub.policy import Policy
+from safehub.run.confine import _landlock
+from safehub.run.confine.plan import plan
 from tests.conftest import HUBCONF, needs_torch
 
 needs_landlock = pytest.mark.skipif(

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub.transport import Transport, TransportConfig
+from safehub.sources.transport import Transport, TransportConfig
 from tests.conftest import HubRepo
 
 

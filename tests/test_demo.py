@@ -1,5 +1,5 @@
 """The README's first command runs the shipped example end to end, offline, on a small
-loopback GitHub of its own (safehub/_demo_server.py), which answers the requests the client
+loopback GitHub of its own (safehub/demo/server.py), which answers the requests the client
 makes as well as the ones it may make instead (checked here against git)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import requests
 
-from safehub._cli import main
-from safehub._demo_server import DemoGitHub, git
+from safehub.cli import main
+from safehub.demo.server import DemoGitHub, git
 from tests.conftest import needs_torch
 
 SHA_MEDIA = {"Accept": "application/vnd.github.sha"}
@@ -29,7 +29,7 @@ def test_demo_runs_and_every_attack_is_refused(capsys: pytest.CaptureFixture[str
 
 
 def test_the_demo_server_is_small() -> None:
-    import safehub._demo_server as module
+    import safehub.demo.server as module
 
     assert module.__file__ is not None
     assert len(Path(module.__file__).read_text().splitlines()) <= 300

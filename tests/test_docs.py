@@ -1,7 +1,7 @@
 """Docs that run: every code block of README.md and docs/ is run, checked, or marked.
 
 Each page is read top to bottom, as a newcomer would: shell blocks run line by line
-(``safehub`` through ``safehub._cli.main``, ``git``/``openssl``/``python`` as processes,
+(``safehub`` through ``safehub.cli.main``, ``git``/``openssl``/``python`` as processes,
 see tests/docs_support.py) against the loopback GitHub stand-in; Python blocks run in a
 fresh namespace or a child process; TOML policy blocks are validated with
 ``safehub policy validate`` and, where a page goes on to use them, used; JSON blocks are

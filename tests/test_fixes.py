@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._cli import main
+from safehub.cli import main
 from safehub.errors import SafehubError
 from tests.conftest import HubRepo
 

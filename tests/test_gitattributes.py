@@ -15,8 +15,8 @@ from archive_helpers import FILE, Case, Entry, Repo
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from safehub.gitattributes import Attributes, parse_file
-from safehub.gitattributes._wildmatch import Pattern, byte_set
+from safehub.verify.gitattributes import Attributes, parse_file
+from safehub.verify.gitattributes._wildmatch import Pattern, byte_set
 
 SCALE = int(os.environ.get("SAFEHUB_FUZZ_SCALE", "1"))
 GLOB = [*list("ab*?[]!^-\\/:."), "é", "[:alpha:]", "[:digit:]", "[:nope:]", "**", "x/"]

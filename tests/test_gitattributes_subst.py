@@ -16,10 +16,10 @@ import pytest
 from archive_helpers import FILE, Case, Entry, Repo, ZipItem, read_zip, write_zip
 
 import safehub
-from safehub.archive import Reason, TreeCheck, check_tree, extract
 from safehub.config import Limits
 from safehub.errors import IntegrityError
-from safehub.gitattributes.subst import CommitFacts, Template
+from safehub.verify.archive import Reason, TreeCheck, check_tree, extract
+from safehub.verify.gitattributes.subst import CommitFacts, Template
 from tests.conftest import HUBCONF, HubRepo, runs
 from tests.support import GitHubStandIn
 

@@ -12,10 +12,10 @@ import pytest
 
 import safehub
 from safehub import operations
-from safehub._cli import main
-from safehub.cache import scan_digest
+from safehub.cli import main
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
-from safehub.lockfile import Lockfile
+from safehub.store.cache import scan_digest
+from safehub.store.lockfile import Lockfile
 from tests.conftest import HubRepo, child_pythonpath, runs
 from tests.support import GitHubStandIn
 
@@ -350,7 +350,7 @@ def test_any_lockfile_document_is_read_or_refused_with_a_pin_error() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from safehub.lockfile import Lockfile, parse
+    from safehub.store.lockfile import Lockfile, parse
 
     sha, sha2, digest = "a" * 40, "b" * 40, "sha256:" + "c" * 64
     values = st.one_of(

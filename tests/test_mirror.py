@@ -21,8 +21,8 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._cli import main
-from safehub.lockfile import Lockfile
+from safehub.cli import main
+from safehub.store.lockfile import Lockfile
 from tests.conftest import HubRepo, runs
 from tests.support import GitHubStandIn
 from tests.test_load import _rezip
@@ -255,7 +255,7 @@ def test_a_verification_record_without_a_usable_folder_list(
     the folders, without re-hashing; a list that misses folders (``shorten``) cannot skip
     them: the scan differs, the tree is re-hashed (and is fine); a malformed one counts as
     never verified."""
-    from safehub.cache import CachedTree
+    from safehub.store.cache import CachedTree
 
     spec = f"{nested.spec}:v1.0"
     safehub.load(spec, "echo", trust_repo=True)

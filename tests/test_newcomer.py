@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from safehub._cli import main
+from safehub.cli import main
 from tests.conftest import HubRepo, needs_torch, runs
 from tests.test_fixes import apply, parse
 
@@ -111,7 +111,7 @@ def test_from_help_to_a_pinned_policy_checked_load(
         monkeypatch.setenv("CI", "true")
     # `pip install safehub` puts the command on PATH: the same main() this test calls.
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
-    assert project["project"]["scripts"]["safehub"] == "safehub._cli:main"
+    assert project["project"]["scripts"]["safehub"] == "safehub.cli:main"
     newcomer = Newcomer(capsys)
     shown = newcomer.run(["--help"])
     assert shown.code == 0

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from safehub._cli import main
+from safehub.cli import main
 from tests.test_fixes import apply, parse
 from tests.test_signatures import new_key
 from tests.test_signed_load import Signed, require_key

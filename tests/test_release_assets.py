@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._cli import main
+from safehub.cli import main
 from safehub.config import Settings
 from safehub.errors import FetchError, SignatureError
-from safehub.lockfile import Lockfile
 from safehub.signatures import sign_directory
+from safehub.store.lockfile import Lockfile
 from tests.conftest import HUBCONF, runs
 from tests.support import GitHubStandIn, Reply, git, make_repo
 from tests.test_signatures import new_key

@@ -30,7 +30,7 @@ from runtime_helpers import (
 )
 
 from safehub.errors import PolicyError, RuntimeGuardError, SafehubError
-from safehub.runtime import OwnWork, RuntimeGuard, RuntimeRules, _hook, own_work
+from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules, _hook, own_work
 
 __all__ = ["place", "port"]  # fixtures
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from safehub.errors import RuntimeGuardError
-from safehub.runtime import RuntimeGuard, RuntimeRules, leftovers, shadowing
-from safehub.runtime.hygiene import top_level_owners
+from safehub.run.hygiene import top_level_owners
+from safehub.run.runtime import RuntimeGuard, RuntimeRules, leftovers, shadowing
 
 # A standard-library module nothing in this test process imports.
 UNUSED_STDLIB = "wave"
@@ -129,7 +129,7 @@ def test_a_shadowing_module_is_what_later_imports_get(tree: Path) -> None:
 def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     """Install a distribution ``timmish`` on sys.path (its own top-level package), whose
     metadata names ``huggingface/pytorch-image-models`` as its source, as timm's does."""
-    from safehub.runtime import hygiene
+    from safehub.run import hygiene
 
     site = tmp_path / "site-packages"
     site.mkdir()

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from safehub.errors import RuntimeGuardError
-from safehub.runtime import RuntimeGuard, RuntimeReport, RuntimeRules
+from safehub.run.runtime import RuntimeGuard, RuntimeReport, RuntimeRules
 
 torch = pytest.importorskip("torch")
 

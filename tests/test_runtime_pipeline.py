@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._cli import main
+from safehub.cli import main
 from safehub.errors import RuntimeGuardError
 from tests.conftest import runs
 

@@ -10,7 +10,7 @@ from safehub._internal.hosts import HostPattern, hosts_of_urls
 from safehub._internal.programs import shell_program
 from safehub.errors import PolicyError
 from safehub.policy import Policy
-from safehub.runtime import RuntimeRules
+from safehub.run.runtime import RuntimeRules
 
 
 @pytest.mark.parametrize(("entry", "host", "port", "allowed"), [

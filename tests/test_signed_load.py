@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub._cli import main
+from safehub.cli import main
 from safehub.errors import IntegrityError, PolicyDenied, SignatureError
-from safehub.lockfile import Lockfile
 from safehub.signatures import sign_directory
+from safehub.store.lockfile import Lockfile
 from tests.conftest import HUBCONF, runs
 from tests.support import GitHubStandIn, commit_files, git, make_repo
 from tests.test_signatures import OMS, TRUST_CONFIG, new_key
@@ -309,7 +309,7 @@ def test_weights_guards_may_end_in_any_order(signed: Signed, isolated: Path,
                                              tmp_path: Path) -> None:
     """Concurrent loads end out of order: each call goes to the innermost guard still
     active, and torch's own function answers again once none is."""
-    from safehub._internal import torchhub
+    from safehub.run import torchhub
 
     calls: list[str] = []
     a = {"download_url_to_file": lambda *args, **kw: calls.append("a")}

@@ -57,7 +57,7 @@ def test_the_readme_example(tmp_path: Path) -> None:
 
 def test_the_server_is_not_part_of_the_package() -> None:
     assert importlib.util.find_spec("safehub._internal.standin") is None
-    code = ("import sys, safehub, safehub.hub, safehub._cli; "
+    code = ("import sys, safehub, safehub.hub, safehub.cli; "
             "print(sorted(m for m in sys.modules if 'standin' in m or 'demo_server' in m "
             "or m.startswith('tests')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

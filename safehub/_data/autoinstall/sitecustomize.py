@@ -22,6 +22,6 @@ def _run_shadowed() -> None:
 
 _run_shadowed()
 
-from safehub._autoinstall import arm  # noqa: E402
+from safehub.run.autoinstall import arm  # noqa: E402
 
 arm()

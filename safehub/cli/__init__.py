@@ -1,0 +1,500 @@
+"""The ``safehub`` command: a thin layer that parses, calls the library and prints.
+
+Exit codes: 0 ok, 1 refused or failed, 2 usage error. No traceback ever reaches a user:
+every failure is one line of what failed and one of the fix (``--json``: one JSON object,
+for errors too). ``SAFEHUB_DEBUG=1`` shows the traceback of an unexpected error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NoReturn
+
+from safehub._internal.warn import printable
+from safehub.cli import text
+from safehub.cli.parser import for_cli
+from safehub.errors import CacheError, PolicyError, SafehubError, SpecError
+
+__all__ = ["main"]
+
+EXIT_OK = 0
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+DATA = Path(__file__).parents[1] / "_data"
+FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
+            "ci": ("ci.toml", "project")}
+
+
+class _Usage(Exception):
+    """A usage error (argparse's, or the command's own)."""
+
+    def __init__(self, message: str, command: str = "") -> None:
+        super().__init__(message)
+        self.command = command
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _Usage(message, self.prog)
+
+
+def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
+               call: Callable[[], Any]) -> Any:
+    """Run ``call``: a failure of the repo's own code (not safehub's) is named as such, and
+    what the code prints goes to stderr (stdout carries the result, or its JSON, only)."""
+    streams = sys.stdout, sys.stderr
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            return call()
+    except (SafehubError, KeyboardInterrupt):
+        raise
+    except BaseException as e:  # whatever the repo's code raises, SystemExit included
+        if not local and hub.last_report is None:
+            raise  # nothing of the repo's ran: this is safehub's own failure
+        raise text.RepoCodeError(e, spec, entrypoint, local) from e
+    finally:
+        sys.stdout, sys.stderr = streams  # the repo's code may have replaced them
+
+
+def _hub(args: argparse.Namespace) -> Any:
+    from safehub.hub import Hub
+
+    overrides: dict[str, Any] = {}
+    if getattr(args, "cache_dir", None):
+        overrides["cache_dir"] = args.cache_dir
+    if getattr(args, "lockfile", None):
+        overrides["lockfile"] = args.lockfile
+    return Hub(surface="cli", **overrides)
+
+
+def _emit(args: argparse.Namespace, data: Any, shown: str) -> None:
+    if getattr(args, "json", False):
+        text.out(json.dumps(data, indent=2, sort_keys=True, default=str))
+    elif shown:
+        text.out(shown)
+
+
+def _specs_from(args: argparse.Namespace) -> list[str]:
+    specs = list(args.specs)
+    if getattr(args, "from_file", None):
+        try:
+            content = Path(args.from_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"cannot read --from {args.from_file} ({e})",
+                            hint="give a UTF-8 text file: one owner/name:ref per line; "
+                            "# starts a comment") from e
+        listed = [line.split("#", 1)[0].strip() for line in content.splitlines()
+                  if line.split("#", 1)[0].strip()]
+        if not listed:
+            raise SpecError(f"--from {args.from_file} lists no specs",
+                            hint="write one owner/name:ref per line; # starts a comment")
+        specs += listed
+    return specs
+
+
+# -- loading ----------------------------------------------------------------------------------
+
+def _describe(obj: Any) -> dict[str, Any]:
+    info: dict[str, Any] = {"type": f"{type(obj).__module__}.{type(obj).__qualname__}"}
+    params = getattr(obj, "parameters", None)
+    if callable(params):
+        with contextlib.suppress(Exception):  # only a summary
+            info["parameters"] = sum(int(p.numel()) for p in params())
+    return info
+
+
+def _trust(args: argparse.Namespace) -> Any:
+    return True if args.trust else "check"
+
+
+def _cmd_load(args: argparse.Namespace) -> int:
+    try:
+        kwargs = json.loads(args.kwargs) if args.kwargs is not None else {}
+    except (ValueError, RecursionError) as e:
+        raise _Usage(f"--kwargs is not JSON ({e}); e.g. --kwargs '{{\"pretrained\": false}}'",
+                     "safehub load") from e
+    if not isinstance(kwargs, dict):
+        raise _Usage("--kwargs must be a JSON object, e.g. --kwargs '{\"n\": 2}'", "safehub load")
+    reserved = sorted(set(kwargs) & {"source", "trust_repo", "force_reload", "verbose",
+                                     "skip_validation", "repo_or_dir", "model"})
+    if reserved:
+        raise _Usage(f"--kwargs may not set {', '.join(reserved)}: those are safehub load's own "
+                     "(use its options)", "safehub load")
+    hub = _hub(args)
+    try:
+        obj = _repo_code(hub, args.source == "local", args.spec, args.entrypoint, lambda: hub.load(
+            args.spec, args.entrypoint, source=args.source, trust_repo=_trust(args),
+            force_reload=args.force_reload, verbose=not args.quiet, **kwargs))
+    except (SafehubError, text.RepoCodeError):
+        if args.report and hub.last_report is not None and not args.json:
+            sys.stderr.write(text.runtime(hub.last_report.to_json()) + "\n")
+        raise
+    info = _describe(obj)
+    data: dict[str, Any] = {"spec": args.spec, "entrypoint": args.entrypoint, "result": info}
+    shown = (f"loaded {args.spec} {args.entrypoint}: {info['type']}"
+             + (f" ({info['parameters']:,} parameters)" if "parameters" in info else ""))
+    if args.report and args.source == "local":
+        data["runtime"] = None
+        shown += ("\nno runtime report: a local folder is your own code and runs without the "
+                  "runtime guard (load it from a repo to have it held to the policy)")
+    elif args.report and hub.last_report is not None:
+        data["runtime"] = hub.last_report.to_json()
+        shown += "\n" + text.runtime(data["runtime"])
+    _emit(args, data, shown)
+    return EXIT_OK
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    hub = _hub(args)
+    names = _repo_code(hub, False, args.spec, None, lambda: hub.list(
+        args.spec, force_reload=args.force_reload, trust_repo=_trust(args),
+        verbose=not args.json))
+    _emit(args, {"spec": args.spec, "entrypoints": names}, "\n".join(names))
+    return EXIT_OK
+
+
+def _cmd_help(args: argparse.Namespace) -> int:
+    import inspect
+
+    from safehub.run import torchhub
+
+    hub = _hub(args)  # as hub.help, with the signature line too (torch's help has none)
+    line, doc = _repo_code(hub, False, args.spec, args.entrypoint, lambda: hub._run(
+        args.spec, "github", args.entrypoint, _trust(args), args.force_reload, True,
+        lambda path: torchhub.described(path, args.entrypoint)))
+    _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "signature": line,
+                 "doc": doc}, f"{line}\n\n" + (inspect.cleandoc(doc) if doc else "(no docstring)"))
+    return EXIT_OK
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from safehub import operations
+
+    report = operations.check(_hub(args), args.spec, entrypoint=args.entrypoint)
+    report = dataclasses.replace(report, fix=for_cli(report.fix, args))
+    _emit(args, report.to_json(), text.check(report))
+    return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
+
+
+def _cmd_trust(args: argparse.Namespace) -> int:
+    prepared = _hub(args).trust(args.spec, force_reload=args.force_reload)
+    r = prepared.resolved
+    data = {"repo": r.spec.key, "ref": r.ref, "commit": r.commit, "digest": prepared.tree.digest}
+    _emit(args, data, f"trusted {r.spec.repo} at {r.commit} ({prepared.tree.digest})")
+    return EXIT_OK
+
+
+def _cmd_untrust(args: argparse.Namespace) -> int:
+    removed = _hub(args).untrust(args.spec)
+    _emit(args, {"removed": removed}, f"forgot {removed} consent record(s) for {args.spec}")
+    return EXIT_OK
+
+
+# -- lockfile and fleet --------------------------------------------------------------------
+
+def _cmd_lock(args: argparse.Namespace) -> int:
+    from safehub import operations
+
+    hub = _hub(args)
+    if args.check:
+        if args.specs or args.upgrade or args.from_file or args.rewrite:
+            raise _Usage("--check takes no specs, --from, --upgrade or --rewrite", "safehub lock")
+        results = [dataclasses.replace(r, fix=for_cli(r.fix, args))
+                   for r in operations.lock_check(hub)]
+        _emit(args, [r.to_json() for r in results], text.lock_statuses(results))
+        return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
+    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
+                              rewrite=args.rewrite)
+    _emit(args, [c.to_json() for c in changes], text.lock_changes(changes, hub.lockfile_path))
+    return EXIT_OK
+
+
+def _cmd_prefetch(args: argparse.Namespace) -> int:
+    from safehub import operations
+
+    hub = _hub(args)
+    mirror = Path(args.mirror) if args.mirror else None
+    rows = operations.prefetch(hub, _specs_from(args), mirror=mirror, read_only=args.read_only)
+    _emit(args, [r.to_json() for r in rows], text.prefetched(rows))
+    return EXIT_OK
+
+
+# -- signatures -------------------------------------------------------------------------------
+
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from safehub import operations
+    from safehub.signatures import KeySigner, Signer, SignerSet
+
+    if bool(args.identity) != bool(args.issuer):
+        raise _Usage("--identity and --issuer go together, e.g. --identity "
+                     "'https://github.com/org/*' --issuer "
+                     "https://token.actions.githubusercontent.com", "safehub verify")
+    _verify_target(args.target)
+    sets = []
+    if args.key or args.identity:
+        signers = (Signer(args.issuer, args.identity),) if args.identity else ()
+        keys = tuple(KeySigner(Path(k)) for k in args.key)
+        sets.append(SignerSet("the command line", signers, keys,
+                              Path(args.trust_config) if args.trust_config else None))
+    report = operations.verify(_hub(args), args.target, sets)
+    _emit(args, report.to_json(), text.verified(report, [str(Path(k).resolve()) for k in
+                                                         args.key], args.issuer, args.identity))
+    return EXIT_OK
+
+
+def _verify_target(target: str) -> None:
+    """A folder, or a spec: anything else is a usage error that says which it is not."""
+    from safehub.spec import RepoSpec
+
+    if os.path.isdir(target):
+        return
+    if os.path.lexists(target):
+        raise _Usage(f"{target} is a file; verify takes a folder (with model.sig) or "
+                     "owner/name[:ref]", "safehub verify")
+    try:
+        RepoSpec.parse(target)
+    except SpecError as e:
+        raise _Usage(f"{target} is no folder, nor a repo spec ({e.message})",
+                     "safehub verify") from e
+
+
+def _cmd_sign(args: argparse.Namespace) -> int:
+    from safehub.signatures import sign_directory
+
+    out = sign_directory(Path(args.directory), Path(args.key),
+                         out=Path(args.out) if args.out else None)
+    _emit(args, {"signature": str(out)}, f"wrote {out}")
+    return EXIT_OK
+
+
+# -- policy ------------------------------------------------------------------------------------
+
+def _cmd_policy_show(args: argparse.Namespace) -> int:
+    from safehub.policy import load_policy, searched
+
+    places = searched()
+    try:
+        data = load_policy().describe()
+    except PolicyError as e:  # one line and the fix (validate lists every fault)
+        first, *faults = e.message.split("\n")
+        more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
+        raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
+                          hint=e.hint) from e
+    data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
+                        for c in places]
+    _emit(args, data, text.policy(data, places))
+    return EXIT_OK
+
+
+def _cmd_policy_validate(args: argparse.Namespace) -> int:
+    from safehub.policy import validate_file
+
+    results = []
+    for name in args.files:
+        try:
+            policy = validate_file(Path(name), origin=args.role or _role(Path(name)))
+            results.append({"file": name, "ok": True, "rules": len(policy.rules)})
+        except PolicyError as e:
+            results.append({"file": name, "ok": False, "error": e.message, "fix": e.hint})
+    _emit(args, results, "\n".join(
+        f"ok   {r['file']} ({r['rules']} rules)" if r["ok"] else
+        f"FAIL {r['error']}" + (f"\n  fix: {r['fix']}" if r["fix"] else "")
+        for r in results))
+    return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
+
+
+def _role(path: Path) -> str:
+    """The role a policy file has where safehub looks for it, else by its name."""
+    from safehub.policy import searched
+
+    for place in searched():
+        with contextlib.suppress(OSError):
+            if place.exists and place.path.samefile(path):
+                return place.origin
+    return "project" if path.name == "safehub.toml" else "extra"
+
+
+def _cmd_policy_init(args: argparse.Namespace) -> int:
+    from safehub.policy import searched
+
+    name, origin = FLAVOURS[args.flavour]
+    target = Path(args.path) if args.path else next(
+        c.path for c in searched() if c.origin == origin)
+    if os.path.lexists(target):
+        raise PolicyError(f"{target} exists already; safehub policy init never overwrites",
+                          hint="edit it, or write elsewhere with --path (then point "
+                          "SAFEHUB_POLICY at it)")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "xb") as f:  # never over a file that appeared meanwhile
+            f.write((DATA / "policies" / name).read_bytes())
+    except OSError as e:
+        raise PolicyError(f"cannot write {target} ({e.strerror or e})", hint=(
+            "the site policy needs an admin (sudo), " if args.flavour == "admin" else "")
+            + "or write elsewhere with --path") from e
+    _emit(args, {"written": str(target), "flavour": args.flavour},
+          f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` says what "
+          f"a repo needs), then check it with `safehub policy validate {target}`")
+    return EXIT_OK
+
+
+# -- the rest ----------------------------------------------------------------------------------
+
+def _cmd_cache(args: argparse.Namespace) -> int:
+    from safehub import operations
+
+    hub = _hub(args)
+    root = Path(hub.cache.root)
+    if os.path.lexists(root) and not root.is_dir():
+        raise CacheError(f"the cache {root} is a file, not a folder",
+                         hint="point --cache-dir or SAFEHUB_CACHE_DIR at a folder")
+    if args.cache_command == "ls":
+        rows = operations.cache_entries(hub)
+        _emit(args, [r.to_json() for r in rows], text.cache_rows(rows, hub.cache.root))
+        return EXIT_OK
+    if args.cache_command == "verify":
+        checks = operations.cache_verify(hub, args.commit)
+        if args.commit and not checks:
+            raise CacheError(f"no cached commit starts with {' or '.join(args.commit)}",
+                             hint="`safehub cache ls` lists the cached commits")
+        _emit(args, [r.to_json() for r in checks], text.cache_checks(checks))
+        return EXIT_OK if all(r.ok for r in checks) else EXIT_REFUSED
+    removed = operations.cache_clear(hub, args.commit)
+    _emit(args, {"cleared": args.commit or "all", "removed": removed},
+          f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} from "
+          f"{hub.cache.root}" + "".join(f"\n  {c}" for c in removed))
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from safehub.run.autoinstall import launch
+    from safehub.run.confine.plan import confinement
+
+    command = args.command_line[1:] if args.command_line[:1] == ["--"] else args.command_line
+    if not command:
+        raise _Usage("safehub run needs a command, e.g. safehub run -- python train.py",
+                     "safehub run")
+    hub = _hub(args)
+    ruleset = (confinement(hub, command, dry_run=args.dry_run)
+               if args.confine or hub.settings.confine else None)
+    if args.dry_run:
+        _emit(args, {"command": command, "confine": ruleset and ruleset.to_json()},
+              ruleset.text() if ruleset else f"would run {command[0]} unconfined (no "
+              "--confine, SAFEHUB_CONFINE or [safehub] confine = true)")
+        return EXIT_OK
+    return launch(command, ruleset)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from safehub.demo import run_demo
+
+    return EXIT_OK if run_demo() else EXIT_REFUSED
+
+
+def _cmd_docs(args: argparse.Namespace) -> int:
+    pages = sorted(p.stem for p in (DATA / "docs").glob("*.md"))
+    if args.topic is None:
+        _emit(args, {"pages": pages}, "safehub docs TOPIC prints one of: " + ", ".join(pages))
+        return EXIT_OK
+    if args.topic not in pages:
+        raise _Usage(f"no page {args.topic!r}; pages: {', '.join(pages)}", "safehub docs")
+    page = (DATA / "docs" / f"{args.topic}.md").read_text(encoding="utf-8")
+    _emit(args, {"topic": args.topic, "text": page}, page)
+    return EXIT_OK
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; return the exit code."""
+    try:
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        text.flush()  # a failure to write shows here, not at exit
+        return code
+    except BrokenPipeError:  # `safehub ... | head`: the reader has gone, nothing to tell it
+        text.detach_stdout()
+        return EXIT_REFUSED
+    except text.OutputError as e:
+        text.detach_stdout()
+        return _fail(False, "OutputError", f"cannot write the output ({e})",
+                     "check where standard output goes (a full disk, a closed pipe)",
+                     EXIT_REFUSED)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    from safehub.cli.parser import build
+
+    if argv and argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version"):
+        raise _Usage(f"{argv[0]} is not an option of safehub itself; options go after the "
+                     f"command, e.g. safehub check owner/repo:v1.0 {argv[0]}")
+    args, extra = build(_Parser, COMMANDS).parse_known_args(argv)
+    if extra:  # named for the subcommand, whose --help shows what it takes
+        raise _Usage(f"unrecognized arguments: {' '.join(extra)}", getattr(args, "prog", ""))
+    return args
+
+
+def _main(argv: list[str]) -> int:
+    words = argv[:argv.index("--")] if "--" in argv else argv
+    wants_json = "--json" in words
+    try:
+        args = _parse(argv)
+    except SystemExit as e:  # --help and --version
+        return e.code if isinstance(e.code, int) else EXIT_USAGE if e.code else EXIT_OK
+    except _Usage as e:
+        return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
+                     "how it is used", EXIT_USAGE)
+    wants_json = bool(getattr(args, "json", False))
+    try:
+        func: Callable[[argparse.Namespace], int] = args.func
+        return func(args)
+    except _Usage as e:
+        return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
+                     "how it is used", EXIT_USAGE)
+    except SpecError as e:
+        return _fail(wants_json, type(e).__name__, e.message, for_cli(e.hint, args), EXIT_USAGE)
+    except SafehubError as e:
+        return _fail(wants_json, type(e).__name__, e.message, for_cli(e.hint, args),
+                     EXIT_REFUSED)
+    except text.RepoCodeError as e:
+        return _fail(wants_json, "RepoCodeError", e.message, e.hint, EXIT_REFUSED)
+    except KeyboardInterrupt:
+        return _fail(wants_json, "interrupted", "interrupted (Ctrl-C)", "nothing half-done "
+                     "is kept (the cache installs atomically): run the command again", 130)
+    except (BrokenPipeError, text.OutputError):
+        raise
+    except Exception as e:
+        if os.environ.get("SAFEHUB_DEBUG"):
+            raise
+        return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {text.said(e)}",
+                     "this is a bug in safehub: run again with SAFEHUB_DEBUG=1 and report "
+                     "the traceback", EXIT_REFUSED)
+
+
+def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int) -> int:
+    if wants_json:
+        text.out(json.dumps({"error": kind, "message": message, "hint": hint, "exit": code},
+                        indent=2))
+    label = "usage error" if kind == "usage" else kind
+    said = printable(f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else ""))
+    try:
+        sys.stderr.write(said)
+        sys.stderr.flush()
+    except (AttributeError, OSError, ValueError):  # no stderr object, or the repo's code
+        with contextlib.suppress(OSError):        # closed it: the descriptor, if there is one
+            os.write(2, said.encode("utf-8", "backslashreplace"))
+    return code
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "load": _cmd_load, "list": _cmd_list, "help": _cmd_help, "check": _cmd_check,
+    "trust": _cmd_trust, "untrust": _cmd_untrust, "lock": _cmd_lock,
+    "prefetch": _cmd_prefetch, "verify": _cmd_verify, "sign": _cmd_sign,
+    "policy show": _cmd_policy_show, "policy validate": _cmd_policy_validate,
+    "policy init": _cmd_policy_init, "cache": _cmd_cache, "run": _cmd_run,
+    "demo": _cmd_demo, "docs": _cmd_docs,
+}

@@ -1,0 +1,353 @@
+"""The ``safehub`` command's arguments: every subcommand, with only the options that apply."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+from collections.abc import Callable, Mapping
+
+__all__ = ["build", "for_cli"]
+
+Command = Callable[[argparse.Namespace], int]
+_FORMAT = argparse.RawDescriptionHelpFormatter
+
+
+# -- argument types: what the command line itself can get wrong is a usage error (exit 2) --
+
+def _path(value: str) -> str:
+    if not value.strip():
+        raise argparse.ArgumentTypeError("needs a path, not an empty string")
+    return value
+
+
+def _file(value: str) -> str:
+    """An existing file (its content is checked where it is read)."""
+    _path(value)
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a folder, not a file")
+    if not os.path.isfile(value):
+        raise argparse.ArgumentTypeError(f"{value}: no such file"
+                                         + (" (a broken or looping link)"
+                                            if os.path.islink(value) else ""))
+    return value
+
+
+def _folder(value: str) -> str:
+    """An existing folder."""
+    _path(value)
+    if not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a folder"
+                                         if os.path.lexists(value) else
+                                         f"{value}: no such folder")
+    return value
+
+
+def _makeable(value: str) -> None:
+    """The nearest existing folder above ``value`` is a folder (so ``value`` can be made)."""
+    parent = os.path.dirname(os.path.normpath(value))
+    while parent and not os.path.lexists(parent):
+        parent = os.path.dirname(parent)
+    if parent and not os.path.isdir(parent):
+        raise argparse.ArgumentTypeError(f"{parent} is a file, so {value} cannot be made")
+
+
+def _file_to_be(value: str) -> str:
+    """A file that may not exist yet: not a folder, in a folder that exists or can be made."""
+    _path(value)
+    if os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a folder; name a file (in it)")
+    _makeable(value)
+    return value
+
+
+def _folder_to_be(value: str) -> str:
+    """A folder that may not exist yet, but is not a file."""
+    _path(value)
+    if os.path.lexists(os.path.normpath(value)) and not os.path.isdir(value):
+        raise argparse.ArgumentTypeError(f"{value} is a file, not a folder")
+    _makeable(value)
+    return value
+
+
+def _commit_prefix(value: str) -> str:
+    if not 4 <= len(value) <= 40 or value.strip("0123456789abcdef"):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a commit sha or a prefix of one (4 to 40 lowercase hex digits; "
+            "`safehub cache ls` lists the cached commits)")
+    return value
+
+
+def _entrypoint(value: str) -> str:
+    if not value.isidentifier():
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an entrypoint name: entrypoints are Python function names in "
+            "the repo's hubconf.py, such as resnet18 (`safehub list SPEC` lists them)")
+    return value
+
+
+def _options(p: argparse.ArgumentParser, *names: str) -> None:
+    """Add the shared options ``names`` (only where they apply)."""
+    if "json" in names:
+        p.add_argument("--json", action="store_true",
+                       help="print one JSON object (errors too) for scripts and CI")
+    if "cache" in names:
+        p.add_argument("--cache-dir", metavar="DIR", type=_folder_to_be,
+                       help="cache root (default: SAFEHUB_CACHE_DIR, the policy's cache_dir, "
+                       "or the user cache dir)")
+    if "lockfile" in names:
+        p.add_argument("--lockfile", metavar="FILE", type=_file_to_be,
+                       help="lockfile (default: SAFEHUB_LOCKFILE, the policy's lockfile, or "
+                       "./safehub.lock if present)")
+    if "trust" in names:
+        p.add_argument("--trust", action="store_true",
+                       help="trust this exact content if the policy lets users decide "
+                       "(trust_repo=True)")
+    if "reload" in names:
+        p.add_argument("--force-reload", action="store_true",
+                       help="resolve, fetch and verify again instead of using the cache")
+
+
+def build(parser_class: type[argparse.ArgumentParser],
+          commands: Mapping[str, Command]) -> argparse.ArgumentParser:
+    from safehub import __version__
+
+    p = parser_class(
+        prog="safehub", formatter_class=_FORMAT,
+        description="Load torch.hub repos only after policy, pin, signature and trust "
+        "checks.\nExit codes: 0 ok, 1 refused or failed, 2 usage error.",
+        epilog="A first pinned, policy-checked load (when a step refuses, its fix line says what "
+        "to do):\n"
+        "  safehub policy init --for team   # a starter policy; in a CI job: --for ci\n"
+        "  safehub check owner/repo:v1.0    # would it load, and why\n"
+        "  safehub lock owner/repo:v1.0     # pin its commit and content in ./safehub.lock\n"
+        "  safehub list owner/repo:v1.0     # its entrypoints (imports its hubconf.py)\n"
+        "  safehub load owner/repo:v1.0 ENTRYPOINT\n"
+        "More: safehub docs TOPIC, and safehub COMMAND --help")
+    p.add_argument("--version", action="version", version=f"safehub {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                           parser_class=parser_class)
+    add = _Adder(commands, sub)
+    _loading(add)
+    _pinning(add)
+    _signing(add)
+    _admin(add, sub, parser_class)
+    return p
+
+
+SPEC_HELP = "owner/name[:ref]; ref is a branch, a tag or a commit sha (4-40 hex digits)"
+
+
+class _Adder:
+    """Adds a subcommand with its shared options and its function."""
+
+    def __init__(self, commands: Mapping[str, Command],
+                 sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+        self.commands, self.sub = commands, sub
+
+    def __call__(self, name: str, help_text: str, description: str = "", *options: str,
+                 parent: argparse._SubParsersAction[argparse.ArgumentParser] | None = None,
+                 key: str = "") -> argparse.ArgumentParser:
+        cmd = (parent or self.sub).add_parser(name, help=help_text,
+                                              description=description or help_text,
+                                              formatter_class=_FORMAT)
+        _options(cmd, *options)
+        cmd.set_defaults(func=self.commands[key or name], prog=cmd.prog)
+        return cmd
+
+
+def _loading(add: _Adder) -> None:
+    spec_help = SPEC_HELP
+
+    load = add("load", "load an entrypoint, like torch.hub.load",
+               "Check, fetch and verify SPEC, then run ENTRYPOINT through torch's loader.\n"
+               "Example: safehub load pytorch/vision:v0.19.0 resnet18 --kwargs "
+               "'{\"weights\": null}'", "json", "cache", "lockfile", "trust", "reload")
+    load.add_argument("spec", help=spec_help + "; a folder with --source local")
+    load.add_argument("entrypoint", type=_entrypoint,
+                      help="a callable in the repo's hubconf.py")
+    load.add_argument("--source", default="github", choices=["github", "local"],
+                      help="github (default) or local (a folder on this machine: nothing "
+                      "fetched or hashed, as torch.hub, but the policy's local_dirs apply; "
+                      "its code runs without the runtime guard)")
+    load.add_argument("--kwargs", metavar="JSON",
+                      help="keyword arguments for the entrypoint, as a JSON object")
+    load.add_argument("-q", "--quiet", action="store_true", help="no download messages")
+    load.add_argument("--report", action="store_true",
+                      help="print what the repo's code did (hosts, programs, writes)")
+
+    lst = add("list", "list a repo's entrypoints, like torch.hub.list",
+              "Check, fetch and verify SPEC, then import its hubconf.py (same rules as a load) "
+              "and print its entrypoints.", "json", "cache", "lockfile", "trust", "reload")
+    lst.add_argument("spec", help=spec_help)
+    hlp = add("help", "show an entrypoint's docstring, like torch.hub.help",
+              "Check, fetch and verify SPEC, then import its hubconf.py (same rules as a load) "
+              "and print ENTRYPOINT's docstring.", "json", "cache", "lockfile", "trust",
+              "reload")
+    hlp.add_argument("spec", help=spec_help)
+    hlp.add_argument("entrypoint", type=_entrypoint,
+                     help="a callable in the repo's hubconf.py")
+
+    check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no)",
+                "Decide on SPEC as a load would (policy, pin, provenance, consent) without "
+                "downloading the archive or running any code. With --entrypoint, hubconf.py's "
+                "syntax tree says whether it defines it.", "json", "cache", "lockfile")
+    check.add_argument("spec", help=spec_help)
+    check.add_argument("--entrypoint", type=_entrypoint,
+                       help="the entrypoint a load would ask for")
+
+
+def _pinning(add: _Adder) -> None:
+    spec_help = SPEC_HELP
+
+    trust = add("trust", "fetch, verify and trust SPEC's exact content (runs nothing)",
+                "Record consent for (repo, commit, content digest) where the policy lets users "
+                "decide; a policy denial or requirement still wins.", "json", "cache",
+                "lockfile", "reload")
+    trust.add_argument("spec", help=spec_help)
+    untrust = add("untrust", "forget consent for a repo (all its commits, or one)",
+                  "", "json", "cache", "lockfile")
+    untrust.add_argument("spec", help="owner/name (every commit) or owner/name:ref (one)")
+
+    lock = add("lock", "pin specs to commits and content digests in the lockfile",
+               "Resolve, fetch and verify each SPEC and write its commit, tree and digest "
+               "to the lockfile (./safehub.lock). Locked loads need no API call and refuse "
+               "other content.", "json", "cache", "lockfile")
+    lock.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
+    lock.add_argument("--from", dest="from_file", metavar="FILE", type=_file,
+                      help="read specs from FILE, one per line (# comments)")
+    lock.add_argument("--upgrade", action="store_true",
+                      help="re-resolve these specs (all, if none given) and move their pins")
+    lock.add_argument("--rewrite", action="store_true",
+                      help="write the lockfile afresh with only these specs, without reading "
+                      "it (the fix for an invalid one)")
+    lock.add_argument("--check", action="store_true",
+                      help="ask GitHub whether every locked ref still names its commit")
+
+    for name in ("prefetch", "fetch"):
+        pre = add(name, "fill a cache or a mirror folder for offline nodes"
+                  if name == "prefetch" else "same as prefetch",
+                  "Fetch and verify each SPEC (default: every lockfile entry) into the cache, "
+                  "and optionally into a mirror any static HTTPS server can serve as "
+                  "SAFEHUB_GITHUB_URL.", "json", "cache", "lockfile", key="prefetch")
+        pre.add_argument("specs", nargs="*", metavar="SPEC", help=spec_help)
+        pre.add_argument("--from", dest="from_file", metavar="FILE", type=_file,
+                         help="read specs from FILE, one per line (# comments)")
+        pre.add_argument("--mirror", metavar="DIR", type=_folder_to_be,
+                         help="also write archives laid out like GitHub's archive endpoint")
+        pre.add_argument("--read-only", action="store_true",
+                         help="seal the cache afterwards so many nodes can share it")
+
+
+def _signing(add: _Adder) -> None:
+    spec_help = SPEC_HELP
+
+    verify = add("verify", "verify the signature of a folder or a repo (exit 0 valid)",
+                 "Verify an OpenSSF Model Signing signature over every file of a folder (with "
+                 "model.sig) or of SPEC's verified tree.", "json", "cache", "lockfile")
+    verify.add_argument("target", help="a folder with model.sig, or " + spec_help)
+    verify.add_argument("--key", action="append", default=[], metavar="PEM", type=_file,
+                        help="a public key whose signature counts (repeatable)")
+    verify.add_argument("--identity", help="keyless signer identity (exact or glob)")
+    verify.add_argument("--issuer", help="OIDC issuer of the keyless signer")
+    verify.add_argument("--trust-config", metavar="JSON", type=_file,
+                        help="Sigstore ClientTrustConfig for a private Sigstore")
+    sign = add("sign", "sign a folder with an EC key (OpenSSF Model Signing)", "", "json")
+    sign.add_argument("directory", type=_folder, help="the folder to sign (every file)")
+    sign.add_argument("--key", required=True, metavar="PEM", type=_file,
+                      help="PEM EC private key")
+    sign.add_argument("--out", metavar="FILE", type=_file_to_be,
+                      help="signature path (default: DIRECTORY/model.sig)")
+
+
+def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
+           parser_class: type[argparse.ArgumentParser]) -> None:
+
+    policy = sub.add_parser("policy", help="show, check or start policy files",
+                            description="Policy files decide what may load on this machine.")
+    psub = policy.add_subparsers(dest="policy_command", required=True, metavar="ACTION",
+                                 parser_class=parser_class)
+    add("show", "every path searched, which exist, and the merged policy", "", "json",
+        parent=psub, key="policy show")
+    validate = add("validate", "check policy files (exit 1 names every fault)", "", "json",
+                   parent=psub, key="policy validate")
+    validate.add_argument("files", nargs="+", metavar="FILE", type=_path,
+                          help="a policy file (TOML); every fault of each is listed")
+    validate.add_argument("--as", dest="role", choices=("project", "site", "user", "extra"),
+                          help="validate by the rules of this role (default: the role the "
+                          "file has where safehub looks for it; a file named safehub.toml "
+                          "is a project's: only the keys a project may set, paths inside "
+                          "its folder)")
+    init = add("init", "write a commented starter policy (never overwrites)",
+               "admin: the site policy (strict organisation); team: your user policy (an "
+               "allowlist); ci: ./safehub.toml for a CI job.", "json", parent=psub,
+               key="policy init")
+    init.add_argument("--for", dest="flavour", choices=sorted(
+        ("admin", "team", "ci")), default="team", help="which starter (default: team)")
+    init.add_argument("--path", type=_file_to_be,
+                      help="write here instead of the usual place")
+
+    cache = sub.add_parser("cache", help="list, re-hash or clear the cache")
+    csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION",
+                                parser_class=parser_class)
+    add("ls", "list cached commits", "", "json", "cache", parent=csub, key="cache")
+    for name, what in (("verify", "re-hash cached trees fully"),
+                       ("clear", "remove cached trees")):
+        action = add(name, what, "", "json", "cache", parent=csub, key="cache")
+        action.add_argument("commit", nargs="*", type=_commit_prefix,
+                            help="commit sha prefixes (default: all)")
+
+    run = add("run", "run a program with torch.hub routed through safehub",
+              "Every Python process COMMAND starts routes torch.hub.load/list/help through "
+              "safehub. With --confine (or SAFEHUB_CONFINE=1, or a policy's [safehub] "
+              "confine = true), the kernel's Landlock holds COMMAND and every process it "
+              "starts to the policy's [confine] table: writes only below its folders and "
+              "safehub's, only its programs, TCP only to its ports (`safehub docs confine`).\n"
+              "Example: safehub run --confine -- python train.py", "json")
+    run.add_argument("--confine", action="store_true",
+                     help="hold COMMAND to the [confine] rules with Landlock (Linux)")
+    run.add_argument("--dry-run", action="store_true",
+                     help="print the ruleset --confine would apply, and run nothing")
+    run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    add("demo", "run the whole pipeline on a shipped example (no network)")
+    docs = add("docs", "print a page of safehub's documentation", "", "json")
+    docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...")
+
+
+def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
+    """A library hint as a command-line user applies it: ``force_reload=True`` is
+    ``--force-reload``, and a command it names carries the ``--cache-dir`` and
+    ``--lockfile`` this command was given (else the fix acts on other files)."""
+    if not hint:
+        return hint
+    hint = hint.replace("force_reload=True", "--force-reload").replace(
+        "without force_reload", "without --force-reload")
+    given = [(flag, value) for flag, value in (("--cache-dir", getattr(args, "cache_dir", None)),
+                                              ("--lockfile", getattr(args, "lockfile", None)))
+             if value]
+    if not given:
+        return hint
+    from safehub.cli import COMMANDS, _Parser
+
+    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        found: dict[str, argparse.ArgumentParser] = {}
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found.update(action.choices)
+        return found
+
+    verbs = commands(build(_Parser, COMMANDS))
+    lines = []
+    for line in hint.split("\n"):
+        words = line.split()
+        if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
+            parser = verbs[words[1]]
+            sub = commands(parser)  # `safehub cache clear`: the sub-command's options
+            if len(words) > 2 and words[2] in sub:
+                parser = sub[words[2]]
+            takes = parser._option_string_actions
+            for flag, value in given:
+                if flag in takes and flag not in words:
+                    line += f" {flag} {shlex.quote(str(value))}"
+        lines.append(line)
+    return "\n".join(lines)

@@ -1,0 +1,91 @@
+"""Install safehub into torch.hub the moment torch.hub is imported (``safehub run``), and
+start the command it runs."""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+from safehub.errors import ConfineError, SpecError
+
+if TYPE_CHECKING:
+    from safehub.run.confine import Ruleset
+
+__all__ = ["SITE_DIR", "arm", "launch"]
+
+SITE_DIR = Path(__file__).resolve().parents[1] / "_data" / "autoinstall"
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader) -> None:
+        self.inner = inner
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self.inner.exec_module(module)
+        import safehub
+
+        safehub.install()
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Waits for ``torch.hub`` and wraps its loader; then steps aside."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+        if fullname != "torch.hub":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader)
+        return spec
+
+
+def arm() -> None:
+    """Route torch.hub through safehub now, or as soon as it is imported."""
+    if "torch.hub" in sys.modules:
+        import safehub
+
+        safehub.install()
+    elif not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+
+
+def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
+    """Run ``command`` with torch.hub routed through safehub in every Python process it
+    starts (held to ``ruleset`` by the kernel, if given, from before its first
+    instruction); wait for it and return its exit code."""
+    import subprocess
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH", ""))
+                                        if p)
+    program, prepared = command[0], None
+    if ruleset is not None:
+        from safehub.run import confine
+
+        env[confine.ENV] = json.dumps(ruleset.to_json(), separators=(",", ":"))
+        program = ruleset.exec[0].path  # the command's program, as the ruleset resolved it
+        prepared = confine.prepare(ruleset)
+    try:
+        return subprocess.call(list(command), executable=program, env=env, preexec_fn=(
+            None if prepared is None else lambda: confine.enter(prepared)))
+    except OSError as e:
+        raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
+                        hint="check the command and its path") from e
+    except subprocess.SubprocessError as e:  # entering the ruleset failed in the child
+        raise ConfineError(f"the kernel refused to hold {command[0]!r} to the ruleset; "
+                           "nothing ran", hint="report this as a safehub bug") from e
+    finally:
+        if prepared is not None:
+            os.close(prepared)

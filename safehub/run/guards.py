@@ -1,0 +1,93 @@
+"""The guards held while a repo's code runs (step 9): weights and runtime, from the policy."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+
+from safehub._internal.hosts import hosts_of_urls
+from safehub.config import Settings
+from safehub.policy import Decision
+from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules
+from safehub.run.weights import WeightsGuard
+from safehub.sources.transport import Transport
+from safehub.spec import RepoSpec
+from safehub.store.cache import CachedTree
+from safehub.store.lockfile import LockEntry
+from safehub.store.records import WeightPins
+
+__all__ = ["own_work", "runtime_guard", "weights_guard"]
+
+
+def _user_policy() -> Path:
+    from safehub.policy import user_file
+
+    return user_file()
+
+
+def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
+                  mode: str, own: OwnWork | Callable[[], OwnWork] | None = None
+                  ) -> RuntimeGuard:
+    """The runtime guard for one load: the policy's runtime keys, merged; ``own``: what
+    safehub's own work may do while it pauses the guard (:func:`own_work`)."""
+    reqs = decision.requirements
+    network, programs, writes = reqs.runtime.merged(mode)
+    rules = RuntimeRules(
+        mode=mode,  # type: ignore[arg-type]
+        network=network, subprocess=programs, writes=writes,
+        weights_hosts=hosts_of_urls(reqs.runtime.weights_patterns()),
+        shadowing=reqs.runtime.shadowing,
+        source="; ".join(reqs.runtime.rules) or "the policy",
+        edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),
+        user_policy=str(_user_policy()),
+        repo_key=spec.key)
+    return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, sealed_ns=tree.sealed,
+                        tree_ident=tree.ident, own=own)
+
+
+def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWork:
+    """What safehub's own work may touch during a load (a nested load's fetch and checks,
+    a weights download, the audit line): its hosts (any, where the weights patterns name
+    none or a wildcard: the download may go where the policy lets it), its folders (cache,
+    data but never the consent records, logs, sigstore's caches, the temp dir); never a
+    process."""
+    import platformdirs
+
+    patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
+    weights = hosts_of_urls(patterns)
+    hosts: tuple[str, ...] | None = None
+    if patterns and not any("*" in h for h in weights):
+        hosts = (*settings.transport_config().allowed_hosts, *weights, *_proxy_hosts())
+    roots = (settings.cache_dir, settings.data_dir, settings.log_dir, audit_path.parent,
+             Path(platformdirs.user_cache_dir("sigstore-python", appauthor=False)),
+             Path(platformdirs.user_data_dir("sigstore-python", appauthor=False)),
+             Path(tempfile.gettempdir()))
+    return OwnWork(hosts, tuple(os.path.realpath(r) for r in roots),
+                   (os.path.realpath(settings.data_dir / "trust"),))
+
+
+def _proxy_hosts() -> tuple[str, ...]:
+    from urllib.parse import urlsplit
+
+    found = []
+    for name, value in os.environ.items():
+        if name.lower() in ("https_proxy", "http_proxy", "all_proxy") and value:
+            with contextlib.suppress(ValueError):
+                host = urlsplit(value if "://" in value else f"http://{value}").hostname
+                if host:
+                    found.append(host.lower())
+    return tuple(found)
+
+
+def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
+                  data_dir: Path, transport: Transport) -> WeightsGuard:
+    """The weights guard for one load: the policy's patterns, the lockfile's pins."""
+    reqs = decision.requirements
+    return WeightsGuard(
+        repo=spec.repo, patterns=reqs.weights, rules=reqs.weights_rules,
+        weights_only=reqs.weights_only, warn_only=decision.mode == "warn",
+        locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
+        records=WeightPins(data_dir), repo_key=spec.key, transport=transport)

@@ -1,0 +1,72 @@
+"""What the repo's code did while a guard was active: the record for the audit line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from safehub.errors import RuntimeGuardError
+from safehub.run.hygiene import Shadow
+
+__all__ = ["RuntimeReport"]
+
+_CAP = 256  # entries kept per list of a report; more are counted in `truncated`
+
+
+@dataclass
+class RuntimeReport:
+    """What the repo's code did while the guard was active (lists capped at 256 entries).
+
+    ``hosts``: connections (``host:port``, named when a lookup in the same guard gave the
+    address); ``lookups``: names resolved; ``programs``: command lines started; ``writes``:
+    paths changed outside the repo's tree; ``environ``: environment variables set or unset
+    (names only: later processes and libraries of the caller see them, ``HTTPS_PROXY`` or
+    ``PATH`` for instance); ``libraries``: native code loaded with ctypes,
+    compiled modules imported from writable places, ctypes functions looked up;
+    ``kernel``: under ``safehub run --confine``, the actions above the kernel refuses;
+    ``refused``: every refusal, in order; ``shadowing``: top-level names of the tree that
+    shadow other modules; ``leftovers``: the tree's modules still imported afterwards.
+    """
+
+    repo: str
+    mode: str
+    hosts: list[str] = field(default_factory=list)
+    lookups: list[str] = field(default_factory=list)
+    programs: list[str] = field(default_factory=list)
+    writes: list[str] = field(default_factory=list)
+    environ: list[str] = field(default_factory=list)
+    libraries: list[str] = field(default_factory=list)
+    kernel: list[str] = field(default_factory=list)
+    """Under ``safehub run --confine``: what the guard saw that the kernel refuses."""
+    refused: list[RuntimeGuardError] = field(default_factory=list)
+    shadowing: list[Shadow] = field(default_factory=list)
+    leftovers: list[str] = field(default_factory=list)
+    truncated: int = 0
+
+    def raise_if_refused(self) -> None:
+        """Raise the first refusal, even if the repo's code caught it when it happened."""
+        if self.refused:
+            raise self.refused[0]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report as JSON-ready data, for the audit line and ``--report``."""
+        return {
+            "repo": self.repo, "mode": self.mode,
+            "hosts": list(self.hosts), "lookups": list(self.lookups),
+            "programs": list(self.programs), "writes": list(self.writes),
+            "environ": list(self.environ), "libraries": list(self.libraries),
+            "kernel": list(self.kernel),
+            "refused": [{"action": e.action, "target": e.target, "key": e.key,
+                         "message": e.message} for e in self.refused],
+            "shadowing": [s.to_json() for s in self.shadowing],
+            "leftovers": list(self.leftovers), "truncated": self.truncated,
+        }
+
+    def add_entry(self, entries: list[str], value: str) -> None:
+        """Add ``value`` to one of the lists above once, up to the cap."""
+        if value in entries:
+            return
+        if len(entries) >= _CAP:
+            self.truncated += 1
+            return
+        entries.append(value)

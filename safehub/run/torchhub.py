@@ -1,0 +1,318 @@
+"""Everything that touches ``torch.hub``: routing its functions, and delegating to it.
+
+**Routing.** On first use, the code of torch.hub's ``load``, ``list``, ``help``,
+``download_url_to_file`` and ``load_state_dict_from_url`` is replaced by a trampoline of
+the same signature that asks :func:`_dispatch` what to run. The function objects stay the
+same, so references taken before safehub was imported or installed (``from torch.hub
+import load`` in a library, a hubconf's ``from torch.hub import load_state_dict_from_url``)
+are routed too. Dispatch order, per call:
+
+1. a handler pushed with :func:`handling` for the load this call belongs to (the calling
+   context's, or the latest active one for threads its code started): nested loads while
+   a repo's code runs, and the weights guard;
+2. the replacements of :func:`install` (``safehub.install()``);
+3. torch's own function (a copy of the original is kept, see :func:`original`).
+
+**Delegation.** :func:`call_entrypoint`, :func:`entrypoints` and :func:`docstring` hand a
+verified folder to torch's own local loader. torch is imported lazily, on first use, so
+``import safehub`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib.util
+import inspect
+import os
+import sys
+import threading
+import types
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from safehub.errors import HubconfError
+
+__all__ = ["ROUTED", "call_entrypoint", "described", "docstring", "entrypoints", "handling",
+           "install", "original", "torch_hub", "uninstall"]
+
+ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
+_LOCK = threading.RLock()
+_ORIGINALS: dict[str, types.FunctionType] = {}  # callable copies with torch's own code
+_SWAPPED: dict[str, types.CodeType] = {}  # torch's code, to put back in uninstall_routing
+_INSTALLED: dict[str, Callable[..., Any]] = {}
+_ACTIVE: list[Mapping[str, Callable[..., Any]]] = []
+_CURRENT: contextvars.ContextVar[tuple[Mapping[str, Callable[..., Any]], ...]] = \
+    contextvars.ContextVar("safehub_torchhub_handlers", default=())
+
+
+def torch_hub() -> types.ModuleType:
+    """The torch.hub module (from sys.modules: torch may still be initialising)."""
+    module = sys.modules.get("torch.hub")
+    if module is None:
+        try:
+            import torch.hub  # noqa: F401
+        except ImportError as e:
+            raise HubconfError(f"torch cannot be imported ({e})",
+                               hint="install it: pip install torch (safehub hands verified "
+                               "repos to torch's own loader)") from e
+        module = sys.modules["torch.hub"]
+    return module
+
+
+def _trampoline(name: str, func: types.FunctionType) -> types.CodeType:
+    """Code with ``func``'s parameters that calls ``_dispatch(name, args, kwargs)``.
+
+    Defaults live on the function object, not in its code, so torch's own defaults (and
+    ``inspect.signature``) are unchanged.
+    """
+    params = inspect.signature(func).parameters.values()
+    header, args, kwargs = [], [], []
+    star = False
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL:
+            header.append(f"*{p.name}")
+            args.append(f"*{p.name}")
+            star = True
+        elif p.kind is p.VAR_KEYWORD:
+            header.append(f"**{p.name}")
+            kwargs.append(f"**{p.name}")
+        elif p.kind is p.KEYWORD_ONLY:
+            if not star:
+                header.append("*")
+                star = True
+            header.append(f"{p.name}=None" if p.default is not p.empty else p.name)
+            kwargs.append(f"{p.name!r}: {p.name}")
+        else:
+            header.append(f"{p.name}=None" if p.default is not p.empty else p.name)
+            args.append(p.name)
+    source = (f"def {func.__name__}({', '.join(header)}):\n"
+              f"    return __import__('safehub.run.torchhub', fromlist=['_dispatch'])"
+              f"._dispatch({name!r}, ({', '.join(args)}{',' if args else ''}), "
+              f"{{{', '.join(kwargs)}}})\n")
+    scope: dict[str, Any] = {}
+    exec(compile(source, f"<safehub routing of torch.hub.{name}>", "exec"), scope)
+    code: types.CodeType = scope[func.__name__].__code__
+    return code
+
+
+def _route() -> None:
+    """Swap torch.hub's functions' code for trampolines (once per process)."""
+    with _LOCK:
+        if _SWAPPED:
+            return
+        hub = torch_hub()
+        for name in ROUTED:
+            func = getattr(hub, name)
+            if not isinstance(func, types.FunctionType) or func.__closure__:
+                continue  # not the plain function torch ships: leave it alone
+            copy = types.FunctionType(func.__code__, func.__globals__, func.__name__,
+                                      func.__defaults__, func.__closure__)
+            copy.__kwdefaults__ = func.__kwdefaults__
+            copy.__dict__.update(func.__dict__)
+            copy.__doc__ = func.__doc__
+            _ORIGINALS[name] = copy
+            _SWAPPED[name] = func.__code__
+            func.__code__ = _trampoline(name, func)
+
+
+def hub_dir() -> str:
+    """torch's hub dir (``torch.hub.get_dir()``), without importing torch if it is not
+    imported yet (``TORCH_HOME``, else ``$XDG_CACHE_HOME/torch``, plus ``hub``)."""
+    hub = sys.modules.get("torch.hub")
+    if hub is not None:
+        get_dir = _ORIGINALS.get("get_dir") or getattr(hub, "get_dir", None)
+        if get_dir is not None:
+            return str(get_dir())
+    cache = os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
+    return os.path.join(os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch"))),
+                        "hub")
+
+
+def original(name: str) -> Callable[..., Any]:
+    """torch.hub's own function ``name``, whatever is routed or installed."""
+    _route()
+    return _ORIGINALS.get(name) or getattr(torch_hub(), name)
+
+
+def _handler(name: str) -> Callable[..., Any] | None:
+    for handlers in reversed(_CURRENT.get()):
+        if name in handlers:
+            mine: Callable[..., Any] = handlers[name]
+            return mine
+    with _LOCK:
+        for handlers in reversed(_ACTIVE):
+            if name in handlers:
+                found: Callable[..., Any] = handlers[name]
+                return found
+    return None
+
+
+_TREES: dict[str, Mapping[str, Callable[..., Any]]] = {}  # tree folder -> its load's handlers
+
+
+def remember(prefixes: tuple[str, ...], handlers: Mapping[str, Callable[..., Any]]) -> None:
+    """Keep ``handlers`` for calls made by code of these tree folders after their load
+    returned (``model.forward``, a thread the repo started): such calls are the repo's."""
+    with _LOCK:
+        for prefix in prefixes:
+            _TREES[prefix] = handlers
+
+
+def _tree_handler(name: str) -> Callable[..., Any] | None:
+    if not _TREES:
+        return None
+    prefixes = tuple(_TREES)
+    frame = sys._getframe(3)
+    for _ in range(256):
+        if frame is None:
+            return None
+        filename = frame.f_code.co_filename
+        if filename.startswith(prefixes):
+            handlers = next(h for p, h in _TREES.items() if filename.startswith(p))
+            found: Callable[..., Any] | None = handlers.get(name)
+            return found
+        frame = frame.f_back  # type: ignore[assignment]
+    return None
+
+
+def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    target = (_handler(name) or _tree_handler(name) or _INSTALLED.get(name)
+              or original(name))
+    return target(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def handling(handlers: Mapping[str, Callable[..., Any]]) -> Iterator[None]:
+    """Route calls of torch.hub's functions named in ``handlers`` to them while the block
+    runs (in this context, and in threads started meanwhile that have no handler of their
+    own). Handlers stack: the innermost wins; they may end in any order."""
+    _route()
+    with _LOCK:
+        _ACTIVE.append(handlers)
+    _CURRENT.set((*_CURRENT.get(), handlers))
+    try:
+        yield
+    finally:  # not a token reset: handlers may end in any order
+        _CURRENT.set(tuple(h for h in _CURRENT.get() if h is not handlers))
+        with _LOCK:
+            _ACTIVE.remove(handlers)
+
+
+def install(replacements: Mapping[str, Callable[..., Any]]) -> None:
+    """Route torch.hub's functions to ``replacements`` (``safehub.install()``)."""
+    _route()
+    with _LOCK:
+        _INSTALLED.update(replacements)
+
+
+def uninstall() -> None:
+    with _LOCK:
+        _INSTALLED.clear()
+
+
+# -- delegation ------------------------------------------------------------------------------
+
+def _require_hubconf(repo_dir: Path) -> Path:
+    hubconf = repo_dir / "hubconf.py"
+    if not hubconf.is_file():
+        raise HubconfError(
+            f"{str(repo_dir)!r} has no hubconf.py, so it is not a torch.hub repo",
+            hint="check the repo and ref; torch.hub needs hubconf.py at the repo root",
+        )
+    return hubconf
+
+
+_bytecode_users = 0
+_bytecode_saved = False
+
+
+@contextlib.contextmanager
+def _no_bytecode() -> Iterator[None]:
+    """``sys.dont_write_bytecode`` while any repo's code is imported (a count: loads may
+    overlap in threads). A ``__pycache__`` written into a verified tree would run on the
+    next import without being checked (timestamp-based .pyc), and none lands in
+    site-packages from a repo's imports either."""
+    global _bytecode_users, _bytecode_saved
+    with _LOCK:
+        if _bytecode_users == 0:
+            _bytecode_saved = sys.dont_write_bytecode
+            sys.dont_write_bytecode = True
+        _bytecode_users += 1
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _bytecode_users -= 1
+            if _bytecode_users == 0:
+                sys.dont_write_bytecode = _bytecode_saved
+
+
+def call_entrypoint(repo_dir: Path, model: str, args: tuple[Any, ...],
+                    kwargs: dict[str, Any]) -> Any:
+    """Run entrypoint ``model`` of ``repo_dir`` through torch's own local loader."""
+    _require_hubconf(repo_dir)
+    load = original("load")
+    with _no_bytecode():
+        try:
+            return load(str(repo_dir), model, *args, source="local", trust_repo=True, **kwargs)
+        except RuntimeError as e:
+            if str(e) == f"Cannot find callable {model} in hubconf":
+                raise HubconfError(
+                    f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
+                    hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
+                ) from e
+            raise
+
+
+def _import_hubconf(repo_dir: Path) -> types.ModuleType:
+    hubconf = _require_hubconf(repo_dir)
+    spec = importlib.util.spec_from_file_location("hubconf", hubconf)
+    if spec is None or spec.loader is None:
+        raise HubconfError(f"cannot import {str(hubconf)!r}")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(repo_dir))
+    try:
+        with _no_bytecode():
+            spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(str(repo_dir))
+    return module
+
+
+def entrypoints(repo_dir: Path) -> list[str]:
+    """Public callables of hubconf.py, as torch.hub.list returns them."""
+    module = _import_hubconf(repo_dir)
+    return [n for n in dir(module) if callable(getattr(module, n)) and not n.startswith("_")]
+
+
+def docstring(repo_dir: Path, model: str) -> str | None:
+    """The entrypoint's docstring, as torch.hub.help returns it."""
+    return described(repo_dir, model)[1]
+
+
+def described(repo_dir: Path, model: str) -> tuple[str, str | None]:
+    """The entrypoint's signature line (``tiny(n=2, bias=True)``, as inspect.signature
+    shows it; ``tiny(...)`` if it has none) and its docstring (``safehub help``)."""
+    import inspect
+
+    module = _import_hubconf(repo_dir)
+    missing = [
+        dep for dep in getattr(module, "dependencies", None) or ()
+        if importlib.util.find_spec(dep) is None
+    ]
+    if missing:
+        raise RuntimeError(f"Missing dependencies: {', '.join(missing)}")
+    func = getattr(module, model, None) if isinstance(model, str) else None
+    if func is None or not callable(func):
+        raise HubconfError(
+            f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
+            hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
+        )
+    try:
+        line = f"{model}{inspect.signature(func)}"
+    except (ValueError, TypeError):  # a callable with no signature to show
+        line = f"{model}(...)"
+    doc = func.__doc__
+    return line, doc if doc is None else str(doc)

@@ -1,0 +1,225 @@
+"""The weights guard: what hubconf may download while it runs inside ``safehub.load``.
+
+While a hub repo's code runs (``load``, ``list``, ``help``), ``torch.hub``'s
+``download_url_to_file`` and ``load_state_dict_from_url`` (and safehub's, which call
+them) are routed here (:func:`safehub.run.torchhub.handling`), also where the
+repo's code bound them before the load:
+
+* a URL must match the policy's ``weights`` patterns (every matching rule's list), else
+  :class:`PolicyDenied` before any byte is fetched; the download goes through safehub's
+  transport, HTTPS only, and every redirect hop must match the patterns too;
+* every file fetched, or found in torch's checkpoint folder, is hashed in full (torch
+  checks an 8-character prefix, and only if the file name carries one). The first hash
+  of a URL is pinned in the user's data dir (``safehub lock`` copies a repo's pins into
+  its lockfile entry, ``[[repo.weights]]``); a later file with another hash than the
+  lockfile's or the user's pin is an :class:`IntegrityError` and is deleted before torch
+  loads it;
+* ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
+  every matching policy rule says ``weights_only = false``.
+
+Code that fetches with other libraries is not covered: safehub does not sandbox a repo
+it has decided to trust (see docs/threat-model.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlparse
+
+from safehub._internal import fixes
+from safehub._internal.globs import Glob
+from safehub._internal.warn import warn
+from safehub.errors import IntegrityError, PolicyDenied
+from safehub.sources.transport import Transport
+from safehub.spec import plain_text
+from safehub.store.records import WeightPins
+
+__all__ = ["WeightsGuard"]
+
+
+def _stat_key(st: os.stat_result) -> list[int]:
+    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
+
+
+@dataclass
+class WeightsGuard:
+    """The rules for one load; use :meth:`active` around the code that runs hubconf."""
+
+    repo: str
+    patterns: tuple[tuple[Glob, ...], ...] = ()
+    weights_only: bool = True
+    warn_only: bool = False
+    locked: dict[str, str] = field(default_factory=dict)
+    records: WeightPins | None = None
+    """The user's own pins (a new URL's first hash is recorded here; ``safehub lock``
+    copies a locked repo's pins into the lockfile: a load never writes the lockfile)."""
+    repo_key: str = ""
+    rules: tuple[tuple[str, str], ...] = ()
+    """(policy file, table) of the rule each entry of ``patterns`` comes from."""
+    transport: Transport | None = None
+    """Downloads go through safehub's transport (every hop checked); None: torch's."""
+    max_bytes: int = 64 * 1024**3
+
+    def check_url(self, url: str) -> None:
+        parts = urlparse(url)
+        if {".", ".."} & {unquote(seg) for seg in parts.path.split("/")} or any(
+                enc in parts.path.lower() for enc in ("%2f", "%5c")) or "\\" in parts.path:
+            raise PolicyDenied(
+                f"hubconf.py of {self.repo} tried to download {url!r}: a URL with '.' or "
+                "'..' path segments, or an encoded '/' or '\\' in its path, is refused (a "
+                "client or server may act on them after the weights patterns matched)",
+                hint="download weights from a plain https://host/path URL")
+        if parts.username or parts.password or parts.fragment or not parts.hostname:
+            raise PolicyDenied(
+                f"hubconf.py of {self.repo} tried to download {url!r}: URLs with credentials, "
+                "a fragment or no host are refused",
+                hint="download weights from a plain https://host/path URL",
+            )
+        # Patterns see the URL as it will be fetched, rebuilt from its parts, so that
+        # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
+        canonical = f"{parts.scheme}://{parts.netloc}{parts.path}" + (
+            f"?{parts.query}" if parts.query else "")
+        for i, patterns in enumerate(self.patterns):
+            if not any(p.match(canonical) for p in patterns):
+                allowed = ", ".join(p.pattern for p in patterns)
+                message = (f"hubconf.py of {self.repo} tried to download {url}, which the "
+                           f"policy's weights patterns do not allow ({allowed})")
+                if self.warn_only:
+                    warn(f"{message} (mode = 'warn', allowed)")
+                    return
+                folder = canonical.split("?", 1)[0].rsplit("/", 1)[0] + "/*"
+                wanted = ", ".join(f'"{p}"' for p in (*(p.pattern for p in patterns), folder))
+                path, table = self.rules[i] if i < len(self.rules) else ("your policy", "")
+                raise PolicyDenied(message, hint="if the repo should download it: "
+                                   + fixes.change(path, table, [f"weights = [{wanted}]"]))
+
+    def _sha256(self, url: str, path: Path) -> str:
+        st = path.stat()
+        seen = self.records.get(url) if self.records is not None else None
+        if seen and seen.get("file") == str(path) and seen.get("stat") == _stat_key(st):
+            return str(seen["sha256"])
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+        return h.hexdigest()
+
+    def check_file(self, url: str, path: Path) -> None:
+        """Hash the whole file; refuse (and delete) it if it is not the pinned one."""
+        digest = self._sha256(url, path)
+        seen = self.records.get(url) if self.records is not None else None
+        pinned = self.locked.get(url) or (str(seen["sha256"]) if seen else None)
+        if pinned is not None and pinned != digest:
+            with contextlib.suppress(OSError):
+                path.unlink()
+            raise IntegrityError(
+                f"the weights from {url} have sha256 {digest}, but {pinned} was pinned "
+                f"({'in the lockfile' if url in self.locked else 'when first downloaded'}); "
+                f"the file {path} was deleted",
+                hint="if the publisher really replaced the file, remove the pin (the "
+                "lockfile's [[repo.weights]] entry) and load again",
+            )
+        from safehub.run.runtime import own_work
+
+        with own_work():  # safehub's own records, written while the repo's code runs
+            if self.records is not None:
+                self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
+                                 repo=self.repo_key)
+
+    # -- while hubconf runs: torch.hub's two download functions are routed here ------------
+
+    def handlers(self) -> dict[str, Callable[..., Any]]:
+        """The functions that stand in for torch.hub's while this guard holds."""
+        return {"download_url_to_file": self.download_url_to_file,
+                "load_state_dict_from_url": self.load_state_dict_from_url}
+
+    def _hop(self, url: str) -> None:
+        """Every redirect hop is held to the patterns, as the first URL is."""
+        try:
+            self.check_url(url)
+        except PolicyDenied as e:
+            raise PolicyDenied(f"{e.message} (reached by a redirect)", hint=e.hint) from None
+
+    def download_url_to_file(self, url: str, dst: str, hash_prefix: str | None = None,
+                             progress: bool = True) -> None:
+        """torch's ``download_url_to_file``, through safehub's transport: HTTPS only, every
+        hop matched against ``weights``, the whole file hashed and pinned."""
+        url, dst = _text(url, "url"), _text(os.fspath(dst), "dst")
+        self.check_url(url)
+        target = Path(os.path.expanduser(dst))
+        if self.transport is None or (not self.patterns and not url.startswith("https://")):
+            _original("download_url_to_file")(url, dst, hash_prefix, progress)
+        else:
+            self._fetch(url, target, hash_prefix, progress)
+        self.check_file(url, target)
+
+    def _fetch(self, url: str, target: Path, hash_prefix: str | None, progress: bool) -> None:
+        from safehub._internal.progress import terminal_progress
+        from safehub.run.runtime import own_work
+
+        assert self.transport is not None
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                   suffix=".partial")
+        try:
+            with os.fdopen(fd, "wb") as out, own_work():  # safehub's own download
+                self.transport.download(
+                    url, out, what=f"weights {url}", max_bytes=self.max_bytes,
+                    allow=self._hop if self.patterns else _any_https_host,
+                    progress=terminal_progress(url) if progress else None,
+                    accept="*/*")
+            if hash_prefix is not None:
+                h = hashlib.sha256()
+                with open(tmp, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+                if not h.hexdigest().startswith(hash_prefix):
+                    raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
+                                       f'"{h.hexdigest()}")')  # as torch.hub raises it
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    def load_state_dict_from_url(self, url: str, model_dir: str | None = None,
+                                 map_location: Any = None, progress: bool = True,
+                                 check_hash: bool = False, file_name: str | None = None,
+                                 weights_only: bool = False) -> Any:
+        """torch's ``load_state_dict_from_url``: a cached file is checked first; no pickled
+        code unless every matching rule says ``weights_only = false``."""
+        url = _text(url, "url")
+        self.check_url(url)
+        folder = model_dir or os.path.join(_torch_hub_dir(), "checkpoints")
+        cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
+        if cached.is_file():  # torch would load it without downloading: check it first
+            self.check_file(url, cached)
+        if self.weights_only and not weights_only:
+            weights_only = True
+        return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
+                                                      check_hash, file_name, weights_only)
+
+
+def _text(value: object, name: str) -> str:
+    return plain_text(value, f"the weights download's {name}")
+
+
+def _any_https_host(url: str) -> None:
+    """No policy names weights hosts: any host, but still HTTPS on every hop."""
+
+
+def _original(name: str) -> Callable[..., Any]:
+    from safehub.run.torchhub import original
+
+    return original(name)
+
+
+def _torch_hub_dir() -> str:
+    from safehub.run.torchhub import hub_dir
+
+    return hub_dir()

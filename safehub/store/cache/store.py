@@ -1,0 +1,311 @@
+"""The content-addressed cache of verified trees (the cache root and its layout).
+
+Layout under the cache root (``SAFEHUB_CACHE_DIR``, default: the user cache dir)::
+
+    v1/commits/<sha>/tree/          the verified files, read-only (handed to torch)
+    v1/commits/<sha>/verdict.json   what was verified: every file's hashes, the level
+    v1/commits/<sha>/entry.json     commit, digest, tree and level (read on every hit)
+    v1/repos/<owner>/<name>.json    refs resolved and commits proven to belong to the repo
+    v1/locks/                       cross-process locks (filelock)
+    v1/tmp/                         staging; a broken download never leaves it
+    v1/SEALED                       written by :meth:`Cache.seal`: loads only read the cache
+
+A commit folder appears in one ``rename`` of a fully verified staging folder, under a
+lock, so readers never see half a tree and any number of processes can load at once:
+exactly one downloads. Everything here can be rewritten by whoever can write the cache,
+so a hit is trusted only against per-user records kept elsewhere (the hub checks that);
+this module supplies the cheap scan (:func:`scan_digest`) and the full re-hash
+(:meth:`CachedTree.verify`), whose errors name the file. Nothing in it is re-downloaded in
+silence.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shlex
+import stat
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from safehub._internal.fsutil import read_json, rmtree, write_json
+from safehub.digest import is_digest
+from safehub.errors import CacheError
+from safehub.spec import RepoSpec, is_full_sha
+from safehub.store.cache.records import FORMAT, LEVELS, RepoRecord, Verdict
+from safehub.store.cache.tree import CachedTree, tamper, write_entry
+
+__all__ = ["Cache"]
+
+_LAYOUT = "v1"
+_SEALED = "SEALED"
+
+class Cache:
+    """The cache root: lookups without locks, installs under a per-commit lock."""
+
+    def __init__(self, root: Path, *, lock_timeout: float = 600.0) -> None:
+        self.root = root
+        self.base = root / _LAYOUT
+        self.lock_timeout = lock_timeout
+
+    # -- paths ------------------------------------------------------------------------
+
+    def commit_dir(self, commit: str) -> Path:
+        """The folder of ``commit``; only ever built from a validated 40-hex sha."""
+        if not is_full_sha(commit):
+            raise CacheError(f"refusing to use {commit!r} as a cache path: not a 40-hex sha",
+                             hint="a cache or lockfile record is malformed; run `safehub "
+                             "cache clear`")
+        return self.base / "commits" / commit
+
+    def repo_file(self, key: str) -> Path:
+        spec = RepoSpec.parse(key)  # validated before it becomes a path
+        return self.base / "repos" / spec.owner.lower() / f"{spec.name.lower()}.json"
+
+    # -- locking and staging ----------------------------------------------------------
+
+    @property
+    def sealed(self) -> bool:
+        """Sealed for sharing (:meth:`seal`): nothing writes here, root included (whom
+        the folders' modes do not stop)."""
+        return os.path.lexists(self.base / _SEALED)
+
+    def _writable_dir(self, path: Path) -> Path:
+        if self.sealed:
+            raise CacheError(
+                f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
+                "--read-only`): loads only read it, and it does not hold what this needs",
+                hint="load what it holds (a lockfile with SAFEHUB_OFFLINE=1), or add to it "
+                "as its owner: safehub prefetch --read-only --cache-dir "
+                f"{shlex.quote(str(self.root))} SPEC")
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise CacheError(
+                f"cannot create the cache folder {str(path)!r} ({e.strerror or e})",
+                hint="point SAFEHUB_CACHE_DIR at a folder you can write, or fill a shared "
+                "cache with `safehub prefetch` so loads only read it",
+            ) from e
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise CacheError(
+                f"the cache folder {str(path)!r} is not writable",
+                hint="point SAFEHUB_CACHE_DIR at a folder you can write, or fill a shared "
+                "cache with `safehub prefetch` so loads only read it",
+            )
+        return path
+
+    @contextlib.contextmanager
+    def lock(self, name: str) -> Iterator[None]:
+        """Hold the cross-process lock ``name`` (a commit sha or a repo key)."""
+        import filelock
+
+        lock_dir = self._writable_dir(self.base / "locks")
+        path = lock_dir / (name.replace("/", "--") + ".lock")
+        try:
+            with filelock.FileLock(str(path), timeout=self.lock_timeout):
+                yield
+        except filelock.Timeout as e:
+            raise CacheError(
+                f"waited {self.lock_timeout:.0f}s for the lock {str(path)!r}",
+                hint="another safehub process holds it (a very large download?); if none "
+                "is running, delete the lock file",
+            ) from e
+
+    def staging_root(self) -> Path:
+        """The cache's (writable) staging folder."""
+        return self._writable_dir(self.base / "tmp")
+
+    def staging(self, commit: str) -> Path:
+        """A fresh staging folder for ``commit`` (call under that commit's lock).
+
+        Leftovers of earlier crashed attempts at the same commit are removed first: the
+        lock proves nobody else is using them.
+        """
+        tmp = self._writable_dir(self.base / "tmp")
+        self.commit_dir(commit)  # validates the sha before it becomes a glob
+        for old in tmp.glob(f"{commit}-*"):
+            rmtree(old)
+        return Path(tempfile.mkdtemp(dir=tmp, prefix=f"{commit}-"))
+
+    # -- commits ----------------------------------------------------------------------
+
+    def lookup(self, commit: str) -> CachedTree | None:
+        """The cached tree of ``commit``, or ``None``; a broken record is an error."""
+        d = self.commit_dir(commit)
+        ffile = d / "entry.json"
+        try:
+            data = read_json(ffile)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except (OSError, ValueError) as e:
+            raise tamper(ffile, f"cannot be read ({e})") from e
+        if not (isinstance(data, dict) and data.get("format") == FORMAT
+                and is_full_sha(data.get("commit")) and is_digest(data.get("digest"))
+                and is_full_sha(data.get("tree")) and data.get("level") in LEVELS):
+            raise tamper(ffile, "is malformed")
+        entry = CachedTree(d / "tree", data["commit"], data["digest"], data["tree"],
+                           data["level"])
+        if entry.commit != commit:
+            raise tamper(ffile, f"names commit {entry.commit}")
+        return entry
+
+    def install(self, stage: Path, verdict: Verdict, *, replace: bool = False) -> CachedTree:
+        """Move a verified staging folder (with ``tree/`` inside) into place atomically.
+
+        Call under the commit's lock. With ``replace``, an existing entry is swapped out
+        (``force_reload``); otherwise an existing entry wins and the stage is dropped. A
+        filesystem failure (a full disk, permissions) is a :class:`CacheError`.
+        """
+        try:
+            return self._install(stage, verdict, replace)
+        except OSError as e:
+            raise CacheError(
+                f"cannot install commit {verdict.commit} into the cache {str(self.root)!r} "
+                f"({e.strerror or e})",
+                hint="free space or fix permissions there, or point SAFEHUB_CACHE_DIR at a "
+                "folder you can write") from e
+
+    def _install(self, stage: Path, verdict: Verdict, replace: bool) -> CachedTree:
+        final = self.commit_dir(verdict.commit)
+        write_json(stage / "verdict.json", verdict.to_json(), mode=0o444)
+        write_entry(CachedTree(stage / "tree", verdict.commit, verdict.digest, verdict.tree,
+                                verdict.level))
+        self._writable_dir(final.parent)
+        if final.exists():
+            if not replace:
+                rmtree(stage)
+                found = self.lookup(verdict.commit)
+                assert found is not None
+                return found
+            old = Path(tempfile.mkdtemp(dir=stage.parent, prefix=f"{verdict.commit}-old-"))
+            os.replace(final, old / "entry")
+            os.replace(stage, final)
+            rmtree(old)
+        else:
+            os.replace(stage, final)
+        found = self.lookup(verdict.commit)
+        assert found is not None
+        return found
+
+    def entries(self) -> Iterator[CachedTree]:
+        """Every cached commit (for ``safehub cache ls|verify``)."""
+        commits = self.base / "commits"
+        if not commits.is_dir():
+            return
+        for d in sorted(commits.iterdir()):
+            if not is_full_sha(d.name):
+                continue  # not ours
+            entry = self.lookup(d.name)
+            if entry is not None:
+                yield entry
+
+    def remove(self, commit: str) -> None:
+        with self.lock(commit):
+            rmtree(self.commit_dir(commit))
+
+    def seal(self) -> None:
+        """Make the cache read-only for everyone, without touching any file's stat data.
+
+        Trees and records are already read-only files; this drops write permission on
+        the folders (and removes ``locks/`` and ``tmp/``), so nodes sharing the cache only
+        read it. Running ``chmod -R a-w`` instead would change every file's ctime, and
+        every load would then re-hash the tree once per process.
+        """
+        for part in ("locks", "tmp"):
+            rmtree(self.base / part)
+        marker = self.base / _SEALED
+        if not os.path.lexists(marker):
+            marker.write_text("sealed by `safehub prefetch --read-only`: safehub only reads "
+                              "this cache (`safehub prefetch --read-only` adds to it)\n")
+        for dirpath, dirnames, filenames in os.walk(self.base):
+            if os.path.basename(dirpath) == "tree":
+                dirnames[:] = []  # verified trees are read-only since install
+            for name in filenames:
+                path = os.path.join(dirpath, name)
+                mode = os.lstat(path).st_mode
+                if mode & 0o222 and not stat.S_ISLNK(mode):
+                    os.chmod(path, mode & 0o555)
+        for dirpath, _dirnames, _ in os.walk(self.base, topdown=False):
+            if not self._in_tree(dirpath):
+                os.chmod(dirpath, 0o555)
+
+    def _in_tree(self, dirpath: str) -> bool:
+        """``dirpath`` is a verified tree or inside one (``commits/<sha>/tree/...``)."""
+        parts = Path(dirpath).relative_to(self.base).parts
+        return len(parts) >= 3 and parts[0] == "commits" and parts[2] == "tree"
+
+    def unseal(self) -> None:
+        """Undo :meth:`seal` (the owner adding to a shared cache): folders outside the
+        trees writable by the owner again, the marker removed."""
+        try:
+            for dirpath, _dirnames, _ in os.walk(self.base):
+                if not self._in_tree(dirpath):
+                    os.chmod(dirpath, 0o755)
+            (self.base / _SEALED).unlink(missing_ok=True)
+        except OSError as e:
+            raise CacheError(f"cannot unseal the cache {str(self.root)!r} to add to it "
+                             f"({e.strerror or e})",
+                             hint="run this as the cache's owner") from e
+
+    def clear(self) -> None:
+        """Remove everything safehub cached (locks stay, they may be held)."""
+        if self.sealed:
+            raise CacheError(
+                f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
+                "--read-only`): safehub never clears or writes it",
+                hint=f"its owner removes it (its folders are read-only: chmod -R u+w "
+                f"{shlex.quote(str(self.root))} && rm -rf {shlex.quote(str(self.root))}), or "
+                "adds to it with `safehub prefetch --read-only --cache-dir "
+                f"{shlex.quote(str(self.root))} SPEC`")
+        for part in ("commits", "repos", "tmp"):
+            rmtree(self.base / part)
+
+    # -- per-repo records -------------------------------------------------------------
+
+    def read_repo(self, key: str) -> RepoRecord:
+        """The repo's record: resolved refs and commits proven to be its own.
+
+        Every field is checked; a malformed record is a :class:`CacheError` (it only saves
+        API calls: deleting it is always safe).
+        """
+        path = self.repo_file(key)
+        try:
+            data = read_json(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return RepoRecord()
+        except (OSError, ValueError, RecursionError) as e:
+            raise CacheError(f"the cache record {str(path)!r} cannot be read ({e})",
+                             hint="delete it (it only saves API calls) or run `safehub cache "
+                             "clear`") from e
+        try:
+            return RepoRecord.from_json(data)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise CacheError(f"the cache record {str(path)!r} is malformed ({e})",
+                             hint="delete it or run `safehub cache clear`") from e
+
+    def write_repo(self, key: str, record: RepoRecord) -> None:
+        """Atomically replace the repo's record (hold ``lock(f"repo-{key}")``)."""
+        path = self.repo_file(key)
+        self._writable_dir(path.parent)
+        try:
+            write_json(path, record.to_json())
+        except OSError as e:
+            raise CacheError(f"cannot write the cache record {str(path)!r} ({e.strerror or e})",
+                             hint="free space or fix permissions in the cache folder") from e
+
+    def repos_by_commit(self) -> dict[str, list[str]]:
+        """Which repos' records name each cached commit (``safehub cache ls``)."""
+        out: dict[str, list[str]] = {}
+        repos = self.base / "repos"
+        if repos.is_dir():
+            for f in sorted(repos.glob("*/*.json")):
+                key = f"{f.parent.name}/{f.stem}"
+                try:
+                    commits = self.read_repo(key).commits
+                except (CacheError, ValueError):
+                    continue
+                for commit in commits:
+                    out.setdefault(commit, []).append(key)
+        return out
+

@@ -1,0 +1,261 @@
+"""What this user agreed to and verified, kept in the user's data dir.
+
+Four small JSON stores, none of them in the (possibly shared) cache, so whoever can write
+a shared cache cannot plant a record:
+
+* :class:`ConsentStore` -- ``trust/<owner>/<name>.json``: consent for (repo, commit, digest);
+* :class:`VerifiedRecords` -- ``verified/<commit>.json``: the digest and tree this user
+  verified for a commit, and the stat scans of the cache folders it served;
+* :class:`SignatureRecords` -- ``signatures/<commit>.json``: signature verdicts per
+  signer-policy fingerprint;
+* :class:`WeightPins` -- ``weights.json``: the SHA-256 of each weights URL first seen.
+
+Everything read back is input: each record is validated on read, and paths are built only
+from validated 40-hex shas and parsed repo keys. A record of the wrong shape is treated as
+absent (so the work is done again) where that is safe; a consent file that cannot be
+parsed is a :class:`CacheError`, so consents are never dropped in silence. Records are
+written only when they change: a warm load writes nothing here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from safehub._internal.fsutil import read_json, write_json
+from safehub.digest import is_digest
+from safehub.errors import CacheError
+from safehub.spec import RepoSpec, is_full_sha
+
+__all__ = ["Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords", "WeightPins"]
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _read(path: Path) -> Any | None:
+    """The JSON at ``path``; None if missing or unreadable as JSON (treated as absent)."""
+    try:
+        return read_json(path)
+    except (OSError, ValueError, RecursionError):
+        return None
+
+
+def _commit_file(root: Path, commit: str) -> Path:
+    if not is_full_sha(commit):
+        raise CacheError(f"refusing to build a record path from {commit!r}: not a 40-hex sha",
+                         hint="this is a bug or a tampered record; report it")
+    return root / f"{commit}.json"
+
+
+def _write(path: Path, data: Any, *, required: bool, what: str) -> None:
+    try:
+        write_json(path, data, mode=0o600)
+    except OSError as e:
+        if required:
+            raise CacheError(f"cannot record {what} in {str(path)!r} ({e.strerror or e})",
+                             hint="make the user data dir writable") from e
+        # only a cache of work done: it is done again next time
+
+
+@dataclass(frozen=True)
+class Consent:
+    """One recorded agreement to run (repo, commit, digest)."""
+
+    repo: str
+    commit: str
+    digest: str
+    how: str
+    at: str
+
+
+class ConsentStore:
+    """Consent records under ``<data_dir>/trust``."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "trust"
+
+    def _file(self, key: str) -> Path:
+        spec = RepoSpec.parse(key)  # a repo key is validated before it becomes a path
+        return self.root / spec.owner.lower() / f"{spec.name.lower()}.json"
+
+    def list(self, key: str) -> list[Consent]:
+        path = self._file(key)
+        try:
+            data = read_json(path)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except (OSError, ValueError, RecursionError) as e:
+            raise CacheError(f"the trust record {str(path)!r} cannot be read ({e})",
+                             hint="fix or delete it; deleting forgets what you trusted for "
+                             "this repo") from e
+        items = data.get("consents") if isinstance(data, dict) else None
+        if not isinstance(items, list):
+            raise CacheError(f"the trust record {str(path)!r} is malformed",
+                             hint="fix or delete it; deleting forgets what you trusted")
+        return [Consent(key, i["commit"], i["digest"], str(i.get("how", "")),
+                        str(i.get("at", "")))
+                for i in items
+                if isinstance(i, dict) and is_full_sha(str(i.get("commit")))
+                and is_digest(i.get("digest"))]
+
+    def find(self, key: str, commit: str, digest: str) -> Consent | None:
+        """The consent for exactly this content, if one was given."""
+        return next((c for c in self.list(key) if (c.commit, c.digest) == (commit, digest)),
+                    None)
+
+    def record(self, key: str, commit: str, digest: str, how: str) -> None:
+        """Record consent; nothing is written if this content was already trusted."""
+        items = self.list(key)
+        if any((c.commit, c.digest) == (commit, digest) for c in items):
+            return
+        items.append(Consent(key, commit, digest, how, _now()))
+        self._save(key, items)
+
+    def remove(self, key: str, commit: str | None = None) -> int:
+        """Forget consents for ``key`` (all, or one commit); return how many."""
+        items = self.list(key)
+        keep = [c for c in items if commit is not None and c.commit != commit]
+        if len(keep) != len(items):
+            self._save(key, keep)
+        return len(items) - len(keep)
+
+    def _save(self, key: str, items: Sequence[Consent]) -> None:
+        data = {"repo": key, "consents": [
+            {"commit": c.commit, "digest": c.digest, "how": c.how, "at": c.at} for c in items]}
+        _write(self._file(key), data, required=True, what="trust")
+
+
+class SignatureRecords:
+    """Signature verdicts per (commit, digest, signer-policy fingerprint)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "signatures"
+
+    def find(self, commit: str, digest: str, policy: str) -> str | None:
+        data = _read(_commit_file(self.root, commit))
+        entry = data.get(policy) if isinstance(data, dict) else None
+        if isinstance(entry, dict) and entry.get("digest") == digest and isinstance(
+                entry.get("signer"), str):
+            return str(entry["signer"])
+        return None
+
+    def record(self, commit: str, digest: str, policy: str, signer: str) -> None:
+        path = _commit_file(self.root, commit)
+        data = _read(path)
+        data = data if isinstance(data, dict) else {}
+        data[policy] = {"digest": digest, "signer": signer, "at": _now()}
+        _write(path, data, required=False, what="a signature verdict")
+
+
+@dataclass(frozen=True)
+class Verified:
+    """What this user verified for one commit: per cache folder that served it, the stat
+    scan of every entry (``scans``), of every folder (``dirs``), the latest ctime of
+    any entry right after verification (``sealed``), and the tree's folders (``folders``,
+    so that the folder scan need not list them)."""
+
+    digest: str
+    tree: str
+    scans: dict[str, str]
+    dirs: dict[str, str]
+    sealed: dict[str, int]
+    folders: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+class VerifiedRecords:
+    """What this user verified, per commit: the digest, the tree and the scans it served.
+
+    A cache hit is served without re-hashing only if the cache entry's scan and digest are
+    the ones recorded here, after this user's own verification.
+    """
+
+    def __init__(self, data_dir: Path) -> None:
+        self.root = data_dir / "verified"
+
+    def get(self, commit: str) -> Verified | None:
+        data = _read(_commit_file(self.root, commit))
+        if not isinstance(data, dict):
+            return None
+        maps = [data.get(k, {}) for k in ("scans", "dirs", "sealed", "folders")]
+        if not (is_digest(data.get("digest")) and is_full_sha(str(data.get("tree")))
+                and all(isinstance(m, dict) for m in maps)
+                and all(isinstance(k, str) and isinstance(v, str)
+                        for m in maps[:2] for k, v in m.items())
+                and all(isinstance(k, str) and type(v) is int for k, v in maps[2].items())
+                and all(isinstance(k, str) and type(v) is list
+                        and all(isinstance(d, str) for d in v) for k, v in maps[3].items())):
+            return None  # malformed: as if never verified, so the tree is re-hashed
+        return Verified(data["digest"], data["tree"], maps[0], maps[1], maps[2],
+                        {k: tuple(v) for k, v in maps[3].items()})
+
+    def record(self, commit: str, digest: str, tree: str, path: str, *, scan: str,
+               dirs: str, sealed: int, folders: tuple[str, ...] = ()) -> None:
+        """Remember that ``path`` held verified content with these scans (if they changed)."""
+        known = self.get(commit)
+        same = known is not None and known.digest == digest
+        maps: list[dict[str, Any]] = [dict(m) if same else {} for m in (
+            (known.scans, known.dirs, known.sealed, known.folders) if known
+            else ({}, {}, {}, {}))]
+        new = (scan, dirs, sealed, folders)
+        if same and all(m.get(path) == v for m, v in zip(maps, new, strict=True)):
+            return
+        for m, v in zip(maps, new, strict=True):
+            m[path] = v
+        _write(_commit_file(self.root, commit),
+               {"digest": digest, "tree": tree, "scans": maps[0], "dirs": maps[1],
+                "sealed": maps[2], "folders": {k: list(v) for k, v in maps[3].items()}},
+               required=False, what="a verification")
+
+
+class WeightPins:
+    """Per-user record of weight files seen: URL -> sha256 (and the file's stat data)."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = data_dir / "weights" / "pins.json"
+        self._before = data_dir / "weights.json"  # where safehub 0.1 kept them
+
+    def _all(self) -> dict[str, Any]:
+        data = _read(self.path)
+        if data is None:
+            data = _read(self._before)
+        return data if isinstance(data, dict) else {}
+
+    def get(self, url: str) -> dict[str, Any] | None:
+        entry = self._all().get(url)
+        if (isinstance(entry, dict) and isinstance(entry.get("sha256"), str)
+                and _HEX64.fullmatch(entry["sha256"])):
+            return entry
+        return None
+
+    def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]],
+            repo: str = "") -> None:
+        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it)."""
+        data = self._all()
+        with contextlib.suppress(OSError):
+            old = data.get(url)
+            repos = sorted({*(_repos(old)), *([repo] if repo else [])})
+            entry = {"sha256": sha256, "file": str(path), "stat": stat_key(path),
+                     "repos": repos}
+            if old == entry:
+                return
+            data[url] = entry
+            _write(self.path, data, required=False, what="a weights pin")
+
+    def for_repo(self, repo: str) -> dict[str, str]:
+        """URL -> sha256 of the weights ``repo``'s code downloaded (``safehub lock``)."""
+        return {url: entry["sha256"] for url, entry in self._all().items()
+                if repo in _repos(entry) and self.get(url) is not None}
+
+
+def _repos(entry: Any) -> list[str]:
+    repos = entry.get("repos") if isinstance(entry, dict) else None
+    return [r for r in repos if isinstance(r, str)] if isinstance(repos, list) else []
