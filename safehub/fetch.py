@@ -19,10 +19,10 @@ from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
 from safehub.config import Settings
-from safehub.errors import IntegrityError, NotFoundError
+from safehub.errors import IntegrityError
 from safehub.resolve import Resolved
-from safehub.sources.github import GitHub
-from safehub.sources.transport import Progress, Transport
+from safehub.sources.interface import Source
+from safehub.sources.transport import Progress
 from safehub.store.cache import Cache, CachedTree, Verdict
 from safehub.store.cache.tree import Survey, dir_scan, survey, tamper
 from safehub.store.lockfile import LockEntry
@@ -65,13 +65,12 @@ class TreeFetcher:
     """Verified trees of commits, from the cache or the network."""
 
     def __init__(self, settings: Settings, cache: Cache, verified: VerifiedRecords,
-                 github: Callable[[], GitHub], transport: Callable[[], Transport],
+                 source: Callable[[], Source],
                  progress: Callable[[str], Progress | None]) -> None:
         self.settings = settings
         self.cache = cache
         self.verified = verified
-        self._github = github
-        self._transport = transport
+        self._source = source
         self._progress = progress
 
     def tree(self, resolved: Resolved, lock: LockEntry | None, *, force: bool = False,
@@ -164,23 +163,12 @@ class TreeFetcher:
 
     def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:
         """Download the archive of ``resolved.commit`` to ``out_path`` (not verified)."""
-        github, transport = self._github(), self._transport()
-        url = github.archive_url(resolved.url_name, resolved.commit)
         what = f"archive of {resolved.location.repo}@{resolved.commit[:12]}"
-        max_bytes = self.settings.limits.max_archive_bytes
         progress = self._progress(what) if verbose else None
         with open(out_path, "wb") as out:
-            try:
-                transport.download(url, out, what=what, max_bytes=max_bytes,
-                                   headers=github.headers, progress=progress)
-            except NotFoundError:
-                if not self.settings.token:
-                    raise
-                # The web host answers 404 for private repos; the REST endpoint takes the
-                # token (sent to the API base only) and redirects to a signed archive URL.
-                transport.download(github.api_archive_url(resolved.url_name, resolved.commit),
-                                   out, what=what, max_bytes=max_bytes,
-                                   headers=github.headers, progress=progress)
+            self._source().download_archive(
+                resolved.url_name, resolved.commit, out,
+                max_bytes=self.settings.limits.max_archive_bytes, progress=progress)
 
     def _download_and_verify(self, resolved: Resolved, lock: LockEntry | None, stage: Path,
                              verbose: bool, lockfile: str) -> Verdict:
@@ -210,14 +198,14 @@ class TreeFetcher:
                 ext = drop_empty_dirs(ext)
             return Verdict(commit=commit, tree=lock.tree, digest=ext.digest, level=lock.level,
                            files=ext.files, empty_dirs=ext.empty_dirs, source=spec.key)
-        github = self._github()
+        source = self._source()
         listing = None
         if ext.tree_id != resolved.tree:
-            listing = github.tree_listing(resolved.location, resolved.tree)
+            listing = source.tree_listing(resolved.location, resolved.tree)
         check = check_tree(
             ext, resolved.tree, listing, allow_fallback=self.settings.tree_fallback,
-            fetch_blob=lambda sha: github.blob(resolved.location, sha),
-            fetch_commit=lambda: github.commit(resolved.location, commit))
+            fetch_blob=lambda sha: source.blob(resolved.location, sha),
+            fetch_commit=lambda: source.commit(resolved.location, commit))
         if any(d.from_attributes for d in check.differences):
             unverified = (f"; not tied byte for byte (export-subst): "
                           f"{', '.join(check.unverified)}" if check.unverified else "")

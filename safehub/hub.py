@@ -30,6 +30,7 @@ from safehub.run import guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.signatures.check import SignatureCheck, SignatureStatus
 from safehub.sources.github import GitHub
+from safehub.sources.interface import Source
 from safehub.sources.transport import Transport
 from safehub.spec import RepoSpec, plain_text
 from safehub.store.cache import Cache, CachedTree
@@ -68,12 +69,13 @@ class Hub:
 
     Keyword arguments are :class:`~safehub.config.Settings` fields; ``policy`` replaces
     the policy files (``Policy.from_text(...)`` or :func:`safehub.policy.load_policy`);
-    ``transport`` replaces the HTTPS transport (:class:`safehub.sources.transport.Transport`).
+    ``transport`` the HTTPS transport (:class:`safehub.sources.transport.Transport`);
+    ``source`` where code comes from (a :class:`~safehub.sources.interface.Source`; GitHub).
     """
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
-                 transport: Transport | None = None, surface: str = "api",
-                 **overrides: Any) -> None:
+                 transport: Transport | None = None, source: Source | None = None,
+                 surface: str = "api", **overrides: Any) -> None:
         self.policy = load_policy() if policy is None else policy
         self._ran: dict[str, str] = {}  # verified trees whose code ran: real path -> repo
         base = settings or Settings.from_env(policy=self.policy)
@@ -91,15 +93,15 @@ class Hub:
         self._transport = transport
         self._weights_transport: Transport | None = None
         self._github: GitHub | None = None
+        self._source = source
         self.last_report: RuntimeReport | None = None
         """What the repo's code did during the latest load (the runtime guard's record)."""
         self._lockfile: Lockfile | None = None
         self._no_lockfile = False
-        self.resolver = Resolver(self.cache, self.github, self.policy.names)
+        self.resolver = Resolver(self.cache, self.source, self.policy.names)
         self.admission = Admission(self.policy, self.resolver, lambda: self.lockfile,
                                    lambda: str(self.lockfile_path))
-        self.fetcher = TreeFetcher(s, self.cache, self.verified, self.github, self.transport,
-                                   terminal_progress)
+        self.fetcher = TreeFetcher(s, self.cache, self.verified, self.source, terminal_progress)
         self.signatures = SignatureCheck(SignatureRecords(s.data_dir), web_url=s.web_url,
                                          fetch=self._fetch_signature)
         self.trust_step = Trust(self.consents, noninteractive=s.noninteractive,
@@ -120,6 +122,10 @@ class Hub:
             self._weights_transport = Transport(dataclasses.replace(
                 config, deadline=max(config.deadline, 3600.0)))
         return self._weights_transport
+
+    def source(self) -> Source:
+        """Where code comes from: the ``source`` given, else GitHub (or a mirror of it)."""
+        return self._source if self._source is not None else self.github()
 
     def github(self) -> GitHub:
         if self._github is None:

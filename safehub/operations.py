@@ -189,7 +189,7 @@ def _entrypoint(hub: Hub, admitted: Admitted, entry: Any,
             path = entry.path / "hubconf.py"
             source = path.read_bytes() if path.is_file() else None
         else:
-            source = hub.github().top_level_file(r.location, r.tree, "hubconf.py")
+            source = hub.source().top_level_file(r.location, r.tree, "hubconf.py")
     except (SafehubError, OSError) as e:
         return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {e}"
     if source is None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from safehub._internal import fixes
 from safehub.errors import NotFoundError, PinError, RepoMovedError
-from safehub.sources.github import GitHub, sha_field
+from safehub.sources.interface import Source
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 from safehub.store.cache import Cache, CommitProof, RefRecord
 from safehub.store.lockfile import LockEntry, spec_key
@@ -78,32 +78,32 @@ def _name_candidates(ref: str) -> list[tuple[str, str]]:
     return [("tags", ref), ("heads", ref)]
 
 
-def resolve_online(github: GitHub, spec: RepoSpec) -> Resolved:
-    """Ask GitHub which commit ``spec`` names, and prove it is the repo's own."""
+def resolve_online(source: Source, spec: RepoSpec) -> Resolved:
+    """Ask the source which commit ``spec`` names, and prove it is the repo's own."""
     ref = spec.ref
     if ref is None:
-        default, name = github.repo_info(spec)
-        target = github.ref(spec, "heads", default)
+        default, name = source.repo_info(spec)
+        target = source.ref(spec, "heads", default)
         if target is None:
             raise NotFoundError(f"{spec.repo} has no default branch {default!r}")
-        return Resolved(spec, default, target.commit, github.commit_tree(spec, target.commit),
+        return Resolved(spec, default, target.commit, source.commit_tree(spec, target.commit),
                         f"head of default branch {default}", name=name,
                         full_ref=f"refs/heads/{default}")
     if looks_like_sha(ref):
         sha = ref.lower()
         if len(sha) < 40:
-            expanded = github.expand(spec, sha)
+            expanded = source.expand(spec, sha)
             if expanded is None or not expanded.startswith(sha):
                 raise NotFoundError(f"{spec.repo} has no commit starting with {ref}",
                                     hint="check the sha; commits of forks must be loaded from "
                                     "the fork")
             sha = expanded
-        return _prove(github, spec, sha, ref)
+        return _prove(source, spec, sha, ref)
     for kind, name in _name_candidates(ref):
-        target = github.ref(spec, kind, name)
+        target = source.ref(spec, kind, name)
         if target is not None:
             what = "tag" if kind == "tags" else "branch"
-            return Resolved(spec, ref, target.commit, github.commit_tree(spec, target.commit),
+            return Resolved(spec, ref, target.commit, source.commit_tree(spec, target.commit),
                             f"{what} {name} of {spec.repo}", full_ref=f"refs/{kind}/{name}")
     raise NotFoundError(
         f"{spec.repo} has no branch or tag named {ref!r} (or the repo does not exist)",
@@ -111,9 +111,9 @@ def resolve_online(github: GitHub, spec: RepoSpec) -> Resolved:
         "private repo set GITHUB_TOKEN")
 
 
-def _prove(github: GitHub, spec: RepoSpec, sha: str, asked: str) -> Resolved:
+def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:
     """Prove that commit ``sha`` is reachable from one of the repo's own refs."""
-    default, name = github.repo_info(spec)
+    default, name = source.repo_info(spec)
     candidates = [("heads", default)]
     listed = False
     for tried in range(MAX_COMPARES + 1):
@@ -121,26 +121,22 @@ def _prove(github: GitHub, spec: RepoSpec, sha: str, asked: str) -> Resolved:
             break
         kind, branch = candidates.pop(0)
         try:
-            cmp = github.compare(spec, f"{kind}/{branch}", sha)
+            tree = source.contains(spec, f"{kind}/{branch}", sha)
         except NotFoundError as e:
             if listed:
                 continue  # a listed ref that is gone (or never was): try the next one
             raise NotFoundError(f"{spec.repo} has no commit {sha}",
                                 hint="check the sha; commits of forks must be loaded from the "
                                 "fork") from e
-        if cmp["status"] in ("behind", "identical"):
-            base = cmp.get("merge_base_commit")
-            if sha_field(base, "compare", "sha") != sha:
-                raise PinError(f"the API's comparison for {sha} names another merge base")
-            tree = sha_field(base, "compare", "commit", "tree", "sha")
+        if tree is not None:
             what = "branch" if kind == "heads" else "tag"
             return Resolved(spec, asked, sha, tree, f"ancestor of {what} {branch}", name=name)
         if not listed:
             listed = True
             for kind_name, ref_kind in (("branches", "heads"), ("tags", "tags")):
-                for ref_name, tip in github.refs(spec, kind_name):
+                for ref_name, tip in source.refs(spec, kind_name):
                     if tip == sha:
-                        return Resolved(spec, asked, sha, github.commit_tree(spec, sha),
+                        return Resolved(spec, asked, sha, source.commit_tree(spec, sha),
                                         f"tip of {kind_name[:-1]} {ref_name}", name=name)
                     if (ref_kind, ref_name) != ("heads", default):
                         candidates.append((ref_kind, ref_name))
@@ -168,10 +164,10 @@ def moved_fix(new: str) -> str:
 class Resolver:
     """Resolution with the lockfile and the cache in front of the API."""
 
-    def __init__(self, cache: Cache, github: Callable[[], GitHub],
+    def __init__(self, cache: Cache, source: Callable[[], Source],
                  may_follow: Callable[[str], bool]) -> None:
         self.cache = cache
-        self._github = github
+        self._source = source
         self.may_follow = may_follow
 
     def resolve(self, spec: RepoSpec, lock: LockEntry | None, *, force: bool = False,
@@ -218,13 +214,13 @@ class Resolver:
     def online(self, spec: RepoSpec) -> Resolved:
         """Ask GitHub; follow a rename only where the policy names the new repo."""
         try:
-            return resolve_online(self._github(), spec)
+            return resolve_online(self._source(), spec)
         except RepoMovedError as moved:
             new = RepoSpec.parse(moved.new if spec.ref is None else f"{moved.new}:{spec.ref}")
             if not self.may_follow(new.key):
                 raise RepoMovedError(moved.message, old=moved.old, new=moved.new,
                                      hint=moved_fix(moved.new)) from None
-            found = resolve_online(self._github(), new)
+            found = resolve_online(self._source(), new)
             return Resolved(spec, found.ref, found.commit, found.tree,
                             f"{found.proof} (moved from {spec.repo}; the policy names "
                             f"{new.repo})", moved_to=new, name=found.name or new.repo,
@@ -236,7 +232,7 @@ class Resolver:
         for static servers that match names case-sensitively."""
         if resolved.name:
             return resolved
-        _, name = self._github().repo_info(resolved.location)
+        _, name = self._source().repo_info(resolved.location)
         return dataclasses.replace(resolved, name=name)
 
     def cached(self, spec: RepoSpec) -> Resolved | None:

@@ -16,32 +16,31 @@ from __future__ import annotations
 
 import base64
 import time
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterator, Mapping
+from typing import Any, BinaryIO
 from urllib.parse import quote
 
 from safehub.digest import blob_id
-from safehub.errors import FetchError, IntegrityError, NotFoundError, RateLimitError, RepoMovedError
-from safehub.sources.transport import HTTPError, Reply, Transport
+from safehub.errors import (
+    FetchError,
+    IntegrityError,
+    NotFoundError,
+    PinError,
+    RateLimitError,
+    RepoMovedError,
+)
+from safehub.sources.interface import RefTarget
+from safehub.sources.transport import HTTPError, Progress, Reply, Transport
 from safehub.spec import RepoSpec, is_full_sha
 from safehub.verify.gitattributes.subst import CommitFacts, Person
 
-__all__ = ["MAX_REF_PAGES", "GitHub", "RefTarget", "sha_field"]
+__all__ = ["MAX_REF_PAGES", "GitHub", "RefTarget", "sha_field"]  # GitHub is a Source
 
 _JSON = "application/vnd.github+json"
 _SHA_MEDIA = "application/vnd.github.sha"
 MAX_REF_PAGES = 10
 """Most pages (of 100) read when listing a repo's branches or tags."""
 _MAX_TAG_DEPTH = 5
-
-
-@dataclass(frozen=True)
-class RefTarget:
-    """What a ref names: the commit, and the ref as GitHub spells it."""
-
-    ref: str
-    commit: str
 
 
 def _field(data: Any, *path: str | int) -> Any:
@@ -66,7 +65,7 @@ def sha_field(data: Any, what: str, *path: str | int) -> str:
 
 
 class GitHub:
-    """A REST client for the endpoints safehub uses."""
+    """The endpoints safehub uses, as a :class:`~safehub.sources.interface.Source`."""
 
     def __init__(self, transport: Transport, *, api_url: str, web_url: str,
                  token: str | None = None) -> None:
@@ -234,13 +233,20 @@ class GitHub:
                            tuple(sha_field(p, what, "sha") for p in parents),
                            people[0], people[1], message)
 
-    def compare(self, spec: RepoSpec, base: str, head: str) -> dict[str, Any]:
-        what = f"comparison {base}...{head[:12]} of {spec.repo}"
-        data = self._json(spec, f"/compare/{quote(base, safe='/')}...{quote(head, safe='/')}",
+    def contains(self, spec: RepoSpec, ref: str, sha: str) -> str | None:
+        """The tree of ``sha`` if it is ``ref`` or an ancestor (``compare/{ref}...{sha}``:
+        ``behind`` or ``identical``, with ``sha`` as the merge base), else None."""
+        what = f"comparison {ref}...{sha[:12]} of {spec.repo}"
+        data = self._json(spec, f"/compare/{quote(ref, safe='/')}...{quote(sha, safe='/')}",
                           what)
         if not isinstance(data, dict) or not isinstance(data.get("status"), str):
             raise FetchError(f"unexpected answer for {what}: no status")
-        return data
+        if data["status"] not in ("behind", "identical"):
+            return None
+        base = data.get("merge_base_commit")
+        if sha_field(base, "compare", "sha") != sha:
+            raise PinError(f"the API's comparison for {sha} names another merge base")
+        return sha_field(base, "compare", "commit", "tree", "sha")
 
     def refs(self, spec: RepoSpec, kind: str) -> Iterator[tuple[str, str]]:
         """(name, tip sha) of the repo's branches or tags (``kind``), at most
@@ -258,7 +264,7 @@ class GitHub:
             if len(data) < 100:
                 return
 
-    def tree_listing(self, spec: RepoSpec, tree: str) -> list[dict[str, Any]]:
+    def tree_listing(self, spec: RepoSpec, tree: str) -> list[Mapping[str, object]]:
         """The recursive listing of a tree (used only by the ``.gitattributes`` fallback)."""
         what = f"tree {tree[:12]} of {spec.repo}"
         data = self._json(spec, f"/git/trees/{tree}?recursive=1", what)
@@ -302,3 +308,21 @@ class GitHub:
     def api_archive_url(self, repo: str, commit: str) -> str:
         """The REST zipball endpoint: it takes ``GITHUB_TOKEN``, so private repos work."""
         return f"{self.api}/repos/{repo}/zipball/{commit}"
+
+    def download_archive(self, repo: str, commit: str, out: BinaryIO, *, max_bytes: int,
+                         progress: Progress | None = None) -> None:
+        """The zipball from the web host; for a private repo (404 there) with a token, the
+        REST endpoint, which takes the token and redirects to a signed archive URL."""
+        what = f"archive of {repo}@{commit[:12]}"
+        try:
+            self.transport.download(self.archive_url(repo, commit), out, what=what,
+                                    max_bytes=max_bytes, headers=self.headers,
+                                    progress=progress)
+        except NotFoundError:
+            if not self._token:
+                raise
+            out.seek(0)
+            out.truncate()
+            self.transport.download(self.api_archive_url(repo, commit), out, what=what,
+                                    max_bytes=max_bytes, headers=self.headers,
+                                    progress=progress)

@@ -1,0 +1,126 @@
+"""Steps 2 to 4 (decide, resolve, prove) against the in-memory source: no TLS, no git, no
+server; the same rules the loopback end-to-end tests hold (tests/test_admission.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from safehub.errors import NotFoundError, PinError, PolicyDenied, RepoMovedError
+from safehub.hub import Hub
+from safehub.policy import Policy
+from safehub.spec import RepoSpec
+from tests.support.memory import MemoryRepo, MemorySource
+
+
+@pytest.fixture
+def source() -> MemorySource:
+    return MemorySource()
+
+
+@pytest.fixture
+def repo(source: MemorySource) -> MemoryRepo:
+    repo = source.repo("Acme/Models")
+    first = repo.commit(branch="main")
+    repo.tag("v1.0", first)
+    repo.commit(branch="main")
+    repo.commit(branch="dev", parents=(first,))
+    return repo
+
+
+def hub(source: MemorySource, tmp_path: Path, policy: str = "") -> Hub:
+    return Hub(policy=Policy.from_text(policy, "test.toml"), source=source,
+               cache_dir=tmp_path / "cache", data_dir=tmp_path / "data",
+               log_dir=tmp_path / "log")
+
+
+def admit(h: Hub, spec: str) -> tuple[str, str, str]:
+    r = h.admission.admit(RepoSpec.parse(spec)).resolved
+    return r.commit, r.full_ref, r.proof
+
+
+@pytest.mark.parametrize("asked", ["v1.0", "tags/v1.0", "refs/tags/v1.0"])
+def test_a_tag_in_every_spelling_resolves_to_its_commit(source: MemorySource, repo: MemoryRepo,
+                                                         tmp_path: Path, asked: str) -> None:
+    commit, full, _ = admit(hub(source, tmp_path), f"acme/models:{asked}")
+    assert commit == repo.tags["v1.0"] and full == "refs/tags/v1.0"
+
+
+def test_no_ref_is_the_default_branch(source: MemorySource, repo: MemoryRepo,
+                                      tmp_path: Path) -> None:
+    commit, full, proof = admit(hub(source, tmp_path), "acme/models")
+    assert commit == repo.heads["main"] and full == "refs/heads/main"
+    assert "default branch main" in proof
+
+
+def test_a_second_resolution_comes_from_the_cache(source: MemorySource, repo: MemoryRepo,
+                                                  tmp_path: Path) -> None:
+    h = hub(source, tmp_path)
+    admit(h, "acme/models:v1.0")
+    source.calls.clear()
+    assert admit(hub(source, tmp_path), "acme/models:v1.0")[0] == repo.tags["v1.0"]
+    assert source.calls == []
+
+
+@pytest.mark.parametrize("length", [7, 12, 40])
+def test_an_ancestor_of_a_branch_resolves_at_any_length(source: MemorySource, repo: MemoryRepo,
+                                                        tmp_path: Path, length: int) -> None:
+    first = repo.tags["v1.0"]
+    commit, _, proof = admit(hub(source, tmp_path), f"acme/models:{first[:length]}")
+    assert commit == first and "ancestor of branch main" in proof
+
+
+def test_a_commit_only_on_another_branch_is_found_by_listing(source: MemorySource,
+                                                              repo: MemoryRepo,
+                                                              tmp_path: Path) -> None:
+    commit, _, proof = admit(hub(source, tmp_path), f"acme/models:{repo.heads['dev']}")
+    assert commit == repo.heads["dev"] and "dev" in proof
+
+
+def test_a_fork_commit_served_under_the_parents_name_is_refused(
+    source: MemorySource, repo: MemoryRepo, tmp_path: Path
+) -> None:
+    fork = source.repo("evil/models", fork_of=repo)
+    planted = fork.commit(branch="main", message="a backdoor")
+    h = hub(source, tmp_path)
+    for asked in (planted, planted[:10]):
+        with pytest.raises(PinError, match="may come from a fork"):
+            admit(h, f"acme/models:{asked}")
+    assert admit(h, f"evil/models:{planted}")[0] == planted  # from the fork itself: its own
+
+
+def test_a_denied_repo_asks_the_source_nothing(source: MemorySource, repo: MemoryRepo,
+                                               tmp_path: Path) -> None:
+    h = hub(source, tmp_path, '[[deny]]\nrepo = "acme/*"\nreason = "no"\n')
+    with pytest.raises(PolicyDenied):
+        admit(h, "acme/models:v1.0")
+    assert source.calls == []
+
+
+def test_a_rename_is_followed_only_where_a_rule_names_the_new_repo(
+    source: MemorySource, repo: MemoryRepo, tmp_path: Path
+) -> None:
+    source.moved["acme/old"] = "Acme/Models"
+    with pytest.raises(RepoMovedError, match="moved to Acme/Models"):
+        admit(hub(source, tmp_path), "acme/old:v1.0")
+    h = hub(source, tmp_path / "again", '[[allow]]\nrepo = "acme/models"\n')
+    commit, _, proof = admit(h, "acme/old:v1.0")
+    assert commit == repo.tags["v1.0"] and "moved from acme/old" in proof
+
+
+def test_a_ref_the_repo_does_not_have(source: MemorySource, repo: MemoryRepo,
+                                      tmp_path: Path) -> None:
+    with pytest.raises(NotFoundError, match="no branch or tag named 'v9'"):
+        admit(hub(source, tmp_path), "acme/models:v9")
+
+
+def test_the_policy_decides_again_on_what_was_resolved(source: MemorySource, repo: MemoryRepo,
+                                                       tmp_path: Path) -> None:
+    """A rule for tags only: the default branch (a spec without a ref) is refused once
+    resolution says what it is."""
+    h = hub(source, tmp_path, '[safehub]\nunknown_repos = "deny"\n'
+            '[[allow]]\nrepo = "acme/models"\nrefs = ["refs/tags/*"]\n')
+    assert admit(h, "acme/models:v1.0")[0] == repo.tags["v1.0"]
+    with pytest.raises(PolicyDenied, match="main"):
+        admit(h, "acme/models")
