@@ -34,6 +34,7 @@ from safehub.signatures.signers import SignerSet
 from safehub.spec import RepoSpec
 from safehub.store.lockfile import LockEntry, Lockfile, spec_key
 from safehub.store.records import WeightPins
+from safehub.trust import Subject
 
 if TYPE_CHECKING:
     from safehub.hub import Hub
@@ -120,9 +121,8 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         if status.failed:  # mode = "warn": a violation, as in a load
             decision = dataclasses.replace(decision, verdict="prompt", violations=(
                 *decision.violations, status.failed))
-    consents = [c for c in hub.consents.list(spec.key) if c.commit == r.commit
-                and (entry is None or c.digest == entry.digest)]
     found, note = _entrypoint(hub, admitted, entry, entrypoint)
+    fix: str | None
     if found is False:
         outcome, why, fix = "refuse", note, f"safehub list {spec.repo}:{r.commit}"
     elif entry is None and hub.settings.offline:
@@ -139,15 +139,15 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         fix = fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
                         "(fetches and verifies the tree, runs "
                         "nothing; then check again)")
-    elif decision.verdict == "allow":
-        outcome, why, fix = "load", "the policy allows it", None
-    elif consents:
-        outcome, why, fix = "load", f"you trusted this content {consents[-1].at}", None
-    elif hub.settings.noninteractive:
-        outcome, why = "refuse", "not trusted, and nobody can be asked"
-        fix = f"safehub trust {spec.repo}:{r.commit}"
-    else:
-        outcome, why, fix = "prompt", "not trusted yet: you would be asked", None
+    else:  # the load's own trust step, asked without acting
+        trust = hub.trust_step.verdict(Subject(spec.repo, spec.key, r.ref, r.commit,
+                                               entry.digest if entry else "", signature),
+                                       decision, "check")
+        outcome, why, fix = {
+            "allow": ("load", trust.why, None), "consent": ("load", trust.why, None),
+            "ask": ("prompt", "not trusted yet: you would be asked", None),
+        }.get(trust.kind) or ("refuse", "not trusted, and nobody can be asked",
+                              trust.error.hint if trust.error else None)
     return CheckReport(
         **base, outcome=outcome, why=why, fix=fix, ref=r.ref, commit=r.commit, proof=r.proof,
         policy=decision.verdict, reasons=list(decision.reasons),

@@ -21,7 +21,7 @@ from safehub.errors import SpecError, UntrustedRepoError
 from safehub.policy import Decision
 from safehub.store.records import ConsentStore
 
-__all__ = ["TRUST_VALUES", "Trust", "ask", "check_trust_repo"]
+__all__ = ["TRUST_VALUES", "Subject", "Trust", "Verdict", "ask", "check_trust_repo"]
 
 TRUST_VALUES = ("check", True, False, None)
 
@@ -56,8 +56,24 @@ class Subject:
     signature: str
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """Who agrees to run a content, or what it takes: ``allow`` (the policy), ``consent``
+    (recorded before), ``trust_repo`` (the caller said so), ``ask`` (a user at a terminal
+    would be asked: ``why``), or ``refuse`` (nobody can be asked: ``error``)."""
+
+    kind: str
+    why: str = ""
+    error: UntrustedRepoError | None = None
+    consent_at: str = ""
+
+
 class Trust:
-    """Decides who agreed to run a content; asks on a terminal; refuses otherwise."""
+    """Decides who agreed to run a content; asks on a terminal; refuses otherwise.
+
+    :meth:`verdict` is the decision alone (``safehub check`` asks it too, so the dry run
+    cannot drift from the load); :meth:`decide` acts on it: records, prompts, raises.
+    """
 
     def __init__(self, consents: ConsentStore, *, noninteractive: bool,
                  surface: str = "api") -> None:
@@ -65,51 +81,71 @@ class Trust:
         self.noninteractive = noninteractive
         self.surface = surface  # "api" or "cli": which fix to suggest
 
-    def decide(self, subject: Subject, decision: Decision, trust_repo: Any, *,
-               nested: bool = False) -> str:
-        """Who agreed (``allow``, ``consent``, ``trust_repo``, ``prompt-yes``); raise if nobody.
+    def verdict(self, subject: Subject, decision: Decision, trust_repo: Any, *,
+                nested: bool = False) -> Verdict:
+        """The answer for ``subject`` (its ``digest`` empty: any content of the commit, as
+        a dry run that has not fetched the tree knows it).
 
-        ``nested``: a load the repo's code asked for. It never prompts: the code runs in
-        this process and could answer for the user (``sys.stdin``), so only the policy
-        or an earlier consent can let it run."""
+        ``nested``: a load the repo's code asked for. It is never prompted for: the code
+        runs in this process and could answer for the user (``sys.stdin``), so only the
+        policy or an earlier consent can let it run."""
         if trust_repo is False:
-            return self._ask(subject, "trust_repo=False asks every time", nested)
+            return self._asking(subject, "trust_repo=False asks every time", nested)
         if decision.verdict == "allow":
-            return "allow"
+            return Verdict("allow", "the policy allows it")
         if decision.violations:
             why = "the policy was violated (mode = 'warn'): " + "; ".join(decision.violations)
         else:
             why = "; ".join(decision.reasons)
         # From here on the policy lets the user decide.
-        if trust_repo is True:
-            self.consents.record(subject.key, subject.commit, subject.digest, "trust_repo=True")
-            return "trust_repo"
-        if trust_repo is None:
-            warn("trust_repo=None loads without asking (torch's legacy meaning); pass "
-                 "trust_repo=True to say so explicitly, or 'check' to be asked")
-            return "trust_repo"
+        if trust_repo is True or trust_repo is None:
+            return Verdict("trust_repo", f"trust_repo={trust_repo}")
         consents = self.consents.list(subject.key)
-        if any((c.commit, c.digest) == (subject.commit, subject.digest) for c in consents):
-            return "consent"
+        same = [c for c in consents if c.commit == subject.commit
+                and (not subject.digest or c.digest == subject.digest)]
+        if same:
+            return Verdict("consent", f"you trusted this content {same[-1].at}",
+                           consent_at=same[-1].at)
         earlier = [c for c in consents if c.commit != subject.commit]
         if earlier:
             why = (f"you trusted {subject.repo} at {earlier[-1].commit[:12]} before, but this "
                    "is different content")
-        return self._ask(subject, why, nested)
+        return self._asking(subject, why, nested)
 
-    def _ask(self, subject: Subject, why: str, nested: bool = False) -> str:
+    def _asking(self, subject: Subject, why: str, nested: bool) -> Verdict:
         if nested:
-            raise UntrustedRepoError(
+            return Verdict("refuse", why, UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}, "
                 f"which a repo's code asked to load: it is not trusted ({why}), and a load "
                 "the repo's code asks for is never prompted for (that code could answer)",
-                hint=self._fix(subject, nested=True))
+                hint=self._fix(subject, nested=True)))
         if self.noninteractive:
-            raise UntrustedRepoError(
+            return Verdict("refuse", why, UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: it "
                 f"is not trusted ({why}), and nobody can be asked (non-interactive: CI=true, "
                 "SAFEHUB_NONINTERACTIVE=1, noninteractive = true, or no terminal)",
-                hint=self._fix(subject))
+                hint=self._fix(subject)))
+        return Verdict("ask", why)
+
+    def decide(self, subject: Subject, decision: Decision, trust_repo: Any, *,
+               nested: bool = False) -> str:
+        """Who agreed (``allow``, ``consent``, ``trust_repo``, ``prompt-yes``); raise if
+        nobody (see :meth:`verdict`)."""
+        found = self.verdict(subject, decision, trust_repo, nested=nested)
+        if found.error is not None:
+            raise found.error
+        if found.kind == "trust_repo":
+            if trust_repo is None:
+                warn("trust_repo=None loads without asking (torch's legacy meaning); pass "
+                     "trust_repo=True to say so explicitly, or 'check' to be asked")
+            else:
+                self.consents.record(subject.key, subject.commit, subject.digest,
+                                     "trust_repo=True")
+        if found.kind != "ask":
+            return found.kind
+        return self._ask(subject, found.why)
+
+    def _ask(self, subject: Subject, why: str) -> str:
         lines = [
             f"safehub: {subject.repo} wants to run code on this machine.",
             f"  repo       {subject.repo}",

@@ -167,3 +167,43 @@ def test_fork_commit_under_the_parent_name(
     evil = fork.commit({"hubconf.py": "raise SystemExit('evil')\n"})
     results = run_everywhere(f"acme/models:{evil}", public_key, tmp_path)
     assert set(results.values()) == {"PinError"}, results
+
+
+# -- the dry run asks the load's own trust step --------------------------------------------
+
+TRUST_CASES = {
+    "allowed by a rule": ('[[allow]]\nrepo = "acme/models"\n', None, "load"),
+    "unknown, nobody to ask": ("", None, "refuse"),
+    "trusted this content": ("", "this", "load"),
+    "trusted another commit": ("", "other", "refuse"),
+    "warn mode, violated": ('[safehub]\nmode = "warn"\n[[allow]]\nrepo = "acme/models"\n'
+                            'refs = ["v9*"]\n', None, "refuse"),
+}
+
+
+@pytest.mark.parametrize("case", list(TRUST_CASES))
+def test_check_and_load_reach_the_same_trust_verdict(hub_repo: HubRepo, isolated: Path,
+                                                     canary: Path, case: str) -> None:
+    rules, trusted, expected = TRUST_CASES[case]
+    (isolated / "config" / "safehub").mkdir(parents=True, exist_ok=True)
+    (isolated / "config" / "safehub" / "policy.toml").write_text(rules)
+    hub = safehub.Hub(noninteractive=True)
+    if trusted == "other":
+        first = hub_repo.sha
+        hub_repo.commit({"README.md": "again\n"})
+        hub_repo.tag("v1.0")
+        hub.consents.record("acme/models", first, "sha256:" + "0" * 64, "test")
+    if trusted == "this":
+        hub.trust("acme/models:v1.0")
+    for fresh in (True, False):  # nothing cached yet, then the tree cached (digest known)
+        report = operations.check(hub, "acme/models:v1.0")
+        try:
+            safehub.Hub(noninteractive=True).load("acme/models:v1.0", "echo", verbose=False)
+            loaded = "load"
+        except safehub.UntrustedRepoError:
+            loaded = "refuse"
+        assert (report.outcome, loaded) == (expected, expected), (fresh, report)
+        if fresh:
+            safehub.Hub().fetcher.tree(hub.admission.admit(
+                safehub.policy.RepoSpec.parse("acme/models:v1.0")).resolved, None,
+                verbose=False)
