@@ -20,8 +20,7 @@ from dataclasses import dataclass
 
 from safehub.errors import SpecError
 
-__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text", "ref_forms",
-           "ref_names"]
+__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text", "ref_forms"]
 
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
@@ -34,18 +33,6 @@ _MAX_REF = 255
 _FOREIGN_NAMESPACES = frozenset({"pull", "remotes", "notes", "changes", "merge-requests"})
 
 _SPEC_HINT = "write the repo as 'owner/name' or 'owner/name:ref', e.g. 'pytorch/vision:v0.10.0'"
-
-
-def ref_names(ref: str) -> tuple[str, ...]:
-    """The ways a ref can be written that name the same thing, for policy matching.
-
-    >>> ref_names("refs/tags/v1.0")
-    ('refs/tags/v1.0', 'v1.0')
-    """
-    for prefix in ("refs/heads/", "refs/tags/", "heads/", "tags/"):
-        if ref.startswith(prefix):
-            return (ref, ref[len(prefix):])
-    return (ref,)
 
 
 def ref_forms(ref: str | None, full_ref: str, *, resolved: bool = False

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from safehub.errors import SignatureError
 from safehub.signatures import KeySigner, Signer, SignerSet, Verifier, sign_directory
+from safehub.signatures.manifest import statement
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SIGSTORE = FIXTURES / "sigstore"
@@ -35,9 +36,14 @@ def keyless(identity: str, issuer: str, **claims: str) -> Verifier:
 
 def check_case(verifier: Verifier, case: dict[str, str]) -> str:
     bundle = (SIGSTORE / case["bundle"]).read_bytes()
-    if case["kind"] == "dsse":
+    if case["kind"] == "dsse":  # an in-toto statement that must name the artifact
         sha = hashlib.sha256((SIGSTORE / case["artifact"]).read_bytes()).hexdigest()
-        return verifier.verify_attestation(bundle, sha)
+        signed = verifier.verify_dsse(bundle)
+        if not any(s.get("digest", {}).get("sha256") == sha
+                   for s in statement(signed).get("subject") or []):
+            raise SignatureError("the signed statement is about other artifacts",
+                                 hint="not this artifact's attestation")
+        return signed.signer
     if case["artifact"]:
         return verifier.verify_artifact(bundle, (SIGSTORE / case["artifact"]).read_bytes())
     return verifier.verify_artifact(bundle, sha256=case["artifact_sha256"])

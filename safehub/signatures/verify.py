@@ -277,16 +277,6 @@ class Verifier:
     # -- trees ----------------------------------------------------------------------------
 
     @_shape_checked
-    def verify_attestation(self, data: bytes, sha256: str) -> str:
-        """Verify a DSSE bundle whose in-toto statement names an artifact by its SHA-256."""
-        signed = self.verify_dsse(data)
-        subjects = statement(signed).get("subject") or []
-        if not any(isinstance(s, dict) and s.get("digest", {}).get("sha256") == sha256
-                   for s in subjects):
-            raise fail(f"the signed statement is about other artifacts, not sha256:{sha256}")
-        return signed.signer
-
-    @_shape_checked
     def verify_tree(self, tree: Path, bundle: bytes, *,
                     signature_in_tree: str | None = DEFAULT_SIGNATURE,
                     also_ignore: Sequence[str] = ()) -> TreeSignature:

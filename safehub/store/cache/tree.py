@@ -16,7 +16,7 @@ from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, content_digest, git_
 from safehub.errors import IntegrityError
 from safehub.store.cache.records import FORMAT, Verdict
 
-__all__ = ["CachedTree", "Survey", "dir_scan", "scan_digest", "sealed_at", "survey", "tamper"]
+__all__ = ["CachedTree", "Survey", "dir_scan", "scan_digest", "survey", "tamper"]
 
 
 def _folder_line(top: str, st: os.stat_result) -> bytes:
@@ -30,7 +30,7 @@ def dir_scan(root: Path, folders: Sequence[str] | None = None) -> str:
     Adding, removing, renaming or replacing any entry changes its folder's mtime and ctime,
     so equal scans mean the tree has the same entries. It costs one ``lstat`` per folder,
     not per file; what a file holds is checked as it is opened (see
-    :func:`sealed_at`). Entries are taken in directory order, stable for an unchanged
+    the sealed time). Entries are taken in directory order, stable for an unchanged
     folder.
 
     ``folders``: the folders :func:`survey` found when the tree was verified (relative,
@@ -59,20 +59,6 @@ def dir_scan(root: Path, folders: Sequence[str] | None = None) -> str:
     return h.hexdigest()
 
 
-def sealed_at(root: Path) -> int:
-    """The latest ctime (ns) of any entry under ``root``, taken right after verification.
-
-    ctime cannot be set back: any write, chmod or replacement after this moment makes a
-    file's ctime later, so a file opened later with a ctime at or before this value is the
-    file that was verified.
-    """
-    latest = os.lstat(root).st_ctime_ns
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in (*dirnames, *filenames):
-            latest = max(latest, os.lstat(os.path.join(dirpath, name)).st_ctime_ns)
-    return latest
-
-
 @dataclass(frozen=True)
 class Survey:
     """What a verified tree looks like on disk, taken in one walk (see :func:`survey`)."""
@@ -84,14 +70,15 @@ class Survey:
     folders: tuple[str, ...]
     """The folders, relative (``""`` is the tree), in the order :func:`dir_scan` takes them."""
     sealed: int
-    """:func:`sealed_at`: the latest ctime of any entry."""
+    """The latest ctime (ns) of any entry, taken right after verification: ctime cannot be
+    set back, so a file opened later with a ctime at or before it is the file verified."""
     ident: tuple[int, int]
     """The tree folder's ``(st_dev, st_ino)``: what the runtime check holds it to."""
 
 
 def survey(root: Path) -> Survey:
-    """:func:`scan_digest`, :func:`dir_scan`, its folder list and :func:`sealed_at` of
-    ``root``, in one walk (one ``lstat`` per entry) instead of three."""
+    """:func:`scan_digest`, :func:`dir_scan`, its folder list and the sealed time of
+    ``root``, in one walk (one ``lstat`` per entry)."""
     scan, dirs = hashlib.sha256(), hashlib.sha256()
     base = str(root)
     folders: list[str] = []

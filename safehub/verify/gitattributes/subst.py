@@ -32,10 +32,10 @@ colours, ``%+x``...) is refused: safehub cannot bound what it writes. A refusal 
 difference no rule explains, like any other.
 
 >>> facts = CommitFacts("ab" * 20, "cd" * 20)
->>> match_subst(b"v = 'abababa'\\n", b"v = '$Format:%h$'\\n", facts)
+>>> Template.of(b"v = '$Format:%h$'\\n").match(b"v = 'abababa'\\n", facts)
 [('$Format:%h$', b'abababa')]
 >>> try:
-...     match_subst(b"v = 'ababab'\\n", b"v = '$Format:%h$'\\n", facts)
+...     Template.of(b"v = '$Format:%h$'\\n").match(b"v = 'ababab'\\n", facts)
 ... except Unbounded as e:
 ...     print(str(e).split(": ")[1])
 %h is the commit id or a prefix of it (at least 7)
@@ -48,7 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
-__all__ = ["CommitFacts", "Person", "Template", "Unbounded", "match_subst"]
+__all__ = ["CommitFacts", "Person", "Template", "Unbounded"]
 
 _DAYS = "Sun|Mon|Tue|Wed|Thu|Fri|Sat"
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
@@ -417,23 +417,3 @@ def _fullmatch(literals: Sequence[bytes], fields: Sequence[Sequence[bytes | _Fie
                     return None
                 k += 1
     return out
-
-
-def match_subst(data: bytes, template: bytes, facts: CommitFacts,
-                ) -> list[tuple[str, bytes]] | None:
-    """How ``data`` fills the ``$Format:...$`` placeholders of ``template``, each
-    expansion bounded by what git writes for the commit ``facts`` describes.
-
-    Returns ``(placeholder, expansion)`` pairs; None if the text outside the placeholders
-    differs; raises :class:`Unbounded` if an expansion is not one git can have written.
-
-    >>> facts = CommitFacts("ab" * 20, "cd" * 20)
-    >>> match_subst(b'r = " (tag: v1.0)"', b'r = "$Format:%d$"', facts)
-    [('$Format:%d$', b' (tag: v1.0)')]
-    >>> try:
-    ...     match_subst(b'r = ""; import os; x = ""', b'r = "$Format:%d$"', facts)
-    ... except Unbounded as e:
-    ...     print(str(e).split(", which")[0])
-    the expansion of $Format:%d$ is '"; import os; x = "'
-    """
-    return Template.of(template).match(data, facts)
