@@ -66,30 +66,12 @@ class Admission:
         """The policy's answer; a denial raises :class:`PolicyDenied`."""
         decision = self.policy.decide(spec, entrypoint=entrypoint, ref=ref, locked=locked,
                                       full_ref=full_ref, resolved=resolved)
-        if decision.verdict == "deny":
-            denied = PolicyDenied(
-                f"policy refuses {spec}: " + "; ".join(decision.reasons),
-                hint=decision.fix or "see `safehub policy show` for the rules that apply")
-            denied.reasons = decision.reasons
-            raise denied
-        if decision.violations and warn_violations:
-            warn(f"policy violation for {spec} (mode = 'warn', loading anyway): "
-                 + "; ".join(decision.violations))
-        return decision
+        return _held(decision, str(spec), warn_violations)
 
     def decide_local(self, folder: str) -> Decision:
         """The policy's answer on a ``source="local"`` folder (``local_dirs``); a denial
         raises :class:`PolicyDenied`."""
-        decision = self.policy.decide_local(folder)
-        if decision.verdict == "deny":
-            denied = PolicyDenied("policy refuses a local load: " + "; ".join(decision.reasons),
-                                  hint=decision.fix or "see `safehub policy show`")
-            denied.reasons = decision.reasons
-            raise denied
-        if decision.violations:
-            warn(f"policy violation for the local folder {folder} (mode = 'warn', loading "
-                 "anyway): " + "; ".join(decision.violations))
-        return decision
+        return _held(self.policy.decide_local(folder), f"a local load of {folder}")
 
     def admit(self, spec: RepoSpec, *, entrypoint: str | None = None,
               resolution: Resolution = "normal", locked: bool | None = None) -> Admitted:
@@ -123,3 +105,18 @@ class Admission:
         decision = self.decide(resolved.location, entrypoint=entrypoint, ref=resolved.ref,
                                locked=is_locked, full_ref=resolved.full_ref, resolved=True)
         return Admitted(spec, resolved, decision, lock)
+
+
+def _held(decision: Decision, what: str, warn_violations: bool = True) -> Decision:
+    """``decision``, if it lets ``what`` load; a denial is :class:`PolicyDenied` (the one
+    place a decision becomes one), and ``mode = "warn"`` violations are warned about."""
+    if decision.verdict == "deny":
+        denied = PolicyDenied(f"policy refuses {what}: " + "; ".join(decision.reasons),
+                              hint=decision.fix or "see `safehub policy show` for the rules "
+                              "that apply")
+        denied.reasons = decision.reasons
+        raise denied
+    if decision.violations and warn_violations:
+        warn(f"policy violation for {what} (mode = 'warn', loading anyway): "
+             + "; ".join(decision.violations))
+    return decision

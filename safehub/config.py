@@ -196,6 +196,18 @@ class Settings:
             return f"turn offline mode off: remove offline = true from {source[11:]}"
         return f"turn offline mode off: unset {source.partition('=')[0]} (it is {source} now)"
 
+    def offline_fix(self, spec: str) -> str:
+        """What gets an offline load of ``spec`` past a tree that is not cached."""
+        import shlex
+
+        from safehub._internal import fixes
+
+        return fixes.either(
+            fixes.run(f"safehub prefetch {shlex.quote(spec)}",
+                      f"{self.network_machine}, then share its cache (SAFEHUB_CACHE_DIR) "
+                      "with this one"),
+            fixes.say(self.offline_off))
+
     @property
     def network_machine(self) -> str:
         """Where a command that needs the network can run (offline mode may come with

@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import os
-import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -176,11 +175,7 @@ class Hub:
                                      lockfile=str(self.lockfile_path),
                                      lazy=self.settings.runtime != "off")
         except OfflineError as e:
-            raise OfflineError(e.message, hint=fixes.either(
-                fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
-                          f"{self.settings.network_machine}, then "
-                          "share its cache (SAFEHUB_CACHE_DIR) with this one"),
-                fixes.say(self.settings.offline_off))) from e
+            raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
         note.digest = tree.digest
         signature = self.signature(admitted, tree)                        # 7
         decision = admitted.decision

@@ -93,7 +93,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         admitted = hub.admission.admit(spec, entrypoint=entrypoint)
     except SafehubError as e:
         if isinstance(e, OfflineError):  # the load's own fix, for this spec
-            e.hint = _offline_fix(hub, spec)
+            e.hint = hub.settings.offline_fix(str(spec))
         return CheckReport(**base, outcome="refuse", why=e.message, fix=e.hint,
                            error=type(e).__name__,
                            policy="deny" if isinstance(e, PolicyDenied) else None,
@@ -129,7 +129,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         outcome = "refuse"
         why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
                "is not in the cache: a load would fail")
-        fix = _offline_fix(hub, spec)
+        fix = hub.settings.offline_fix(str(spec))
     elif wanted == "required" and entry is None and decision.mode != "warn":
         outcome = "conditional"
         why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if a valid "
@@ -156,15 +156,6 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         violations=list(decision.violations), cached=entry is not None,
         digest=entry.digest if entry is not None else None, entrypoint_found=found,
         entrypoint_note=note if found is not False else "", signature=signature)
-
-
-def _offline_fix(hub: Hub, spec: RepoSpec) -> str:
-    """What gets an offline load of ``spec`` past a missing tree (as the load says it)."""
-    return fixes.either(
-        fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
-                  f"{hub.settings.network_machine}, then share its cache "
-                  "(SAFEHUB_CACHE_DIR) with this one"),
-        fixes.say(hub.settings.offline_off))
 
 
 def _signers(sets: Sequence[SignerSet]) -> str:

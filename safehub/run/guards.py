@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -13,7 +12,7 @@ from safehub.config import Settings
 from safehub.policy import Decision
 from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules
 from safehub.run.weights import WeightsGuard
-from safehub.sources.transport import Transport
+from safehub.sources.transport import Transport, proxy_hosts
 from safehub.spec import RepoSpec
 from safehub.store.cache import CachedTree
 from safehub.store.lockfile import LockEntry
@@ -60,26 +59,14 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
     weights = hosts_of_urls(patterns)
     hosts: tuple[str, ...] | None = None
     if patterns and not any("*" in h for h in weights):
-        hosts = (*settings.transport_config().allowed_hosts, *weights, *_proxy_hosts())
+        hosts = (*settings.transport_config().allowed_hosts, *weights,
+                 *proxy_hosts([settings.api_url, settings.web_url, *patterns]))
     roots = (settings.cache_dir, settings.data_dir, settings.log_dir, audit_path.parent,
              Path(platformdirs.user_cache_dir("sigstore-python", appauthor=False)),
              Path(platformdirs.user_data_dir("sigstore-python", appauthor=False)),
              Path(tempfile.gettempdir()))
     return OwnWork(hosts, tuple(os.path.realpath(r) for r in roots),
                    (os.path.realpath(settings.data_dir / "trust"),))
-
-
-def _proxy_hosts() -> tuple[str, ...]:
-    from urllib.parse import urlsplit
-
-    found = []
-    for name, value in os.environ.items():
-        if name.lower() in ("https_proxy", "http_proxy", "all_proxy") and value:
-            with contextlib.suppress(ValueError):
-                host = urlsplit(value if "://" in value else f"http://{value}").hostname
-                if host:
-                    found.append(host.lower())
-    return tuple(found)
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,

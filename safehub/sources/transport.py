@@ -29,7 +29,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
@@ -148,6 +148,13 @@ def _proxy_for(url: str) -> str | None:
         return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
     except ValueError:
         return "a proxy"
+
+
+def proxy_hosts(urls: Iterable[str]) -> tuple[str, ...]:
+    """The hosts of the proxies the environment sends ``urls`` through (the one reading of
+    ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...: requests' own)."""
+    found = {_host(proxy) for proxy in map(_proxy_for, urls) if proxy and "://" in proxy}
+    return tuple(sorted(found))
 
 
 def _cause(exc: BaseException) -> BaseException | None:
