@@ -461,7 +461,7 @@ identity = "[z-a]@example.org"
 def test_every_fault_is_named_at_once_and_loads_fail_closed(
     tmp_path: Path, isolated: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from safehub._cli import main
+    from safehub.cli import main
 
     write(tmp_path / "not-a-key.pem", "-----BEGIN NOTHING-----\n")
     path = write(tmp_path / "bad.toml", BAD_POLICY)

@@ -4,7 +4,8 @@
   how files merge it);
 * :mod:`safehub.policy.schema` reads one file against that declaration;
 * :mod:`safehub.policy.model` merges files and decides on a spec;
-* :mod:`safehub.policy.files` finds, reads and caches the files.
+* :mod:`safehub.policy.files` finds, reads and caches the files, and describes the
+  merged policy (``safehub policy show``).
 
 >>> p = Policy.from_text('''
 ... [safehub]

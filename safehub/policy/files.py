@@ -18,13 +18,16 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from safehub.errors import PolicyError
+from safehub.policy.keys import KEYS
+from safehub.policy.local import holders
 from safehub.policy.model import Policy
-from safehub.policy.schema import FileSpec, parse_text
+from safehub.policy.schema import FileSpec, Table, parse_text
 
-__all__ = ["PROJECT_FILE", "SYSTEM_CONFIG_DIR", "Candidate", "discover", "load_policy",
-           "searched", "user_file", "validate_file"]
+__all__ = ["PROJECT_FILE", "SYSTEM_CONFIG_DIR", "Candidate", "describe", "discover",
+           "load_policy", "searched", "user_file", "validate_file"]
 
 PROJECT_FILE = "safehub.toml"
 
@@ -174,3 +177,38 @@ def load_policy(environ: Mapping[str, str] | None = None,
 def validate_file(path: Path, *, origin: str = "extra") -> Policy:
     """Parse one file on its own (``safehub policy validate``); raise PolicyError if bad."""
     return Policy.from_files([_read(path, _file_key(path, origin))])
+
+
+def describe(policy: Policy) -> dict[str, Any]:
+    """The merged policy as data, each rule with its file (``safehub policy show``, beside
+    :func:`searched`); ``warn_files``: the files whose own refusals only warn."""
+    mode, unknown = policy.setting("mode"), policy.setting("unknown_repos")
+    return {
+        "files": list(policy.files),
+        "mode": {"value": mode.value, "from": mode.source},
+        "warn_files": [f.source for f in policy.layers if f.warns],
+        "unknown_repos": {"value": unknown.value, "from": unknown.source},
+        "settings": {name: {"value": _plain(s.value), "from": s.source, "final": s.final}
+                     for name in KEYS["safehub"]
+                     if KEYS["safehub"][name].merge not in ("per-file", "each")
+                     for s in (policy.setting(name),)},
+        "local_dirs": [{"from": source, "value": None if dirs is None else list(dirs)}
+                       for _, source, dirs in holders(policy)],
+        "confine": {name: [{"from": source, "value": _plain(value)}
+                           for source, value in policy.confine_layers(name)]
+                    for name in KEYS["confine"]},
+        "rules": [
+            {"kind": r.kind, "from": r.source, "index": r.index + 1,
+             "admits": r.admits if r.kind == "allow" else None,
+             **{k: _plain(v) for k, v in r.table.set_values().items()}}
+            for r in policy.rules
+        ],
+    }
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Table):
+        return {k: _plain(v) for k, v in value.set_values().items()}
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    return value

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -26,7 +26,8 @@ from safehub._internal.globs import Glob
 from safehub._internal.hosts import HostPattern
 from safehub._internal.programs import check_entry
 
-__all__ = ["KEYS", "Choice", "Fault", "Key", "ValueType", "markdown_table"]
+__all__ = ["KEYS", "LAYERS", "Choice", "Fault", "Key", "ValueType", "layers_table",
+           "markdown_table"]
 
 
 class Fault(ValueError):
@@ -288,17 +289,30 @@ class Tables(ValueType):
 
 # -- the declaration --------------------------------------------------------------------------
 
-#: How a [safehub] setting merges across files: ``strictest`` (by the Choice order),
-#: ``any-true`` / ``any-false`` (either side can tighten), ``latest`` (a later file, then the
-#: environment, override; a ``final`` file holds), ``per-file`` (not merged), ``each``
-#: (every file that sets it must allow: ``local_dirs``, see ``Policy.decide_local``).
+#: How a [safehub] setting merges across files, as what a later file (user, project,
+#: ``SAFEHUB_POLICY``) may do to it and what it cannot (docs/policy.md: :func:`layers_table`).
+#: ``own`` is ``mode``'s: it softens only its own file's refusals (the value shown merged is
+#: the strictest); ``each``: see ``Policy.decide_local``. None loosens another's refusal.
+LAYERS: Mapping[str, tuple[str, str]] = {
+    "strictest": ("set a stricter value ({order})", "loosen it: a value looser than an "
+                  "earlier file's is ignored, and so is a project's value looser than the "
+                  "default; a `final = true` file that leaves the key unset, where no "
+                  "earlier file set it, holds the default"),
+    "own": ("say `warn` for its own rules: their refusals only warn",
+            "soften another file's rules: their refusals still refuse"),
+    "any-true": ("turn it on", "turn it off once a file or the environment turned it on"),
+    "any-false": ("set it to `false`", "set it back to `true`"),
+    "latest": ("override it (as the environment does)",
+               "change it once a `final = true` file set it (nor can the environment)"),
+    "per-file": ("set its own", "change another file's"),
+    "each": ("set its own list: a folder must be in every file's list",
+             "widen an earlier file's list")}
 #: ``narrow`` ([confine]): the first file that sets a key bounds it; a later file may only
 #: narrow it (see ``Policy.confine``).
 #: How matching [[allow]] rules combine: ``each`` (every rule's list must allow it),
 #: ``strictest``, ``signer-set`` (each rule that asks for a signature adds a signer set
 #: that must accept it), ``match`` (selects the rule), ``note`` (for humans).
-MERGES = ("strictest", "any-true", "any-false", "latest", "per-file", "each", "signer-set",
-          "match", "note", "narrow")
+MERGES = (*LAYERS, "signer-set", "match", "note", "narrow")
 
 
 @dataclass(frozen=True)
@@ -332,9 +346,10 @@ _SIGNATURE = Choice(values=("none", "if-present", "required"))
 _DECLARED: tuple[Key, ...] = (
     # [safehub]
     Key("safehub", "version", Version(), 1, "format version", "per-file"),
-    Key("safehub", "mode", _MODE, "enforce", "`warn`: a policy violation is logged and "
-        "warned about, and the load continues as if no rule applied (it still needs the "
-        "user's consent)", "strictest"),
+    Key("safehub", "mode", _MODE, "enforce", "`warn`: a violation of this file's own rules "
+        "(its deny rules, requirements and `unknown_repos`) is logged and warned about, and "
+        "the load continues (it still needs the user's consent); other files' refusals "
+        "still refuse", "own"),
     Key("safehub", "unknown_repos", _UNKNOWN, "prompt",
         "what happens to a repo no `[[allow]]` rule admits", "strictest"),
     Key("safehub", "final", Bool(), False, "later files and the environment can only "
@@ -447,34 +462,6 @@ TABLE_NAMES = {"safehub": "[safehub]", "confine": "[confine]", "allow": "[[allow
                "deny": "[[deny]]", "signer": "[[allow.signers]]"}
 
 
-@dataclass(frozen=True)
-class Table:
-    """A validated table: every declared key of its scope, given or defaulted.
-
-    Read a key as ``table.pin`` or ``table["pin"]``.
-    """
-
-    scope: str
-    values: Mapping[str, Any]
-    given: frozenset[str] = field(default_factory=frozenset)
-
-    def __getitem__(self, name: str) -> Any:
-        return self.values[name]
-
-    def __getattr__(self, name: str) -> Any:
-        try:
-            return self.__dict__["values"][name]
-        except KeyError:
-            raise AttributeError(name) from None
-
-    def __hash__(self) -> int:
-        return hash((self.scope, tuple(sorted(self.values.items(), key=lambda kv: kv[0]))))
-
-    def set_values(self) -> dict[str, Any]:
-        """The keys given in the file, for ``safehub policy show``."""
-        return {k: self.values[k] for k in KEYS[self.scope] if k in self.given}
-
-
 def markdown_table(scope: str, *, with_default: bool = True) -> str:
     """The key table of docs/policy.md for one scope (tested equal to the docs)."""
     rows = ["| key | values | default | project file | meaning |",
@@ -486,6 +473,20 @@ def markdown_table(scope: str, *, with_default: bool = True) -> str:
         rows.append(f"| `{key.name}` | {values} | {default} | {project} | {key.doc} |")
     if not with_default:
         rows = [r.replace(" default |", "", 1) for r in rows]
+    return "\n".join(rows)
+
+
+def layers_table() -> str:
+    """Who may tighten or loosen each [safehub] key: docs/policy.md, "How files merge"."""
+    rows = ["| key | a later file may | it cannot | project file | environment |",
+            "|---|---|---|---|---|"]
+    for key in KEYS["safehub"].values():
+        may, cannot = LAYERS[key.merge]
+        if isinstance(key.type, Choice):
+            order = key.type.order or key.type.values
+            may = may.format(order=" < ".join(f"`{v}`" for v in order))
+        rows.append(f"| `{key.name}` | {may} | {cannot} | {'yes' if key.project else 'no'} | "
+                    + (f"`{key.env}` |" if key.env else " |"))
     return "\n".join(rows)
 
 

@@ -7,7 +7,9 @@ load: every file that sets ``local_dirs`` must list a folder holding the real pa
 ``local_dirs`` admits none (later files cannot add one); otherwise ``unknown_repos =
 "deny"`` (from any file) without any ``local_dirs`` admits none. A refusal names every
 file that must admit the folder, and its fix names files that may set the key (never a
-project's ``./safehub.toml``, which may not).
+project's ``./safehub.toml``, which may not). A file that says ``mode = "warn"`` only warns
+about its own ``local_dirs`` (or its own ``unknown_repos = "deny"``); another file's refusal
+holds.
 """
 
 from __future__ import annotations
@@ -37,10 +39,10 @@ def holders(policy: Policy) -> list[Holder]:
             found.append((spec, spec.source, tuple(table.local_dirs)))
         elif table.final and "unknown_repos" in table.given and table.unknown_repos == "deny":
             found.append((spec, spec.source, None))
-    unknown = policy.setting("unknown_repos")
-    if not found and unknown.value == "deny":
-        origin = next((s for s in policy.layers if s.source == unknown.source), None)
-        found.append((origin, unknown.source, None))
+    if not found and policy.setting("unknown_repos").value == "deny":
+        source, _ = policy._unknown_deny()
+        origin = next((s for s in policy.layers if s.source == source), None)
+        found.append((origin, source, None))
     return found
 
 
@@ -56,14 +58,23 @@ def decide_local(policy: Policy, folder: str) -> Decision:
         raise HubconfError(f"the local folder {folder} {what}, so there is no hubconf.py to "
                            "load (source='local' loads a folder on this machine)",
                            hint="check the path")
+    def admits(dirs: tuple[str, ...] | None) -> bool:
+        return any(_inside(real, os.path.realpath(os.path.expanduser(d))) for d in dirs or ())
+
     held = holders(policy)
-    failing = [(spec, source, dirs) for spec, source, dirs in held
-               if not any(_inside(real, os.path.realpath(os.path.expanduser(d)))
-                          for d in dirs or ())]
+    failing = [(spec, source, dirs) for spec, source, dirs in held if not admits(dirs)]
+    if (failing and all(spec is not None and spec.warns for spec, _, _ in failing)
+            and not any(admits(dirs) for _, _, dirs in held)
+            and policy.setting("unknown_repos").value == "deny"):
+        # Only files that warn refuse, and no list admits the folder: an enforced
+        # unknown_repos = "deny" still holds (a later file's warn cannot soften it).
+        source, soft = policy._unknown_deny()
+        origin = next((s for s in policy.layers if s.source == source), None)
+        if not soft and all(src != source for _, src, _ in failing):
+            failing.append((origin, source, None))
     if not failing:
         return Decision("allow", (f"local folder {real}" + (" (in local_dirs)" if held
-                                                             else ""),), Requirements(),
-                        policy.mode)
+                                                             else ""),), Requirements())
     reasons = [f"the local folder {real} is not in local_dirs of {source}" if dirs is not None
                else f"no local folder loads: {source} says unknown_repos = 'deny' and sets "
                "no local_dirs" for _, source, dirs in failing]
@@ -74,7 +85,9 @@ def decide_local(policy: Policy, folder: str) -> Decision:
     fix = fixes.both(*(fixes.change(where, "[safehub]", [
         "local_dirs = [" + ", ".join(json.dumps(d) for d in dict.fromkeys((*dirs, real)))
         + "]"]) for where, dirs in targets.items()))
-    return policy._refuse(policy.mode, "; ".join(reasons), fix)
+    # A file that says mode = "warn" only warns about its own list; any other refuses.
+    soft = all(spec is not None and spec.warns for spec, _, _ in failing)
+    return policy._refuse(soft, "; ".join(reasons), fix)
 
 
 def _user_file() -> str:

@@ -1,16 +1,16 @@
 """The merged policy: how files combine, and the answer for one spec.
 
 Merging follows each key's declared ``merge`` (see :mod:`safehub.policy.keys` and
-docs/policy.md, "How files merge"):
+docs/policy.md, "How files merge"), and is monotone: a later file can add refusals and
+requirements, never take one away.
 
 * a matching ``[[deny]]`` rule in any file refuses; deny always wins;
 * a repo is admitted by an ``[[allow]]`` rule in a file up to and including the first
   ``final = true`` file; later allow rules only add requirements;
 * every matching ``[[allow]]`` rule's requirements must hold;
-* ``[safehub]`` settings: ``strictest`` keys take the strictest value any file sets
-  (a final file's value, or default, is a floor), ``any-true``/``any-false`` keys only
-  ever tighten, ``latest`` keys are overridden by later files and the environment unless
-  a final file set them.
+* each refusal carries its file's ``mode``: ``warn`` softens that file's refusals, never
+  another's, and the verdict is the strictest of them and of the admission;
+* ``[safehub]`` settings merge as :data:`safehub.policy.keys.LAYERS` says.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from typing import Any, Literal, NamedTuple
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
-from safehub.policy.keys import KEYS, Choice, Table
-from safehub.policy.schema import FileSpec, parse_text
+from safehub.policy.keys import KEYS, Choice
+from safehub.policy.schema import FileSpec, Table, parse_text
 from safehub.signatures.signers import KeySigner, Signer, SignerSet
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
 
@@ -55,6 +55,8 @@ class Rule:
     repo: Glob
     refs: tuple[Glob, ...] | None
     entrypoints: tuple[Glob, ...] | None
+    layer: int = 0  # its file's place in the merge order
+    soft: bool = False  # its file says mode = "warn": its refusals only warn
 
     @property
     def where(self) -> str:
@@ -90,9 +92,10 @@ class RuntimeRequirements:
     weights: tuple[tuple[str, ...], ...] = ()
     """The ``weights`` patterns of each rule whose weights hosts may be connected to."""
     floor: frozenset[str] = frozenset()
-    """Keys that only rules which cannot admit the repo set (rules after a ``final`` file,
-    a project's): they narrow, never widen. Under ``enforce`` such a key stays at
-    enforce's default (nothing allowed) whatever they list."""
+    """Keys that only rules which may not widen them set: rules that cannot admit the repo
+    (after a ``final`` file) and rules of a later file than the first one whose rules
+    match. They narrow, never widen: under ``enforce`` such a key stays at enforce's
+    default (nothing allowed) whatever they list."""
 
     def merged(self, mode: str = "observe"
                ) -> tuple[tuple[str, ...] | None, bool | tuple[str, ...] | None,
@@ -107,7 +110,7 @@ class RuntimeRequirements:
             else:
                 programs = value if programs in (None, True) else _common((programs, value))
         network, writes = _common(self.network), _common(self.writes)
-        if mode == "enforce":  # unset in every admitting rule: nothing, whatever others say
+        if mode == "enforce":  # unset where it may widen: nothing, whatever others say
             network = () if "network" in self.floor else network
             programs = False if "subprocess" in self.floor else programs
             writes = () if "writes" in self.floor else writes
@@ -156,16 +159,40 @@ class Decision:
     reasons: tuple[str, ...]
     requirements: Requirements = Requirements()
     mode: str = "enforce"
+    """How the checks made once the content is downloaded (signature, weights URLs) fail:
+    ``warn`` only if every matching rule that asks for them is in a file that says
+    ``mode = "warn"`` (with none, if this decision's own refusals all only warn)."""
     violations: tuple[str, ...] = ()
     fix: str = ""
     rules: tuple[str, ...] = ()
     """The rules that matched (``where`` of each), for hints."""
 
 
+@dataclass(frozen=True)
+class _Refusal:
+    """One reason to refuse, from one file: ``soft`` if that file says ``mode = "warn"``."""
+
+    why: str
+    fix: str
+    source: str
+    soft: bool = False
+
+
+def _checks_mode(allows: Sequence[Rule], refusals: Sequence[_Refusal]) -> str:
+    """:attr:`Decision.mode`: ``warn`` only where no file that enforces has a say."""
+    asked = [r.soft for r in allows if r.table.signature != "none" or r.table.weights is not None]
+    said = asked or [r.soft for r in refusals]
+    return "warn" if said and all(said) else "enforce"
+
+
 def _strictest(scope: str, name: str, values: Iterable[str]) -> str:
     choice = KEYS[scope][name].type
     assert isinstance(choice, Choice)
     return max(values, key=choice.strictness, default=KEYS[scope][name].default)
+
+
+#: Merges to the strictest value any file sets (``own``: ``mode``'s summary, FileSpec.warns).
+_STRICTEST = ("strictest", "own")
 
 
 def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
@@ -177,20 +204,22 @@ def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
             if key.merge in ("per-file", "each"):
                 continue  # read from each file where used (Policy.decide_local)
             held = settings.get(key.name)
-            if key.name not in section.given:
-                if (spec.safehub.final and key.merge == "strictest" and held is None
+            given = key.name in section.given
+            if (given and spec.origin == "project" and key.merge in _STRICTEST
+                    and _strictest("safehub", key.name, (section[key.name], key.default))
+                    != section[key.name]):
+                # A project's file arrives with whatever was cloned: it may only tighten (no
+                # `runtime = "off"`, no `unknown_repos = "allow"` from a project).
+                given = False
+            if not given:
+                if (spec.safehub.final and key.merge in _STRICTEST and held is None
                         and not final_seen):
                     settings[key.name] = Setting(key.default, spec.source, True)  # a floor
                 continue
             value = section[key.name]
-            if held is None and spec.origin == "project" and key.merge == "strictest":
-                # A project's file arrives with whatever was cloned: it may only tighten,
-                # so the default counts as a floor for it (no `mode = "warn"`, no
-                # `runtime = "off"`, no `unknown_repos = "allow"` from a project).
-                held = Setting(key.default, "default")
             if held is None:
                 settings[key.name] = Setting(value, spec.source, section.final)
-            elif key.merge == "strictest":
+            elif key.merge in _STRICTEST:
                 if _strictest("safehub", key.name, (held.value, value)) != held.value:
                     settings[key.name] = Setting(value, spec.source, held.final or section.final)
             elif key.merge == "any-true":
@@ -234,14 +263,15 @@ class Policy:
     def from_files(cls, files: Sequence[FileSpec]) -> Policy:
         rules: list[Rule] = []
         final_seen = False
-        for spec in files:
+        for layer, spec in enumerate(files):
+            soft = spec.warns
             for i, d in enumerate(spec.deny):
                 rules.append(Rule("deny", spec.source, i, d, False, Glob(d.repo, fold=True),
-                                  _globs(d.refs), None))
+                                  _globs(d.refs), None, layer, soft))
             for i, a in enumerate(spec.allow):
                 rules.append(Rule("allow", spec.source, i, a, not final_seen,
                                   Glob(a.repo, fold=True), _globs(a.refs),
-                                  _globs(a.entrypoints)))
+                                  _globs(a.entrypoints), layer, soft))
             final_seen = final_seen or spec.safehub.final
         return cls(tuple(files), tuple(rules), _merge_settings(files))
 
@@ -274,63 +304,78 @@ class Policy:
         ``refs/tags/v1``). Before resolution a short name's kind is unknown: a deny pattern
         written for a kind (``refs/heads/dev``) waits for the resolved name, and an allow
         pattern written for a kind admits it until then (decided again once resolved).
+
+        Each refusal keeps its file's mode: ``mode = "warn"`` softens its own file's only.
         """
         key = spec.key
         ref = spec.ref if ref is None else ref
-        mode = self.mode
         names = ref_forms(ref, full_ref, resolved=resolved)
-        for rule in self.rules:
+        refusals: list[_Refusal] = []
+        for rule in self.rules:                                          # 1. deny rules
             if rule.kind != "deny" or not rule.matches(key):
                 continue
             if rule.refs is not None and not any(_any(rule.refs, n) for n in names[0]):
                 continue
             why = f"denied by {rule.where}" + (f": {rule.table.reason}" if rule.table.reason
                                                else "")
-            return self._refuse(mode, why, fixes.remove(rule.source, rule.label)
-                                + " (an admin decision: ask whoever owns that file)",
-                                rules=(rule.where,))
+            fix = (fixes.remove(rule.source, rule.label)
+                   + " (an admin decision: ask whoever owns that file)")
+            if not rule.soft:  # deny wins: nothing another file says can lift it
+                return self._refuse(False, why, fix, rules=(rule.where,))
+            refusals.append(_Refusal(why, fix, rule.source, soft=True))
         allows = [r for r in self.rules if r.kind == "allow" and r.matches(key)]
         admitted = [r for r in allows if r.admits]
         reasons: list[str] = []
-        if admitted:
+        if admitted:                                                     # 2. admission
             verdict: Verdict = "allow"
             reasons.append(f"allowed by {admitted[0].where}")
-        else:
+        else:                                                            # 3. unknown repos
             unknown = self.setting("unknown_repos")
             where = "the default" if unknown.source == "default" else unknown.source
             if allows:
                 reasons.append(f"{allows[0].where} cannot admit a repo: it comes after a "
                                "final = true file")
-            if unknown.value == "deny":
-                return self._refuse(
-                    mode, f"no allow rule admits {spec.repo} and unknown_repos = 'deny' "
-                    f"({where})", self._admit_fix(spec, ref, unknown.source, locked),
-                    reasons)
             verdict = "allow" if unknown.value == "allow" else "prompt"
-            reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = "
-                           f"{unknown.value!r} ({where})")
-        reqs, found = _requirements(allows, spec, ref, names[1], entrypoint, locked)
+            if unknown.value == "deny":
+                source, soft = self._unknown_deny()
+                why = (f"no allow rule admits {spec.repo} and unknown_repos = 'deny' "
+                       f"({source})")
+                fix = self._admit_fix(spec, ref, source, locked)
+                if not soft:
+                    return self._refuse(False, why, fix, [*reasons, *(r.why for r in refusals)])
+                refusals.append(_Refusal(why, fix, source, soft=True))
+            else:
+                reasons.append(f"no allow rule covers {spec.repo}; unknown_repos = "
+                               f"{unknown.value!r} ({where})")
+        reqs, found = _requirements(allows, spec, ref, names[1], entrypoint, locked)  # 4.
+        refusals += found
         matched = tuple(r.where for r in allows)
-        violations = [why for why, _ in found]
-        if violations:
-            if mode == "warn":
-                return Decision("prompt", (*reasons, *violations), reqs, mode,
-                                tuple(violations), rules=matched)
-            return Decision("deny", (*reasons, *violations), reqs, mode, tuple(violations),
-                            fix=fixes.both(*dict.fromkeys(fix for _, fix in found)),
+        violations = tuple(r.why for r in refusals)
+        hard = [r for r in refusals if not r.soft]
+        if hard:
+            return Decision("deny", (*reasons, *violations), reqs, "enforce", violations,
+                            fix=fixes.both(*dict.fromkeys(r.fix for r in hard)),
                             rules=matched)
+        mode = _checks_mode(allows, refusals)
+        if refusals:  # only files that say mode = "warn" refuse: they warn, the user decides
+            files = ", ".join(dict.fromkeys(r.source for r in refusals))
+            return Decision("prompt", (*reasons, *violations,
+                                       f"mode = 'warn' in {files}: loading anyway"),
+                            reqs, mode, violations, rules=matched)
         return Decision(verdict, tuple(reasons), reqs, mode, rules=matched)
+
+    def _unknown_deny(self) -> tuple[str, bool]:
+        """The file whose ``unknown_repos = "deny"`` holds (an enforcing one first); soft?"""
+        saying = [f for f in self.layers
+                  if "unknown_repos" in f.safehub.given and f.safehub.unknown_repos == "deny"]
+        held = next((f for f in saying if not f.warns), saying[0])
+        return held.source, held.warns
 
     def decide_local(self, folder: str) -> Decision:
         """Decide on a ``source="local"`` load of ``folder`` (see :mod:`.local`)."""
         from safehub.policy.local import decide_local
 
         return decide_local(self, folder)
-
-    def _local_holders(self) -> list[tuple[FileSpec | None, str, tuple[str, ...] | None]]:
-        from safehub.policy.local import holders
-
-        return holders(self)
 
     def _admit_fix(self, spec: RepoSpec, ref: str | None, path: str, locked: bool) -> str:
         """The rule that admits ``spec``, written the way the file's other rules are: where
@@ -352,84 +397,63 @@ class Policy:
             return False
         return any(r.kind == "allow" and r.admits and r.matches(key) for r in self.rules)
 
-    def _refuse(self, mode: str, why: str, fix: str, reasons: Iterable[str] = (),
+    def _refuse(self, soft: bool, why: str, fix: str, reasons: Iterable[str] = (),
                 rules: tuple[str, ...] = ()) -> Decision:
-        if mode == "warn":
-            # Rollout: the violation is logged and the load goes on as if no rule applied;
-            # it still needs the user's consent.
+        """A refusal on its own. ``soft``: its file says ``mode = "warn"``, so the violation
+        is logged and the load goes on (it still needs the user's consent)."""
+        if soft:
             return Decision("prompt", (*reasons, why, "mode = 'warn': loading anyway"),
-                            Requirements(), mode, (why,), rules=rules)
-        return Decision("deny", (*reasons, why), Requirements(), mode, (why,), fix=fix,
+                            Requirements(), "warn", (why,), rules=rules)
+        return Decision("deny", (*reasons, why), Requirements(), "enforce", (why,), fix=fix,
                         rules=rules)
 
     def describe(self) -> dict[str, Any]:
         """The merged policy as data, each rule with its file (``safehub policy show``)."""
-        mode, unknown = self.setting("mode"), self.setting("unknown_repos")
-        return {
-            "files": list(self.files),
-            "mode": {"value": mode.value, "from": mode.source},
-            "unknown_repos": {"value": unknown.value, "from": unknown.source},
-            "settings": {name: {"value": _plain(s.value), "from": s.source, "final": s.final}
-                         for name in KEYS["safehub"]
-                         if KEYS["safehub"][name].merge not in ("per-file", "each")
-                         for s in (self.setting(name),)},
-            "local_dirs": [{"from": source, "value": None if dirs is None else list(dirs)}
-                           for _, source, dirs in self._local_holders()],
-            "confine": {name: [{"from": source, "value": _plain(value)}
-                               for source, value in self.confine_layers(name)]
-                        for name in KEYS["confine"]},
-            "rules": [
-                {"kind": r.kind, "from": r.source, "index": r.index + 1,
-                 "admits": r.admits if r.kind == "allow" else None,
-                 **{k: _plain(v) for k, v in r.table.set_values().items()}}
-                for r in self.rules
-            ],
-        }
+        from safehub.policy.files import describe
 
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Table):
-        return {k: _plain(v) for k, v in value.set_values().items()}
-    if isinstance(value, tuple):
-        return [_plain(v) for v in value]
-    return value
+        return describe(self)
 
 
 def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
                   forms: Sequence[str], entrypoint: str | None, locked: bool
-                  ) -> tuple[Requirements, list[tuple[str, str]]]:
+                  ) -> tuple[Requirements, list[_Refusal]]:
     """Combine every matching allow rule (each key by its declared merge); the violations,
-    each with the fix that gets past it."""
-    violations: list[tuple[str, str]] = []
+    each with the fix that gets past it and whether its file only warns.
+
+    The runtime keys (and the weights hosts) may be widened only by the admitting rules of
+    the first file whose rules match: a later file's rule narrows them, so under
+    ``runtime = "enforce"`` a key the first file leaves unset stays closed."""
+    found: list[tuple[Rule, str, str]] = []
     signer_sets: list[SignerSet] = []
     weights: list[tuple[Glob, ...]] = []
     weights_rules: list[tuple[str, str]] = []
     network: list[tuple[str, ...]] = []
     programs: list[bool | tuple[str, ...]] = []
     writes: list[tuple[str, ...]] = []
+    widen = [r for r in allows if r.admits and r.layer == allows[0].layer]
     floor = {key for key in ("network", "subprocess", "writes", "weights")
              if any(getattr(r.table, key) is not None for r in allows)
-             and not any(getattr(r.table, key) is not None for r in allows if r.admits)}
+             and not any(getattr(r.table, key) is not None for r in widen)}
     for rule in allows:
         t = rule.table
         if rule.refs is not None and ref is not None and not any(
                 _any(rule.refs, n) for n in forms):
-            violations.append((
-                f"ref {ref!r} is not one of {list(t.refs)} allowed by {rule.where}",
+            found.append((
+                rule, f"ref {ref!r} is not one of {list(t.refs)} allowed by {rule.where}",
                 fixes.either(fixes.say(f"ask for a ref that matches {list(t.refs)}"),
                              fixes.change(rule.source, rule.label,
                                           [f"refs = {_toml_list([*t.refs, ref])}"]))))
         if rule.entrypoints is not None and entrypoint is not None and not _any(
                 rule.entrypoints, entrypoint):
-            violations.append((
-                f"entrypoint {entrypoint!r} is not one of {list(t.entrypoints)} allowed by "
+            found.append((
+                rule, f"entrypoint {entrypoint!r} is not one of {list(t.entrypoints)} allowed by "
                 f"{rule.where}",
                 fixes.change(rule.source, rule.label,
                              [f"entrypoints = {_toml_list([*t.entrypoints, entrypoint])}"])))
         if t.pin == "commit" and not locked and not (ref is not None and is_full_sha(ref)):
             pinned = spec.key if ref is None else f"{spec.key}:{ref}"
-            violations.append((
-                f"{rule.where} requires a pinned commit: a 40-hex sha, or the spec locked in "
+            found.append((
+                rule, f"{rule.where} requires a pinned commit: a 40-hex sha, or the spec locked in "
                 "the lockfile", fixes.run(f"safehub lock {shlex.quote(pinned)}")))
         if t.signature != "none":
             signer_sets.append(SignerSet(
@@ -440,12 +464,9 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
         if t.weights is not None:
             weights.append(tuple(Glob(w) for w in t.weights))
             weights_rules.append((rule.source, rule.label))
-        if t.network is not None:
-            network.append(t.network)
-        if t.subprocess is not None:
-            programs.append(t.subprocess)
-        if t.writes is not None:
-            writes.append(t.writes)
+        for name, into in (("network", network), ("subprocess", programs), ("writes", writes)):
+            if t[name] is not None:
+                into.append(t[name])
     tables = [r.table for r in allows]
     reqs = Requirements(
         pin=_strictest("allow", "pin", (t.pin for t in tables)) == "commit",
@@ -463,7 +484,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
             frozenset(floor)),
         weights_rules=tuple(weights_rules),
     )
-    return reqs, violations
+    return reqs, [_Refusal(why, fix, rule.source, rule.soft) for rule, why, fix in found]
 
 
 def _toml_list(values: Iterable[str]) -> str:

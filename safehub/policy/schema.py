@@ -16,14 +16,14 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from safehub.errors import PolicyError
-from safehub.policy.keys import KEYS, TABLE_NAMES, Fault, Key, PathList, PathValue, Table, Tables
+from safehub.policy.keys import KEYS, TABLE_NAMES, Fault, Key, PathList, PathValue, Tables
 
-__all__ = ["FileSpec", "parse_text", "pydantic_model", "validate"]
+__all__ = ["FileSpec", "Table", "parse_text", "pydantic_model", "validate"]
 
 
 
@@ -39,6 +39,34 @@ def _fix(source: str, origin: str) -> str:
 
 
 @dataclass(frozen=True)
+class Table:
+    """A validated table: every declared key of its scope, given or defaulted.
+
+    Read a key as ``table.pin`` or ``table["pin"]``.
+    """
+
+    scope: str
+    values: Mapping[str, Any]
+    given: frozenset[str] = field(default_factory=frozenset)
+
+    def __getitem__(self, name: str) -> Any:
+        return self.values[name]
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def __hash__(self) -> int:
+        return hash((self.scope, tuple(sorted(self.values.items(), key=lambda kv: kv[0]))))
+
+    def set_values(self) -> dict[str, Any]:
+        """The keys given in the file, for ``safehub policy show``."""
+        return {k: self.values[k] for k in KEYS[self.scope] if k in self.given}
+
+
+@dataclass(frozen=True)
 class FileSpec:
     """One policy file as validated: its ``[safehub]`` table and its rules."""
 
@@ -49,6 +77,15 @@ class FileSpec:
     deny: tuple[Table, ...] = ()
     confine: Table | None = None
     """The ``[confine]`` table, if the file has one."""
+
+    @property
+    def warns(self) -> bool:
+        """The file says ``mode = "warn"``: its own refusals only warn, no other file's.
+
+        >>> parse_text('[safehub]\\nmode = "warn"\\n', "rollout.toml").warns
+        True
+        """
+        return bool(self.safehub.mode == "warn")
 
 
 class _Faults:
