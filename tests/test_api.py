@@ -1,4 +1,5 @@
-"""The drop-in contract: same signatures as torch.hub, cheap import, install()/uninstall()."""
+"""The drop-in contract: same signatures as torch.hub, cheap import, every error type a
+SafehubError exported from the package root, install()/uninstall()."""
 
 from __future__ import annotations
 
@@ -41,6 +42,13 @@ def test_every_error_is_a_safehub_error() -> None:
         obj = getattr(safehub, name)
         if isinstance(obj, type) and issubclass(obj, Exception):
             assert issubclass(obj, safehub.SafehubError)
+
+
+@pytest.mark.parametrize("name", ["TamperedError", "RepoMovedError", "OfflineError"])
+def test_error_types_are_exported(name: str) -> None:
+    from safehub import errors
+
+    assert name in safehub.__all__ and getattr(safehub, name) is getattr(errors, name)
 
 
 def test_get_dir_and_set_dir_are_torchs(tmp_path: Path,

@@ -1,4 +1,6 @@
-"""The CLI: thin, scriptable, with exit codes 0 ok, 1 refused, 2 usage."""
+"""The CLI: thin, scriptable, with exit codes 0 ok, 1 refused, 2 usage; what it prints
+for a spec typed as a URL, for ``safehub help``, and for ``--kwargs`` that name the loader's
+own options."""
 
 from __future__ import annotations
 
@@ -10,9 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_load import cli
 
 from safehub.cli import main
-from tests.conftest import HubRepo, child_pythonpath, needs_torch
+from tests.conftest import HubRepo, child_pythonpath, needs_torch, runs
 
 
 @needs_torch
@@ -158,3 +161,42 @@ def test_check_entrypoint_knows_when_it_cannot_tell(source: str, certain: bool) 
 
     found = entrypoints_of(source)
     assert ("resnet" in found.names) if certain else not found.certain
+
+
+def test_kwargs_cannot_smuggle_loader_options(hub_repo: HubRepo, canary: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["load", "acme/models:v1.0", "echo", "--trust", "--kwargs",
+                 '{"trust_repo": false}']) == 2
+    assert "trust_repo" in capsys.readouterr().err
+    assert runs(canary) == 0
+
+
+@needs_torch
+@pytest.mark.parametrize(("entrypoint", "line", "doc"), [
+    ("tiny", "tiny(n=2, bias=True)", "A tiny linear model."),
+    ("echo", "echo(*args, **kwargs)", "Return what it was given."),
+])
+def test_help_shows_the_signature(hub_repo, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                  entrypoint: str, line: str, doc: str) -> None:
+    rc, out, _ = cli(capsys, "help", "acme/models:v1.0", entrypoint, "--trust")
+    assert rc == 0 and out.splitlines()[:3] == [line, "", doc]
+    rc, out, _ = cli(capsys, "help", "acme/models:v1.0", entrypoint, "--trust", "--json")
+    shown = json.loads(out)
+    assert (shown["signature"], shown["doc"]) == (line, doc)
+
+
+@needs_torch
+@pytest.mark.parametrize(("typed", "meant"), [
+    ("https://github.com/acme/models", "acme/models"),
+    ("https://github.com/acme/models.git", "acme/models"),
+    ("https://github.com/acme/models/tree/v1.0", "acme/models:v1.0"),
+    ("git@github.com:acme/models.git", "acme/models"),
+])
+def test_a_url_gets_the_spec_it_means(hub_repo, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                      typed: str, meant: str) -> None:
+    rc, out, err = cli(capsys, "check", typed, "--json")
+    error = json.loads(out)  # JSON only on stdout, for errors too
+    assert (rc, error["error"]) == (2, "SpecError") and "fix:" in err
+    suggested = error["hint"].split("'")[1]
+    assert suggested == meant
+    assert cli(capsys, "check", suggested, "--json")[0] == 1  # a spec now: untrusted, not bad

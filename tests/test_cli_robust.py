@@ -28,6 +28,7 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from helpers_load import cli
 
 from safehub import errors
 from safehub.cli import main
@@ -527,6 +528,24 @@ def test_every_success_with_json_is_one_json_value(
         assert main([*words, "--json"]) == 0, command
         json.loads(capsys.readouterr().out)  # exactly one JSON value, nothing else
 
+
+
+@needs_torch
+@pytest.mark.parametrize("words", [["run", "--", "no_such_program_x"],
+                                   ["check", "not a spec", "--json"],
+                                   ["verify", "nosuchdir/", "--key", "k.pub", "--json"]])
+def test_errors_are_one_line_and_the_fix(capsys: pytest.CaptureFixture[str],
+                                         words: list[str]) -> None:
+    """Outside the folder full of wrong things too: a program that does not exist, a spec
+    that is none, a folder that is not there."""
+    rc, out, err = cli(capsys, *words)
+    assert rc in (1, 2) and "Traceback" not in out + err
+    lines = err.splitlines()
+    assert len(lines) == 2 and lines[0].startswith("safehub: ") and lines[1].startswith("  fix: ")
+    if "--json" in words:
+        assert json.loads(out)["exit"] == rc
+    else:
+        assert out == ""
 
 # -- where stdin, stdout, stderr or the terminal matter: a real process ----------------------
 

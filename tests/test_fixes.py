@@ -25,7 +25,7 @@ import pytest
 import safehub
 from safehub.cli import main
 from safehub.errors import SafehubError
-from tests.conftest import HubRepo
+from tests.conftest import HUBCONF, HubRepo
 
 pytest.importorskip("torch")
 
@@ -129,6 +129,14 @@ def apply_kind(error: SafehubError, kind: str, env: dict[str, str] | None = None
         apply(chosen[0], env)
 
 
+def apply_hint(hint: str) -> None:
+    """Apply, for every requirement of ``hint``, its first mechanical alternative."""
+    for options in parse(hint):
+        mechanical = [f for f in options if f.kind != "say"]
+        assert mechanical, f"not mechanical: {hint}"
+        apply(mechanical[0])
+
+
 def user_policy(isolated: Path, text: str) -> Path:
     path = isolated / "config/safehub/policy.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,6 +231,31 @@ def test_offline_with_nothing_cached(hub_repo: HubRepo, monkeypatch: pytest.Monk
     assert load("acme/models:v1.0", "echo", 9, trust_repo=True) == ((9,), {})
 
 
+@pytest.mark.parametrize(("source", "named", "off"), [
+    ("env", "SAFEHUB_OFFLINE=1", "unset SAFEHUB_OFFLINE"),
+    ("hub", "Hub(offline=True)", "build the Hub without offline=True"),
+    ("project", "offline in ", "remove offline = true from"),
+])
+def test_offline_says_where_it_came_from(hub_repo, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+                                         source: str, named: str, off: str) -> None:
+    from safehub.errors import OfflineError
+
+    kwargs = {}
+    if source == "env":
+        monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    elif source == "hub":
+        kwargs["offline"] = True
+    else:
+        Path("safehub.toml").write_text("[safehub]\noffline = true\n")
+    with pytest.raises(OfflineError) as err:
+        safehub.Hub(**kwargs).load("acme/models:v1.0", "echo", trust_repo=True, verbose=False)
+    assert f"offline mode ({named}" in err.value.message and "(default)" not in err.value.message
+    hint = err.value.hint or ""
+    assert off in hint and "off (SAFEHUB_OFFLINE" not in hint  # no "off (on)" any more
+    where = parse(hint)[0][0].where
+    assert "network" in where and ("does not apply" in where) == (source == "project")
+
+
 CONNECTS = '''\
 import socket
 
@@ -307,3 +340,34 @@ def test_cli_hints_name_cli_fixes(hub_repo: HubRepo, monkeypatch: pytest.MonkeyP
     assert main(["load", "acme/models:v1.0", "echo", "--json"]) == 1
     error = json.loads(capsys.readouterr().out)
     assert "--trust" in error["hint"] and "trust_repo" not in error["hint"]
+
+
+# -- a runtime fix for a project's rule that would name a path outside it -------------------
+
+WRITES = HUBCONF + '''
+
+def write(path):
+    with open(path, "w") as f:
+        f.write("x")
+'''
+
+
+def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
+    make_hub_repo, isolated: Path, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    make_hub_repo("acme", "models", {"hubconf.py": WRITES})
+    Path("safehub.toml").write_text('[safehub]\nruntime = "enforce"\n'
+                                    '[[allow]]\nrepo = "acme/models"\n')
+    target = tmp_path / "outside" / "out.txt"
+    target.parent.mkdir()
+    for _ in range(3):  # the canary's write, then the entrypoint's: each fix applied
+        try:
+            safehub.load("acme/models:v1.0", "write", str(target), verbose=False)
+            break
+        except safehub.RuntimeGuardError as refused:
+            hint = refused.hint or ""
+            assert "safehub.toml" not in hint.split("\n")[0], hint
+            for options in parse(hint):
+                apply(next(f for f in options if f.kind != "say"))
+    assert target.read_text() == "x"
+    safehub.Hub()  # the project's file is still valid

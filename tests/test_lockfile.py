@@ -1,7 +1,10 @@
-"""Lockfile pinning, moved tags, forks, renames, offline and fleet loading."""
+"""Lockfile pinning, moved tags, forks, renames, offline and fleet loading; a lockfile
+entry whose ``repo`` names another repo is a move, not a free pass; an invalid lockfile is
+refused and the fix printed for it writes a valid one."""
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -9,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers_load import cli, policy
 
 import safehub
 from safehub import operations
@@ -16,7 +20,7 @@ from safehub.cli import main
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
 from safehub.store.cache import scan_digest
 from safehub.store.lockfile import Lockfile
-from tests.conftest import HubRepo, child_pythonpath, runs
+from tests.conftest import HUBCONF, HubRepo, child_pythonpath, needs_torch, runs
 from tests.support import GitHubStandIn
 
 NEW_HUBCONF = "import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('new\\n')\n" \
@@ -405,3 +409,82 @@ def test_an_empty_lockfile_says_what_is_missing_and_how_to_write_it(
         safehub.load(f"{hub_repo.spec}:v1.0", "echo", trust_repo=True)
     assert "version: required key is missing" in str(refused.value)
     assert "{" not in (refused.value.hint or "") and "lock --rewrite" in (refused.value.hint or "")
+
+
+# -- a lockfile entry naming another repo is a move ------------------------------------------
+
+def test_a_lockfile_entry_naming_another_repo_is_refused_and_reported(
+    make_hub_repo, isolated: Path, canary: Path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+) -> None:
+    make_hub_repo("acme", "models")
+    make_hub_repo("evil", "x", {"hubconf.py": HUBCONF + "\nX = 'evil'\n"})
+    policy(isolated, "[[allow]]\nrepo = 'acme/models'\npin = 'commit'\n"
+                     "[[allow]]\nrepo = 'evil/x'\n")
+    assert main(["lock", "evil/x:v1.0", "--lockfile", "evil.lock"]) == 0
+    assert main(["lock", "acme/models:v1.0"]) == 0
+    assert safehub.load("acme/models:v1.0", "echo", 1, verbose=False) == ((1,), {})
+    honest = Path("safehub.lock").read_text()
+    evil = Path("evil.lock").read_text()
+    forged = honest
+    for key in ("commit", "tree", "digest"):
+        forged = forged.replace(_field(honest, key), _field(evil, key))
+    forged = forged.replace('repo = "acme/models"', 'repo = "evil/x"')
+    assert forged != honest
+    Path("safehub.lock").write_text(forged)
+    policy(isolated, "[[allow]]\nrepo = 'acme/models'\npin = 'commit'\n")
+    before = runs(canary)
+    with pytest.raises(RepoMovedError, match="evil/x"):
+        safehub.load("acme/models:v1.0", "echo", verbose=False)
+    assert runs(canary) == before
+    capsys.readouterr()
+    assert main(["lock", "--check"]) == 1
+    assert "locked to code from evil/x" in capsys.readouterr().out
+
+
+def _field(text: str, key: str) -> str:
+    for line in text.splitlines():
+        if line.startswith(f"{key} = "):
+            return line.split('"')[1]
+    raise AssertionError(key)
+
+
+# -- an invalid lockfile's fix writes a valid one (it looped: `safehub lock` re-read it) -----
+
+SHA, DIGEST = "a" * 40, "sha256:" + "c" * 64
+
+
+@needs_torch
+@pytest.mark.parametrize(("text", "named"), [
+    ("version = 1\n[[repo]]\nspec = 'acme/models:v1.0'\ncommit = 'abc'\ntree = 'x'\n"
+     "digest = 'y'\n", "repo[0].commit"),
+    ("version = 1\n[[repo]\nspec = \"acme/models:v1.0\"\n", "line 2"),
+    (f"version = 1\n[[repo]]\nspec = 'Acme/Models:v1.0'\ncommit = '{SHA}'\ntree = '{SHA}'\n"
+     f"digest = '{DIGEST}'\n", "must be written 'acme/models:v1.0'"),
+    ("version = 3\n", "version"),
+], ids=["bad-sha", "bad-toml", "not-canonical", "no-specs"])
+@pytest.mark.parametrize("named_by", ["cwd", "--lockfile"])
+def test_an_invalid_lockfiles_fix_writes_a_valid_one(
+        hub_repo, capsys: pytest.CaptureFixture[str], tmp_path: Path,  # type: ignore[no-untyped-def]
+        text: str, named: str, named_by: str) -> None:
+    from tests.test_fixes import apply_hint  # it needs torch: imported where it is used
+
+    path = Path("safehub.lock") if named_by == "cwd" else tmp_path / "team.lock"
+    path.write_text(text)
+    extra = [] if named_by == "cwd" else ["--lockfile", str(path)]
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json", *extra)
+    report = json.loads(out)
+    assert rc == 1 and report["error"] == "PinError" and named in report["why"]
+    if "[[repo" not in text:  # nothing to re-lock: the fix says what to write
+        assert "safehub lock --rewrite" in report["fix"] and "SPEC..." in report["fix"]
+        return
+    apply_hint(report["fix"])  # the first alternative: `safehub lock --rewrite ...`
+    capsys.readouterr()
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json", *extra)
+    assert rc == 1 and json.loads(out)["error"] is None  # past the lockfile: not trusted yet
+    assert f"commit = \"{hub_repo.sha}\"" in path.read_text()
+
+
+@needs_torch
+def test_lock_rewrite_needs_specs(capsys: pytest.CaptureFixture[str]) -> None:
+    rc, _, err = cli(capsys, "lock", "--rewrite")
+    assert rc == 2 and "--rewrite needs the specs" in err

@@ -1,5 +1,12 @@
-"""Steps 2 to 4 (decide, resolve, prove) against the in-memory source: no TLS, no git, no
-server; the same rules the loopback end-to-end tests hold (tests/test_admission.py)."""
+"""Resolution and provenance (steps 2 to 4: decide, resolve, prove): a ref names a branch
+or a tag, however it is spelled; hex names a commit proven to be the repo's own, never a
+fork's.
+
+Most cases run against the in-memory source: no TLS, no git, no server. The section at the
+end runs the attacks that need real git refs (hidden namespaces, a fork's commits abbreviated)
+end to end, on the loopback GitHub; tests/test_admission.py holds every operation to the same
+verdict.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,13 @@ from pathlib import Path
 
 import pytest
 
+import safehub
 from safehub.errors import NotFoundError, PinError, PolicyDenied, RepoMovedError
 from safehub.hub import Hub
 from safehub.policy import Policy
 from safehub.spec import RepoSpec
+from tests.conftest import HubRepo, runs
+from tests.support import GitHubStandIn
 from tests.support.memory import MemoryRepo, MemorySource
 
 
@@ -124,3 +134,55 @@ def test_the_policy_decides_again_on_what_was_resolved(source: MemorySource, rep
     assert admit(h, "acme/models:v1.0")[0] == repo.tags["v1.0"]
     with pytest.raises(PolicyDenied, match="main"):
         admit(h, "acme/models")
+
+
+# -- end to end: real git refs on the loopback GitHub --------------------------------------
+
+def load(spec: str, entrypoint: str = "echo", *args: object, **kwargs: object) -> object:
+    return safehub.load(spec, entrypoint, *args, trust_repo=True, verbose=False, **kwargs)
+
+
+@pytest.mark.parametrize("length", [4, 5, 6, 7, 12])
+def test_an_abbreviated_sha_of_a_fork_commit_is_refused_at_any_length(
+    hub_repo: HubRepo, make_hub_repo, canary: Path, length: int,  # type: ignore[no-untyped-def]
+) -> None:
+    fork = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)
+    evil = fork.commit({"evil.py": "x = 1\n"})
+    with pytest.raises((PinError, safehub.NotFoundError)):
+        load(f"acme/models:{evil[:length]}")
+    assert runs(canary) == 0
+
+
+@pytest.mark.parametrize("length", [4, 7, 40])
+def test_an_abbreviated_sha_of_the_repos_own_commit_loads(hub_repo: HubRepo,
+                                                          length: int) -> None:
+    old = hub_repo.sha
+    hub_repo.commit({"later.py": "y = 2\n"})
+    assert load(f"acme/models:{old[:length]}", "echo", 1) == ((1,), {})
+
+
+def test_a_name_in_a_hidden_namespace_is_not_a_branch_or_tag(
+    hub_repo: HubRepo, make_hub_repo, canary: Path,  # type: ignore[no-untyped-def]
+) -> None:
+    fork = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)
+    evil = fork.commit({"hubconf.py": "raise SystemExit('evil')\n"})
+    hub_repo.git("fetch", "-q", str(fork.path), f"{evil}:refs/hidden/evil")
+    hub_repo.git("update-ref", "refs/pull/7/head", evil)
+    for ref in ("hidden/evil", "evil"):
+        with pytest.raises(safehub.NotFoundError, match="no branch or tag named"):
+            load(f"acme/models:{ref}")
+    assert runs(canary) == 0
+
+
+@pytest.mark.parametrize("ref", ["v1.0", "tags/v1.0", "refs/tags/v1.0", "main", "heads/main",
+                                 "refs/heads/main"])
+def test_every_spelling_of_a_branch_or_tag_loads(hub_repo: HubRepo, ref: str) -> None:
+    assert load(f"acme/models:{ref}", "echo", 2) == ((2,), {})
+
+
+def test_a_tag_named_like_a_branch_is_asked_fully_qualified(
+    hub_repo: HubRepo, server: GitHubStandIn
+) -> None:
+    load("acme/models:v1.0")
+    asked = [r.path for r in server.requests_log if "/git/ref/" in r.path]
+    assert asked == ["/api/v3/repos/acme/models/git/ref/tags/v1.0"]

@@ -1,20 +1,36 @@
-"""Real hubconf.py files run by torch's own local loader under the guard, as safehub will
-run them: a well-behaved repo loads under ``enforce``; a repo that installs packages,
-writes outside its folder or phones home from a thread fails, even when it swallows the
-refusals; a nested ``torch.hub.load`` gets its own repo's rules.
+"""Loads under the runtime guard: nested loads, loads made after ``load`` returned, and
+safehub's own work during a load.
+
+Real hubconf.py files run by torch's own local loader under the guard, as safehub will run
+them: a well-behaved repo loads under ``enforce``; a repo that installs packages, writes
+outside its folder or phones home from a thread fails, even when it swallows the refusals; a
+nested ``torch.hub.load`` gets its own repo's rules.
+
+End to end on the loopback GitHub: a nested load goes through safehub with the user's
+policy (the outer repo's ``trust_repo=True`` grants nothing, and its own nested load is never
+prompted for), and so do the loads a loaded repo's objects or threads make later. Under
+``enforce``, safehub's own work for the repo (a nested load, a weights download) is not
+counted as the repo's, and the repo's code cannot borrow it: whatever the repo hooks into
+that work (its ``sys.stderr``, a monkeypatched library, a library's logging handler) acts
+under the guard.
 """
 
 from __future__ import annotations
 
+import json
 import socket
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers_load import policy
 
-from safehub.errors import RuntimeGuardError
+import safehub
+from safehub.errors import PolicyDenied, RuntimeGuardError
 from safehub.run.runtime import RuntimeGuard, RuntimeReport, RuntimeRules
+from tests.conftest import HUBCONF, runs
 
 torch = pytest.importorskip("torch")
 
@@ -183,3 +199,283 @@ def test_a_nested_load_gets_its_own_rules(place: Path, monkeypatch: pytest.Monke
     assert info.value.repo == "outer"
     assert reports["inner"].refused == []
     assert str((outside / "inner.txt").resolve()) in reports["outer"].writes
+
+
+# -- a nested load goes through safehub, with the same policy; the repo grants nothing -------
+
+OUTER = '''\
+import torch
+
+dependencies = ["torch"]
+
+
+def outer(spec):
+    """Load another hub repo, trusting it on the user's behalf."""
+    return torch.hub.load(spec, "echo", "nested", trust_repo=True)
+'''
+
+
+def test_a_nested_load_goes_through_safehub_and_its_trust_repo_grants_nothing(
+    make_hub_repo, isolated: Path, canary: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+) -> None:
+    pytest.importorskip("torch")
+    monkeypatch.setenv("CI", "true")
+    make_hub_repo("acme", "outer", {"hubconf.py": OUTER})
+    make_hub_repo("other", "inner")
+    policy(isolated, "[[allow]]\nrepo = 'acme/outer'\n")
+    with pytest.raises(safehub.UntrustedRepoError, match="other/inner"):
+        safehub.load("acme/outer:v1.0", "outer", "other/inner:v1.0", verbose=False)
+    assert runs(canary) == 0  # the inner repo's hubconf never ran
+    policy(isolated, "[[allow]]\nrepo = 'acme/outer'\n[[deny]]\nrepo = 'other/*'\n")
+    with pytest.raises(PolicyDenied, match="other/inner"):
+        safehub.load("acme/outer:v1.0", "outer", "other/inner:v1.0", verbose=False)
+    policy(isolated, "[[allow]]\nrepo = 'acme/outer'\n[[allow]]\nrepo = 'other/inner'\n")
+    result = safehub.load("acme/outer:v1.0", "outer", "other/inner:v1.0", verbose=False)
+    assert result == (("nested",), {}) and runs(canary) == 1
+    audit = next(isolated.rglob("audit.jsonl")).read_text().splitlines()
+    assert any(json.loads(line)["repo"] == "other/inner" and
+               json.loads(line)["decision"] == "allow" for line in audit)
+
+
+# -- torch.hub calls made after load returned stay routed through safehub -------------------
+
+LATER = HUBCONF + '''
+import threading
+
+
+class Model:
+    def forward(self, spec):
+        import torch
+        return torch.hub.load(spec, "echo", "later", trust_repo=True)
+
+
+def lazy():
+    return Model()
+
+
+def threaded(spec, out):
+    def later():
+        import torch
+        try:
+            out.append(torch.hub.load(spec, "echo", "thread", trust_repo=True))
+        except BaseException as e:
+            out.append(e)
+    t = threading.Thread(target=later)
+    t.start()
+    return t
+'''
+
+
+@pytest.fixture
+def later(make_hub_repo, isolated: Path, monkeypatch: pytest.MonkeyPatch,  # type: ignore[no-untyped-def]
+          tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    # Were a call to escape safehub, torch would reach for github.com: a dead proxy keeps
+    # it on this machine, and torch's own cache holds the other repo, as a plain session
+    # would have left it.
+    for var in ("https_proxy", "HTTPS_PROXY"):
+        monkeypatch.setenv(var, "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", ",".join(f"127.0.0.{i}" for i in range(1, 8)))
+    make_hub_repo("acme", "models", {"hubconf.py": LATER})
+    other = make_hub_repo("other", "inner")
+    hub_dir = tmp_path / "home/torch/hub/other_inner_v1.0"
+    hub_dir.mkdir(parents=True)
+    (hub_dir / "hubconf.py").write_text((other.path / "hubconf.py").read_text())
+    monkeypatch.setenv("CI", "true")
+    policy(isolated, "[[allow]]\nrepo = 'acme/models'\n")
+
+
+@pytest.mark.usefixtures("later")
+def test_a_load_made_by_a_model_after_load_returned_is_checked(canary: Path) -> None:
+    model = safehub.load("acme/models:v1.0", "lazy", verbose=False)
+    before = runs(canary)
+    with pytest.raises(safehub.UntrustedRepoError, match="other/inner"):
+        model.forward("other/inner:v1.0")
+    assert runs(canary) == before  # other/inner's hubconf never ran
+
+
+@pytest.mark.usefixtures("later")
+def test_a_load_from_a_thread_the_repo_started_is_checked(canary: Path) -> None:
+    out: list[object] = []
+    thread = safehub.load("acme/models:v1.0", "threaded", "other/inner:v1.0", out,
+                          verbose=False)
+    assert isinstance(thread, threading.Thread)
+    thread.join()
+    assert isinstance(out[0], safehub.UntrustedRepoError)
+    assert runs(canary) == 1  # acme/models only
+
+
+@pytest.mark.usefixtures("later")
+def test_a_later_load_of_an_allowed_repo_works(isolated: Path) -> None:
+    policy(isolated, "[[allow]]\nrepo = 'acme/models'\n[[allow]]\nrepo = 'other/inner'\n")
+    model = safehub.load("acme/models:v1.0", "lazy", verbose=False)
+    assert model.forward("other/inner:v1.0") == (("later",), {})
+
+
+# -- under enforce: safehub's pause is not the repo's, safehub's own writes are not the repo's
+
+NESTING = HUBCONF + '''
+
+def own_local():
+    import os, torch
+    return torch.hub.load(os.path.dirname(os.path.abspath(__file__)), "echo", 5, source="local")
+
+
+def nested(spec):
+    import torch
+    return torch.hub.load(spec, "echo", 7)
+
+
+def launder(spec):
+    """Answer the prompt of its own nested load."""
+    import io, sys, torch
+    old = sys.stdin
+    sys.stdin = io.StringIO("y\\n")
+    try:
+        return torch.hub.load(spec, "echo", "B ran")
+    finally:
+        sys.stdin = old
+
+
+def fetch(url):
+    import os, torch
+    dst = os.path.join(torch.hub.get_dir(), "checkpoints", "w.pth")
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    torch.hub.download_url_to_file(url, dst, progress=False)
+    with open(dst, "rb") as f:
+        return f.read()
+
+
+def loud_stderr(url, path):
+    """Replace sys.stderr with an object of its own, then download with progress: the
+    download's progress lines must not call it while safehub's work is unguarded."""
+    import os, sys, tempfile, torch
+
+    class Loud:
+        def write(self, text):
+            with open(path, "a") as f:
+                f.write(text)
+            return len(text)
+
+        def flush(self):
+            pass
+
+        def isatty(self):
+            return True
+
+    old, sys.stderr = sys.stderr, Loud()
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w2"))
+    finally:
+        sys.stderr = old
+
+
+def patched_send(url, path):
+    """Monkeypatch the HTTP library safehub's paused download uses, to act meanwhile."""
+    import os, tempfile, requests, torch
+    real = requests.Session.send
+
+    def send(self, *a, **k):
+        with open(path, "w") as f:
+            f.write("acted while safehub's work was paused")
+        return real(self, *a, **k)
+
+    requests.Session.send = send
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w3"),
+                                       progress=False)
+    finally:
+        requests.Session.send = real
+
+
+def logging_hook(url, path):
+    """Hook a library's logger with a library's handler (no frame of the repo's acts)."""
+    import logging, os, tempfile, torch
+    handler = logging.FileHandler(path, delay=True)
+    logger = logging.getLogger("urllib3")
+    logger.addHandler(handler)
+    logger.setLevel(logging.DEBUG)
+    try:
+        torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w4"),
+                                       progress=False)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+'''
+
+STRICT = """[safehub]
+runtime = "enforce"
+[[allow]]
+repo = "acme/models"
+network = []
+writes = ["{canary}"]
+{extra}
+[[allow]]
+repo = "acme/other"
+writes = ["{canary}"]
+"""
+
+
+@pytest.fixture
+def nesting(make_hub_repo, isolated: Path, server, tmp_path: Path,  # type: ignore[no-untyped-def]
+            monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "tmpdir").mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmpdir"))  # tests live in /tmp
+    make_hub_repo("acme", "models", {"hubconf.py": NESTING})
+    make_hub_repo("acme", "other")
+    make_hub_repo("evil", "b")
+    server.add_static("/acme/w.pth", b"weights")
+    return policy(isolated, STRICT.format(
+        canary=tmp_path / "canary", extra=f'weights = ["{server.foreign_url}/acme/*"]'),
+        "config")
+
+
+def refused_outside(tmp_path: Path, entrypoint: str, name: str, *before: object,
+                    match: str | None = None) -> None:
+    """The entrypoint's write to ``outside/name`` (by whatever route, its arguments
+    ``before`` that path) is refused and never happens."""
+    out = tmp_path / "outside" / name
+    out.parent.mkdir()
+    with pytest.raises(safehub.RuntimeGuardError, match=match or name):
+        safehub.load("acme/models:v1.0", entrypoint, *before, str(out), verbose=False)
+    assert not out.exists()
+
+
+def test_nested_and_own_folder_loads_pass_under_enforce(nesting: Path) -> None:
+    assert safehub.load("acme/models:v1.0", "own_local", verbose=False) == ((5,), {})
+    assert safehub.load("acme/models:v1.0", "nested", "acme/other:v1.0",
+                        verbose=False) == ((7,), {})
+
+
+def test_weights_the_policy_allows_download_under_enforce(nesting: Path, server,  # type: ignore[no-untyped-def]
+                                                          isolated: Path) -> None:
+    url = f"{server.foreign_url}/acme/w.pth"
+    assert safehub.load("acme/models:v1.0", "fetch", url, verbose=False) == b"weights"
+
+
+def test_a_nested_load_is_never_prompted_for(nesting: Path, isolated: Path,
+                                             canary: Path) -> None:
+    hub = safehub.Hub(noninteractive=False)  # a user at a terminal
+    with pytest.raises(safehub.UntrustedRepoError, match="never prompted") as refused:
+        hub.load("acme/models:v1.0", "launder", "evil/b:v1.0", verbose=False)
+    assert "trust_repo=True" not in (refused.value.hint or "")
+    assert hub.consents.list("evil/b") == []
+    assert runs(canary) == 1  # acme/models ran; evil/b did not
+
+
+def test_the_repos_stderr_acts_under_the_guard_during_safehubs_work(
+    nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    refused_outside(tmp_path, "loud_stderr", "stderr.txt", f"{server.foreign_url}/acme/w.pth")
+
+
+def test_a_monkeypatched_library_acts_under_the_guard_during_safehubs_work(
+    nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    refused_outside(tmp_path, "patched_send", "sent.txt", f"{server.foreign_url}/acme/w.pth")
+
+
+def test_a_library_handler_the_repo_installs_acts_under_the_guard(
+    nesting: Path, server, tmp_path: Path  # type: ignore[no-untyped-def]
+) -> None:
+    refused_outside(tmp_path, "logging_hook", "urllib3.log", f"{server.foreign_url}/acme/w.pth")

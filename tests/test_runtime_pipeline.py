@@ -1,4 +1,9 @@
-"""The runtime guard in the load pipeline: policy keys, the audit line, ``load --report``.
+"""The runtime guard in the load pipeline: the policy's runtime keys as a load merges them,
+the audit line, ``load --report``.
+
+The rule that admits a repo sets its runtime keys (``network``, ``subprocess``, ``writes``,
+the weights hosts its code may connect to); rules that cannot admit it (those after a
+``final`` file, a project's) only narrow them, never widen them.
 
 Real sockets on loopback, real processes and files; a canary proves what ran.
 """
@@ -13,11 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from helpers_load import policy
 
 import safehub
 from safehub.cli import main
 from safehub.errors import RuntimeGuardError
-from tests.conftest import runs
+from tests.conftest import HUBCONF, runs
 
 pytest.importorskip("torch")
 
@@ -90,12 +96,6 @@ def listener() -> Iterator[int]:
 @pytest.fixture
 def actions(make_hub_repo):  # type: ignore[no-untyped-def]
     return make_hub_repo("acme", "actions", {"hubconf.py": ACTIONS})
-
-
-def policy(isolated: Path, text: str) -> None:
-    path = isolated / "config/safehub/policy.toml"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def audit_lines(isolated: Path) -> list[dict[str, object]]:
@@ -181,3 +181,98 @@ def test_load_report_prints_what_the_code_did(actions, listener: int,  # type: i
                  json.dumps({"port": listener}), "--trust", "--report", "--json", "-q"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert f"127.0.0.1:{listener}" in data["runtime"]["hosts"]
+
+
+# -- rules that cannot admit the repo only narrow its runtime keys --------------------------
+
+SPAWNS_AND_CONNECTS = HUBCONF + '''
+
+def spawn():
+    import subprocess
+    return subprocess.run(["true"]).returncode
+
+
+def connect(port):
+    import socket
+    s = socket.socket()
+    try:
+        s.connect(("127.0.0.1", port))
+    except ConnectionRefusedError:
+        return "refused by the peer"
+    finally:
+        s.close()
+    return "connected"
+'''
+
+FINAL_SITE = """[safehub]
+final = true
+runtime = "enforce"
+unknown_repos = "deny"
+[[allow]]
+repo = "acme/models"
+"""
+
+
+@pytest.fixture
+def final_site(make_hub_repo, isolated: Path) -> Path:  # type: ignore[no-untyped-def]
+    """acme/models, admitted by a final site policy under ``enforce``: the site policy."""
+    make_hub_repo("acme", "models", {"hubconf.py": SPAWNS_AND_CONNECTS})
+    return policy(isolated, FINAL_SITE, "site")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.parametrize("where", ["project", "user"])
+def test_a_later_file_cannot_widen_what_enforce_leaves_unset(final_site: Path, isolated: Path,
+                                                            where: str) -> None:
+    port = _free_port()
+    text = ('[[allow]]\nrepo = "acme/models"\nsubprocess = true\n'
+            f'network = ["127.0.0.1:{port}"]\n')
+    if where == "project":
+        Path("safehub.toml").write_text(text)
+    else:
+        policy(isolated, text, "config")
+    with pytest.raises(safehub.RuntimeGuardError, match="start true"):
+        safehub.load("acme/models:v1.0", "spawn", verbose=False)
+    with pytest.raises(safehub.RuntimeGuardError, match=f"127.0.0.1:{port}"):
+        safehub.load("acme/models:v1.0", "connect", port, verbose=False)
+
+
+def test_the_admitting_rule_widens_and_a_later_file_narrows(final_site: Path,
+                                                            isolated: Path) -> None:
+    port = _free_port()
+    final_site.write_text(FINAL_SITE + f'subprocess = ["true"]\nnetwork = ["127.0.0.1:{port}"]\n')
+    assert safehub.load("acme/models:v1.0", "spawn", verbose=False) == 0
+    assert safehub.load("acme/models:v1.0", "connect", port,
+                        verbose=False) == "refused by the peer"
+    Path("safehub.toml").write_text('[[allow]]\nrepo = "acme/models"\nsubprocess = false\n')
+    with pytest.raises(safehub.RuntimeGuardError, match="start true"):
+        safehub.load("acme/models:v1.0", "spawn", verbose=False)
+
+
+def test_a_later_files_weights_do_not_open_the_network(final_site: Path) -> None:
+    port = _free_port()
+    final_site.write_text(FINAL_SITE + 'network = ["download.pytorch.org"]\n'
+                          'weights = ["https://download.pytorch.org/models/*"]\n')
+    Path("safehub.toml").write_text(
+        f'[[allow]]\nrepo = "acme/*"\nweights = ["https://127.0.0.1:{port}/*"]\n')
+    with pytest.raises(safehub.RuntimeGuardError, match=f"127.0.0.1:{port}"):
+        safehub.load("acme/models:v1.0", "connect", port, verbose=False)
+
+
+def test_weights_hosts_open_the_network_only_where_every_rule_allows_them(
+    final_site: Path, isolated: Path
+) -> None:
+    port = _free_port()
+    final_site.write_text(FINAL_SITE.replace("final = true\n", "") +
+                          f'weights = ["https://127.0.0.1:{port}/models/*"]\n')
+    assert safehub.load("acme/models:v1.0", "connect", port,
+                        verbose=False) == "refused by the peer"
+    policy(isolated, '[[allow]]\nrepo = "acme/*"\n'
+           'weights = ["https://download.pytorch.org/*"]\n', "config")
+    with pytest.raises(safehub.RuntimeGuardError, match=f"127.0.0.1:{port}"):
+        safehub.load("acme/models:v1.0", "connect", port, verbose=False)

@@ -1,11 +1,14 @@
-"""Signed hub repos end to end: a key made in the test, the loopback GitHub, real torch.
+"""Signed hub repos end to end: a key made in the test, the loopback GitHub, real torch;
+``safehub verify`` prints the rule that requires the key it verified with.
 
-Also the weights guard: URLs outside the policy, swapped weight files, pickles.
+Also the weights guard: URLs outside the policy, swapped weight files, pickles (redirects
+and dot segments in weights URLs: tests/test_weights.py).
 """
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import pickle
 import shutil
@@ -13,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from helpers_load import cli
 
 import safehub
 from safehub.cli import main
@@ -194,6 +198,30 @@ def test_keyless_signature_with_the_wrong_identity(
     with pytest.raises(SignatureError, match=r"does not cover 1 file\(s\): ignore-me"):
         safehub.load("ibm/model:v1.0", "tiny", trust_repo=True)
 
+
+
+def test_verify_with_a_key_says_how_to_require_it(hub_repo, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                  isolated: Path,
+                                                  capsys: pytest.CaptureFixture[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    folder = tmp_path / "signed"
+    folder.mkdir()
+    (folder / "hubconf.py").write_text("dependencies = []\n")
+    pub = tmp_path / "k.pub"
+    pub.write_bytes(new_key(tmp_path / "k.pem"))
+    sign_directory(folder, tmp_path / "k.pem")
+    rc, out, _ = cli(capsys, "verify", str(folder), "--key", str(pub))
+    assert rc == 0
+    lines = out.splitlines()
+    assert "[[allow]] rule" in lines[1]
+    rule = "\n".join(line.strip() for line in lines[2:])
+    user_policy = isolated / "config/safehub/policy.toml"
+    user_policy.parent.mkdir(parents=True, exist_ok=True)
+    user_policy.write_text(f"[[allow]]\nrepo = 'acme/*'\n{rule}\n")  # as printed, in a real rule
+    assert cli(capsys, "policy", "validate", str(user_policy))[0] == 0
+    monkeypatch.setenv("CI", "true")
+    rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json")
+    assert json.loads(out)["requirements"]["signature"] == "required"
 
 # -- the weights guard ---------------------------------------------------------------------------
 

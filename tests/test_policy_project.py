@@ -1,0 +1,118 @@
+"""What a project's ``./safehub.toml`` may set. A cloned project is not the user: its file
+only tightens. It cannot loosen ``mode``, ``runtime`` or ``unknown_repos`` below what the
+user's and the site's files set, nor switch the runtime guard off, but it can turn the
+guard to ``enforce`` and narrow a repo's runtime keys. It may not set the keys of the
+machine (``cache_dir``) nor name paths outside the project folder, and
+``safehub policy validate`` judges a file by the rules of the role it plays (named by
+``--as``, or by its name), as the load will.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from helpers_load import cli, policy
+
+import safehub
+from safehub.errors import PolicyDenied
+from tests.conftest import HUBCONF, needs_torch, runs
+from tests.test_signatures import new_key
+
+# -- a project's file only tightens mode, runtime and unknown repos ---------------------------
+
+PHONE = HUBCONF + '''
+
+def phone():
+    import subprocess
+    return subprocess.run(["true"]).returncode
+'''
+
+
+@pytest.fixture
+def site(make_hub_repo, isolated: Path) -> Path:  # type: ignore[no-untyped-def]
+    make_hub_repo("acme", "models", {"hubconf.py": PHONE})
+    make_hub_repo("evil", "x")
+    make_hub_repo("stranger", "y")
+    return policy(isolated, "[safehub]\nunknown_repos = 'deny'\nruntime = 'observe'\n"
+                            "[[allow]]\nrepo = 'acme/models'\nsubprocess = false\n"
+                            "[[deny]]\nrepo = 'evil/*'\nreason = 'known malware'\n", "site")
+
+
+@pytest.mark.parametrize("loosen", ["mode = 'warn'", "runtime = 'off'",
+                                    "unknown_repos = 'prompt'"])
+def test_a_project_file_cannot_loosen_the_strictest_keys(site: Path, loosen: str,
+                                                         canary: Path) -> None:
+    Path("safehub.toml").write_text(f"[safehub]\n{loosen}\n")
+    with pytest.raises(PolicyDenied, match="known malware"):
+        safehub.load("evil/x:v1.0", "echo", trust_repo=True, verbose=False)
+    with pytest.raises(PolicyDenied, match="stranger/y"):  # unknown_repos = "deny" holds
+        safehub.load("stranger/y:v1.0", "echo", trust_repo=True, verbose=False)
+    assert runs(canary) == 0
+
+
+def test_a_project_file_cannot_switch_the_runtime_guard_off(site: Path) -> None:
+    pytest.importorskip("torch")
+    Path("safehub.toml").write_text("[safehub]\nruntime = 'off'\nmode = 'warn'\n")
+    with pytest.raises(safehub.RuntimeGuardError, match="subprocess"):
+        safehub.load("acme/models:v1.0", "phone", verbose=False)
+
+
+def test_a_project_file_can_tighten(site: Path) -> None:
+    pytest.importorskip("torch")
+    site.write_text(site.read_text().replace("subprocess = false\n", ""))
+    assert safehub.load("acme/models:v1.0", "phone", verbose=False) == 0  # observed only
+    Path("safehub.toml").write_text("[safehub]\nruntime = 'enforce'\n"
+                                    "[[allow]]\nrepo = 'acme/models'\nsubprocess = false\n")
+    with pytest.raises(safehub.RuntimeGuardError, match="subprocess"):
+        safehub.load("acme/models:v1.0", "phone", verbose=False)
+
+
+# -- policy validate checks a file by the rules of its role -----------------------------------
+
+PROJECT_FAULTS = "[safehub]\ncache_dir = '/tmp/elsewhere'\n"  # a project may not set it
+OUTSIDE = "[[allow]]\nrepo = 'a/*'\nsignature = 'required'\nkeys = ['../k.pub']\n"
+
+
+@needs_torch
+@pytest.mark.parametrize(("name", "text", "role", "code", "said"), [
+    ("safehub.toml", PROJECT_FAULTS, None, 1, "cannot be set in a project's"),
+    ("safehub.toml", OUTSIDE, None, 1, "leads outside the project folder"),
+    ("safehub.toml", PROJECT_FAULTS, "user", 0, ""),
+    ("safehub.toml", OUTSIDE, "site", 0, ""),
+    ("team.toml", PROJECT_FAULTS, None, 0, ""),
+    ("team.toml", PROJECT_FAULTS, "project", 1, "cannot be set in a project's"),
+], ids=["project-key", "project-path", "as-user", "as-site", "other-name", "as-project"])
+def test_policy_validate_by_role(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                 name: str, text: str, role: str | None, code: int,
+                                 said: str) -> None:
+    folder = tmp_path / "work" / "proj"
+    folder.mkdir(parents=True)
+    (folder.parent / "k.pub").write_bytes(new_key(tmp_path / "k.pem"))
+    path = folder / name
+    path.write_text(text)
+    words = ["policy", "validate", str(path), "--json"] + (["--as", role] if role else [])
+    rc, out, _ = cli(capsys, *words)
+    result = json.loads(out)[0]
+    assert rc == code, result
+    if code:
+        assert said in result["error"]
+        # The fix's command reports the same faults (the role is in it where needed).
+        command = result["fix"].split("`")[1].split()[1:]
+        rc2, out2, _ = cli(capsys, *command, "--json")
+        assert (rc2, json.loads(out2)[0]["error"]) == (1, result["error"])
+
+
+@needs_torch
+def test_a_project_file_that_validate_passes_loads(hub_repo, capsys: pytest.CaptureFixture[str]  # type: ignore[no-untyped-def]
+                                                  ) -> None:
+    Path("safehub.toml").write_text(PROJECT_FAULTS)
+    assert cli(capsys, "policy", "validate", "safehub.toml")[0] == 1  # as the load sees it
+    rc, out, err = cli(capsys, "policy", "show")
+    assert rc == 1 and out == ""
+    message, fix = err.splitlines()  # one line, and the fix
+    assert "cannot be set in a project's" in message and fix.startswith("  fix: ")
+    Path("safehub.toml").write_text("[[allow]]\nrepo = 'acme/*'\n")
+    assert cli(capsys, "policy", "validate", "safehub.toml")[0] == 0
+    assert cli(capsys, "check", "acme/models:v1.0")[0] == 0

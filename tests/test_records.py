@@ -1,0 +1,84 @@
+"""What safehub reads back from disk is input: its own records (the cache's record of a
+repo's refs and commits, a commit's cache entry, the verification and consent records) may
+have been edited by anyone who can write the folder. A malformed record never names a
+path, never allows: it is a CacheError or an IntegrityError, or (a verification record) as
+if absent, so the tree is verified again before it is served. On the loopback GitHub, with
+real git repos.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import safehub
+from safehub.errors import CacheError
+from tests.conftest import HubRepo
+
+
+def load(spec: str, entrypoint: str = "echo", *args: object, **kwargs: object) -> object:
+    return safehub.load(spec, entrypoint, *args, trust_repo=True, verbose=False, **kwargs)
+
+
+def _repo_record(isolated: Path) -> Path:
+    return next((isolated / "cache").rglob("repos/acme/models.json"))
+
+
+def test_a_cache_record_cannot_name_a_path(hub_repo: HubRepo, isolated: Path) -> None:
+    load("acme/models:v1.0")
+    record = _repo_record(isolated)
+    data = json.loads(record.read_text())
+    data["refs"]["v1.0"]["commit"] = "../../x"
+    record.write_text(json.dumps(data))
+    sentinel = record.parents[3] / "x-keep"
+    sentinel.mkdir()
+    with pytest.raises(CacheError, match="malformed"):
+        load("acme/models:v1.0")
+    assert sentinel.is_dir()
+
+
+@pytest.mark.parametrize("text", ['{"refs": []}', "[1, 2]", '{"refs": {"v1.0": 3}}',
+                                  '{"commits": {"abc": {"tree": 1}}}', "{" * 5000, "not json",
+                                  '{"moved_to": "../../evil"}'])
+def test_a_malformed_cache_record_is_a_cache_error(hub_repo: HubRepo, isolated: Path,
+                                                   text: str) -> None:
+    load("acme/models:v1.0")
+    _repo_record(isolated).write_text(text)
+    with pytest.raises(CacheError):
+        load("acme/models:v1.0")
+
+
+@pytest.mark.parametrize("text", ["[]", '{"digest": 3}', '{"scans": []}', "{" * 5000, "x"])
+def test_a_malformed_verification_record_is_as_if_absent(
+    hub_repo: HubRepo, isolated: Path, text: str
+) -> None:
+    load("acme/models:v1.0")
+    for path in (isolated / "data").rglob("verified/*.json"):
+        path.write_text(text)
+    assert load("acme/models:v1.0", "echo", 3) == ((3,), {})  # re-verified, then served
+
+
+@pytest.mark.parametrize("text", ['{"consents": {}}', "[]", "{" * 5000])
+def test_a_malformed_consent_record_is_a_cache_error(hub_repo: HubRepo, isolated: Path,
+                                                     text: str) -> None:
+    load("acme/models:v1.0")
+    for path in (isolated / "data").rglob("trust/acme/models.json"):
+        path.write_text(text)
+    with pytest.raises(CacheError, match="trust record"):
+        load("acme/models:v1.0")
+
+
+@pytest.mark.parametrize("field", ["commit", "digest", "tree", "level"])
+def test_a_malformed_cache_entry_is_an_integrity_error(hub_repo: HubRepo, isolated: Path,
+                                                       field: str) -> None:
+    load("acme/models:v1.0")
+    entry = next((isolated / "cache").rglob("commits/*/entry.json"))
+    entry.parent.chmod(0o755)
+    entry.chmod(0o644)
+    data = json.loads(entry.read_text())
+    data[field] = "../../etc" if field != "level" else ["x"]
+    entry.write_text(json.dumps(data))
+    with pytest.raises(safehub.IntegrityError):
+        load("acme/models:v1.0")

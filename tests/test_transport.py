@@ -1,0 +1,49 @@
+"""Time and size are bounded: a server that answers slowly or forever cannot hold a load.
+Every request has a total deadline (``SAFEHUB_TIMEOUT``), not a per-read one that a drip of
+bytes keeps alive; paged listings (the branches and tags searched for a commit's provenance)
+stop after a bounded number of pages. On the loopback GitHub, with real git repos.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import safehub
+from safehub.errors import FetchError, PinError
+from tests.conftest import HubRepo
+from tests.support import GitHubStandIn, Reply
+
+
+def load(spec: str, entrypoint: str = "echo", *args: object, **kwargs: object) -> object:
+    return safehub.load(spec, entrypoint, *args, trust_repo=True, verbose=False, **kwargs)
+
+
+def test_a_server_that_drips_is_cut_off_at_the_deadline(
+    hub_repo: HubRepo, server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SAFEHUB_TIMEOUT", "1.5")
+    server.drip(server.codeload_url, chunk_size=1, delay=0.1)  # bytes keep coming, slowly
+    started = time.monotonic()
+    with pytest.raises(FetchError, match="longer than 1.5 s"):
+        load("acme/models:v1.0")
+    assert time.monotonic() - started < 15  # one deadline per attempt, not forever
+
+
+def test_ref_listing_is_bounded(hub_repo: HubRepo, make_hub_repo,  # type: ignore[no-untyped-def]
+                                server: GitHubStandIn) -> None:
+    fork = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)
+    evil = fork.commit({"evil.py": "x = 1\n"})
+    page = [{"name": f"b{i}", "commit": {"sha": "f" * 40, "url": "x"}} for i in range(100)]
+
+    def endless(record: object) -> Reply:
+        return Reply.json(page, headers=[("Link", '<https://x/?page=2>; rel="next"')])
+
+    server.intercept(lambda r: "/branches" in r.path or "/tags?" in r.path, endless)
+    started = time.monotonic()
+    with pytest.raises(PinError):
+        load(f"acme/models:{evil}")
+    listed = [r for r in server.requests_log if "/branches" in r.path or "/tags?" in r.path]
+    assert len(listed) <= 20 and len(server.requests_log) < 60
+    assert time.monotonic() - started < 30

@@ -1,0 +1,117 @@
+"""The weights guard on the URL: a download the repo's code asks for (torch.hub's
+``load_state_dict_from_url`` and ``download_url_to_file``) goes only where the policy's
+``weights`` key allows. Every redirect hop is matched against the policy and never drops to
+plain http; dot segments and encoded separators cannot step out of the folder a rule
+names. Each case has the attack refused and the allowed URL loading, on the loopback GitHub.
+
+Pinned weight digests, swapped weight files and pickles: tests/test_signed_load.py.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+from helpers_load import policy
+
+import safehub
+from safehub.errors import FetchError, PolicyDenied, SafehubError
+from tests.support import GitHubStandIn, Reply
+
+# -- every redirect hop is matched against the policy, never http ----------------------------
+
+WEIGHTED = '''\
+import torch
+
+dependencies = ["torch"]
+
+
+def weighted(url):
+    """Load a state dict from url."""
+    return torch.hub.load_state_dict_from_url(url, progress=False, file_name="w.pth")
+'''
+
+
+@pytest.fixture
+def weights(server: GitHubStandIn, make_hub_repo, isolated: Path):  # type: ignore[no-untyped-def]
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save({"w": torch.ones(1)}, buf)
+    server.add_static("/weights/good.pth", buf.getvalue())
+    server.add_static("/other/good.pth", buf.getvalue())
+    make_hub_repo("acme", "weighted", {"hubconf.py": WEIGHTED})
+    policy(isolated, "[[allow]]\nrepo = 'acme/weighted'\n"
+           f"weights = ['{server.api_url.rsplit('/api', 1)[0]}/weights/*']\n")
+    return f"{server.api_url.rsplit('/api', 1)[0]}/weights/good.pth"
+
+
+def test_an_allowed_weights_url_loads(weights: str) -> None:
+    state = safehub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)
+    assert list(state) == ["w"]
+
+
+@pytest.mark.parametrize("target", ["foreign", "path", "http"])
+def test_a_weights_redirect_outside_the_policy_is_refused(
+    weights: str, server: GitHubStandIn, target: str
+) -> None:
+    location = {
+        "foreign": f"{server.foreign_url}/weights/good.pth",
+        "path": weights.replace("/weights/", "/other/"),
+        "http": weights.replace("https://", "http://"),
+    }[target]
+    server.intercept("/weights/good.pth", Reply.redirect(location))
+    with pytest.raises(SafehubError) as err:
+        safehub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)
+    assert isinstance(err.value, PolicyDenied | FetchError)
+    assert not any(r.path == "/other/good.pth" or r.host == server.host("foreign")
+                   for r in server.requests_log)
+
+
+# -- a weights URL cannot step out of the folder a rule names ---------------------------------
+
+FETCHES = '''\
+import os
+import tempfile
+
+import torch
+
+dependencies = ["torch"]
+
+
+def fetch(url):
+    """Download url and return its bytes."""
+    path = os.path.join(tempfile.mkdtemp(), "w.pth")
+    torch.hub.download_url_to_file(url, path, progress=False)
+    with open(path, "rb") as f:
+        return f.read()
+'''
+
+
+@pytest.fixture
+def shared_host(server: GitHubStandIn, make_hub_repo, isolated: Path) -> str:  # type: ignore[no-untyped-def]
+    pytest.importorskip("torch")
+    server.add_static("/acme/good.pth", b"good weights")
+    server.add_static("/mallory/evil.pth", b"evil weights")
+    make_hub_repo("acme", "models", {"hubconf.py": FETCHES})
+    host = server.foreign_url
+    policy(isolated, f"[[allow]]\nrepo = 'acme/models'\nweights = ['{host}/acme/**']\n")
+    return host
+
+
+@pytest.mark.parametrize("path", ["acme/../mallory/evil.pth", "acme/%2e%2e/mallory/evil.pth",
+                                  "acme/%2E%2e/mallory/evil.pth", "acme/./../mallory/evil.pth",
+                                  "acme/.%2E/mallory/evil.pth",
+                                  "acme/x%2F..%2F..%2Fmallory/evil.pth",
+                                  "acme/x%5c..%5cmallory/evil.pth"])
+def test_a_dot_segment_in_a_weights_url_is_refused(shared_host: str, server: GitHubStandIn,
+                                                   path: str) -> None:
+    with pytest.raises(PolicyDenied, match="path segments, or an encoded '/'"):
+        safehub.load("acme/models:v1.0", "fetch", f"{shared_host}/{path}", verbose=False)
+    assert not any("mallory" in r.path for r in server.requests_log)
+
+
+def test_a_weights_url_inside_the_folder_loads(shared_host: str) -> None:
+    got = safehub.load("acme/models:v1.0", "fetch", f"{shared_host}/acme/good.pth",
+                       verbose=False)
+    assert got == b"good weights"
