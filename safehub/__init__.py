@@ -90,10 +90,46 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'safehub' has no attribute {name!r}")
 
 
-def _hub() -> Hub:
-    from safehub.hub import Hub
+_LAST: dict[str, tuple[tuple[Any, ...], Hub]] = {}  # the module-level functions' Hub
 
-    return Hub()
+
+def _hub() -> Hub:
+    """The Hub the module-level functions use: built again whenever anything it was built
+    from may have changed (the environment, the working directory, whether stdin is a
+    terminal, and the bytes of every policy path searched and of the lockfile), so a
+    policy file edited, added or removed between two calls is obeyed on the second."""
+    from safehub.hub import Hub
+    from safehub.policy import searched
+
+    last = _LAST.get("hub")
+    if last is not None and last[0] == _key(last[0][3]):
+        return last[1]
+    hub = Hub()
+    paths = (*(str(c.path) for c in searched()), str(hub.lockfile_path))
+    _LAST["hub"] = (_key(paths), hub)
+    return hub
+
+
+def _key(paths: tuple[str, ...]) -> tuple[Any, ...]:
+    import os
+    import sys
+
+    def content(path: str) -> object:
+        # The bytes, not the stat: two writes of one size within a clock tick share an
+        # mtime. Reading a small file is cheap; parsing it again is what is saved.
+        try:
+            with open(path, "rb") as f:
+                return f.read()
+        except OSError as e:
+            return e.errno
+
+    try:
+        tty = sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    raw = getattr(os.environ, "_data", None)  # the undecoded variables: a C-speed copy
+    environ = raw.copy() if isinstance(raw, dict) else dict(os.environ)
+    return (environ, os.getcwd(), tty, paths, tuple(content(p) for p in paths))
 
 
 def load(

@@ -9,7 +9,6 @@ trust, audit). The operations that are not loads (check, verify, lock, prefetch)
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -306,7 +305,7 @@ class Hub:
         """torch.hub.load/list/help called by a repo's code while it runs (with torch's
         signature): through this hub, with this policy; a ``trust_repo`` the repo's code
         passes grants nothing."""
-        signature = inspect.signature(torchhub.original(name))
+        signature = torchhub.signature(name)
 
         def nested(*args: Any, **kwargs: Any) -> Any:
             call = signature.bind(*args, **kwargs).arguments

@@ -134,6 +134,38 @@ def test_ci_refuses_without_consent_and_says_how(
     assert runs(canary) == 2
 
 
+def test_module_level_calls_obey_a_policy_changed_between_them(
+        hub_repo: HubRepo, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The module-level functions keep their Hub between calls (issue 18), and still obey
+    a policy file edited, added or removed, a variable set, or a new working directory."""
+    spec = f"{hub_repo.spec}:v1.0"
+    load(spec)
+    user = isolated / "config/safehub/policy.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    deny = f'[[deny]]\nrepo = "{hub_repo.spec}"\n'
+    user.write_text(deny)  # added
+    with pytest.raises(safehub.PolicyDenied):
+        load(spec)
+    user.write_text(deny.replace("deny", "allo"))  # edited in place, same size, at once
+    with pytest.raises(safehub.SafehubError):  # [[allo]] is no key: the file is read again
+        load(spec)
+    user.unlink()  # removed
+    load(spec)
+    other = isolated.parent / "other.toml"
+    other.write_text(deny)
+    monkeypatch.setenv("SAFEHUB_POLICY", str(other))  # a variable
+    with pytest.raises(safehub.PolicyDenied):
+        load(spec)
+    monkeypatch.delenv("SAFEHUB_POLICY")
+    load(spec)
+    project = isolated.parent / "project"
+    project.mkdir()
+    (project / "safehub.toml").write_text(deny)
+    monkeypatch.chdir(project)  # a working directory with a project file
+    with pytest.raises(safehub.PolicyDenied):
+        load(spec)
+
+
 def test_trust_repo_false_always_asks(hub_repo: HubRepo) -> None:
     load(f"{hub_repo.spec}:v1.0")
     with pytest.raises(safehub.UntrustedRepoError):

@@ -33,6 +33,7 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
     """The runtime guard for one load: the policy's runtime keys, merged; ``own``: what
     safehub's own work may do while it pauses the guard (:func:`own_work`)."""
     reqs = decision.requirements
+    user_policy = str(_user_policy())
     network, programs, writes = reqs.runtime.merged(mode)
     rules = RuntimeRules(
         mode=mode,  # type: ignore[arg-type]
@@ -40,8 +41,8 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         weights_hosts=hosts_of_urls(reqs.runtime.weights_patterns()),
         shadowing=reqs.runtime.shadowing,
         source="; ".join(reqs.runtime.rules) or "the policy",
-        edit=reqs.runtime.edit if reqs.runtime.edit[1] else (str(_user_policy()), ""),
-        user_policy=str(_user_policy()),
+        edit=reqs.runtime.edit if reqs.runtime.edit[1] else (user_policy, ""),
+        user_policy=user_policy,
         repo_key=spec.key)
     return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, sealed_ns=tree.sealed,
                         tree_ident=tree.ident, own=own)

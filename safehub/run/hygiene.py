@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import _imp
 import contextlib
+import functools
 import importlib.machinery
 import importlib.metadata
 import os
@@ -155,6 +156,7 @@ def _inside(files: list[str], roots: tuple[str, ...]) -> bool:
     return False
 
 
+@functools.lru_cache(maxsize=64)
 def _roots(tree: Path) -> tuple[str, ...]:
     return tuple({os.path.abspath(tree) + os.sep, os.path.realpath(tree) + os.sep})
 
@@ -242,11 +244,26 @@ def shadowing(tree: Path, repo: str = "") -> list[Shadow]:
     Names that cannot be shadowed (built-in and frozen modules, found before ``sys.path``
     is searched), ``hubconf``, and demo-only standard-library names are left out.
     """
+    names = _module_names(tree)
+    modules = sys.modules
+    key = (tree, repo, id(names), tuple(sys.path), tuple(id(modules.get(n)) for n in names))
+    hit = _SHADOWS.get(key)
+    if hit is None:
+        if len(_SHADOWS) > 64:
+            _SHADOWS.clear()
+        hit = _SHADOWS[key] = tuple(_shadowing(tree, repo, names))
+    return list(hit)
+
+
+_SHADOWS: dict[tuple[Any, ...], tuple[Shadow, ...]] = {}  # the answer, while nothing changed
+
+
+def _shadowing(tree: Path, repo: str, names: dict[str, Path]) -> list[Shadow]:
     roots = _roots(tree)
     others = tuple(p for p in sys.path
                    if (os.path.abspath(p or os.curdir) + os.sep) not in roots)
     found: list[Shadow] = []
-    for name, path in _module_names(tree).items():
+    for name, path in names.items():
         if name in _SKIPPED or name in _NEVER_IMPORTED or name in sys.builtin_module_names \
                 or _imp.is_frozen(name):
             continue
@@ -269,5 +286,8 @@ def leftovers(tree: Path, before: Collection[str] = ()) -> list[str]:
     ``utils`` or ``models`` imported after the load gets the repo's.
     """
     roots = _roots(tree)
-    return sorted(name for name, module in list(sys.modules.items())
-                  if name not in before and _inside(_file_of(module), roots))
+    modules = sys.modules
+    if isinstance(before, dict) and len(modules) == len(before):
+        return []  # nothing new imported (the common warm load: the repo's modules stayed)
+    new = modules.keys() - (before.keys() if isinstance(before, dict) else set(before))
+    return sorted(name for name in new if _inside(_file_of(modules.get(name)), roots))

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import importlib.util
 import inspect
 import os
@@ -115,6 +116,12 @@ def _route() -> None:
             _ORIGINALS[name] = copy
             _SWAPPED[name] = func.__code__
             func.__code__ = _trampoline(name, func)
+
+
+@functools.cache
+def signature(name: str) -> inspect.Signature:
+    """The signature of torch.hub's own function ``name`` (looked up once)."""
+    return inspect.signature(original(name))
 
 
 def hub_dir() -> str:

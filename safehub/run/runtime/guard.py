@@ -55,7 +55,14 @@ _SYSTEM_LIBRARY_DIRS = ("/lib", "/lib32", "/lib64", "/usr", "/opt", "/System", "
 
 
 def _real(path: os.PathLike[str] | str) -> str:
-    return os.path.realpath(os.path.expanduser(os.fspath(path)))
+    return _realpath(os.path.expanduser(os.fspath(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _realpath(path: str) -> str:
+    """``os.path.realpath`` of a folder the guard holds (the tree, the hub and temp dirs,
+    the policy's paths), once per process: links there do not move under a running job."""
+    return os.path.realpath(path)
 
 
 class _AddressBook:
@@ -166,7 +173,7 @@ class RuntimeGuard:
         _hook.install()
         self.report.shadowing = shadowing(self.tree, self.repo)
         self._refuse_shadowing()
-        before = set(sys.modules)
+        before = sys.modules.copy()  # a C copy: its keys are what was imported before
         if self.sealed_ns is not None:
             _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
         _hook.push(self)
