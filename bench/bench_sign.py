@@ -31,7 +31,7 @@ VERIFY_KEY = """
 import sys, time
 t = time.perf_counter()
 from pathlib import Path
-from safehub.signatures import KeySigner, SignerSet, Verifier
+from safehub.verify.signatures import KeySigner, SignerSet, Verifier
 tree, pub = Path(sys.argv[1]), Path(sys.argv[2])
 r = Verifier([SignerSet("bench", (), (KeySigner(pub),))]).verify_tree(
     tree, (tree / "model.sig").read_bytes())
@@ -42,7 +42,7 @@ VERIFY_KEYLESS = """
 import sys, time
 t = time.perf_counter()
 from pathlib import Path
-from safehub.signatures import Signer, SignerSet, Verifier
+from safehub.verify.signatures import Signer, SignerSet, Verifier
 oms = Path(sys.argv[1])
 s = SignerSet("bench", (Signer("https://sigstore.verify.ibm.com/oauth2", "stefanb@us.ibm.com"),),
               (), oms / "trust_config.production.sigstore-python-4.5.1.json")
@@ -68,7 +68,7 @@ def main() -> int:
         from cryptography.hazmat.primitives import serialization
         from cryptography.hazmat.primitives.asymmetric import ec
 
-        from safehub.signatures import sign_directory
+        from safehub.verify.signatures import sign_directory
         from tests.support import commit_files, git
 
         key = ec.generate_private_key(ec.SECP256R1())

@@ -26,7 +26,6 @@ from safehub.policy import Decision, Policy, load_policy
 from safehub.resolve import Resolved, Resolver
 from safehub.run import guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
-from safehub.signatures.check import SignatureCheck, SignatureStatus
 from safehub.sources.github import GitHub
 from safehub.sources.interface import Source
 from safehub.sources.transport import Transport
@@ -35,6 +34,7 @@ from safehub.store.cache import Cache, CachedTree
 from safehub.store.lockfile import Lockfile
 from safehub.store.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.trust import Subject, Trust, check_trust_repo
+from safehub.verify.signatures.check import SignatureCheck, SignatureStatus
 
 __all__ = ["Hub", "Prepared"]
 
@@ -207,7 +207,7 @@ class Hub:
         return Subject(r.spec.repo, r.spec.key, r.ref, r.commit, tree.digest, signature)
 
     def _fetch_signature(self, url: str) -> bytes | None:
-        from safehub.signatures.locate import MAX_SIGNATURE_BYTES
+        from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
 
         github = self.github()
         try:

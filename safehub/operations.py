@@ -29,12 +29,12 @@ from safehub.errors import (
     SpecError,
 )
 from safehub.run.runtime import own_work
-from safehub.signatures.check import verify_complete
-from safehub.signatures.signers import SignerSet
 from safehub.spec import RepoSpec
 from safehub.store.lockfile import LockEntry, Lockfile, spec_key
 from safehub.store.records import WeightPins
 from safehub.trust import Subject
+from safehub.verify.signatures.check import verify_complete
+from safehub.verify.signatures.signers import SignerSet
 
 if TYPE_CHECKING:
     from safehub.hub import Hub

@@ -17,8 +17,8 @@ import pytest
 import safehub
 from safehub import operations
 from safehub.errors import PinError, PolicyDenied, RepoMovedError, SafehubError
-from safehub.signatures.signers import KeySigner, SignerSet
 from safehub.store.lockfile import LockEntry, Lockfile
+from safehub.verify.signatures.signers import KeySigner, SignerSet
 from tests.conftest import HubRepo, runs
 
 ADMITTED = "admitted"

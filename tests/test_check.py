@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_load import cli
 
+from tests.helpers_load import cli
 from tests.test_fixes import apply_hint
 from tests.test_signatures import new_key
 from tests.test_signed_load import Signed, require_key

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_load import cli
 
 from safehub.cli import main
 from tests.conftest import HubRepo, child_pythonpath, needs_torch, runs
+from tests.helpers_load import cli
 
 
 @needs_torch

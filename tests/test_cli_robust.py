@@ -28,12 +28,12 @@ from pathlib import Path
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
-from helpers_load import cli
 
 from safehub import errors
 from safehub.cli import main
-from safehub.signatures import sign_directory
+from safehub.verify.signatures import sign_directory
 from tests.conftest import HAVE_TORCH, HUBCONF, child_pythonpath, needs_torch, runs
+from tests.helpers_load import cli
 from tests.support import GitHubStandIn, TLSFiles, git, make_repo
 
 ROOT = Path(__file__).parents[1]

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from helpers_load import cli, policy
 
 import safehub
 from safehub import operations
@@ -21,6 +20,7 @@ from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
 from safehub.store.cache import scan_digest
 from safehub.store.lockfile import Lockfile
 from tests.conftest import HUBCONF, HubRepo, child_pythonpath, needs_torch, runs
+from tests.helpers_load import cli, policy
 from tests.support import GitHubStandIn
 
 NEW_HUBCONF = "import os\nopen(os.environ['SAFEHUB_TEST_CANARY'],'a').write('new\\n')\n" \

@@ -13,11 +13,11 @@ import json
 from pathlib import Path
 
 import pytest
-from helpers_load import cli, policy
 
 import safehub
 from safehub.errors import PolicyDenied
 from tests.conftest import HUBCONF, needs_torch, runs
+from tests.helpers_load import cli, policy
 from tests.test_signatures import new_key
 
 # -- a project's file only tightens mode, runtime and unknown repos ---------------------------

@@ -10,11 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers_load import policy
 
 import safehub
 from safehub.cli import main
 from tests.conftest import runs
+from tests.helpers_load import policy
 
 pytest.importorskip("torch")
 

@@ -17,8 +17,8 @@ import safehub
 from safehub.cli import main
 from safehub.config import Settings
 from safehub.errors import FetchError, SignatureError
-from safehub.signatures import sign_directory
 from safehub.store.lockfile import Lockfile
+from safehub.verify.signatures import sign_directory
 from tests.conftest import HUBCONF, runs
 from tests.support import GitHubStandIn, Reply, git, make_repo
 from tests.test_signatures import new_key

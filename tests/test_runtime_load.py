@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers_load import policy
 
 import safehub
 from safehub.errors import PolicyDenied, RuntimeGuardError
 from safehub.run.runtime import RuntimeGuard, RuntimeReport, RuntimeRules
 from tests.conftest import HUBCONF, runs
+from tests.helpers_load import policy
 
 torch = pytest.importorskip("torch")
 

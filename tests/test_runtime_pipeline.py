@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers_load import policy
 
 import safehub
 from safehub.cli import main
 from safehub.errors import RuntimeGuardError
 from tests.conftest import HUBCONF, runs
+from tests.helpers_load import policy
 
 pytest.importorskip("torch")
 

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from safehub.errors import SignatureError
-from safehub.signatures import KeySigner, Signer, SignerSet, Verifier, sign_directory
-from safehub.signatures.manifest import statement
+from safehub.verify.signatures import KeySigner, Signer, SignerSet, Verifier, sign_directory
+from safehub.verify.signatures.manifest import statement
 
 FIXTURES = Path(__file__).parent / "fixtures"
 SIGSTORE = FIXTURES / "sigstore"
@@ -200,8 +200,8 @@ def test_malformed_bundles(tmp_path: Path) -> None:
 @pytest.mark.parametrize("ignore", [[], ["ignore-me"], ["sub"], ["sub/inner.txt", "model.sig"]])
 def test_fast_hashing_equals_model_signing(tmp_path: Path, ignore: list[str]) -> None:
     """safehub hashes the common case itself; it must be model-signing's manifest exactly."""
-    from safehub.signatures.manifest import _hash_model_signing as _hash_tree_model_signing
-    from safehub.signatures.manifest import _sha256_files
+    from safehub.verify.signatures.manifest import _hash_model_signing as _hash_tree_model_signing
+    from safehub.verify.signatures.manifest import _sha256_files
 
     tree = tmp_path / "t"
     for rel, data in {"a.py": b"x", "empty": b"", "sub/inner.txt": b"i" * 5000,
@@ -288,7 +288,7 @@ def test_signing_refuses_a_key_inside_the_folder(tmp_path: Path) -> None:
     from cryptography.hazmat.primitives.asymmetric import ec
 
     from safehub.errors import SignatureError
-    from safehub.signatures import sign_directory
+    from safehub.verify.signatures import sign_directory
 
     (tmp_path / "repo").mkdir()
     (tmp_path / "repo/hubconf.py").write_text("x = 1\n")

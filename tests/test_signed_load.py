@@ -16,14 +16,14 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers_load import cli
 
 import safehub
 from safehub.cli import main
 from safehub.errors import IntegrityError, PolicyDenied, SignatureError
-from safehub.signatures import sign_directory
 from safehub.store.lockfile import Lockfile
+from safehub.verify.signatures import sign_directory
 from tests.conftest import HUBCONF, runs
+from tests.helpers_load import cli
 from tests.support import GitHubStandIn, commit_files, git, make_repo
 from tests.test_signatures import OMS, TRUST_CONFIG, new_key
 
@@ -95,7 +95,7 @@ def test_signed_repo_loads_and_warm_loads_do_not_verify_again(
         raise AssertionError("verified again on a warm load")
 
     with monkeypatch.context() as patched:
-        patched.setattr("safehub.signatures.verify.Verifier.verify_tree", boom)
+        patched.setattr("safehub.verify.signatures.verify.Verifier.verify_tree", boom)
         safehub.load(f"{signed.spec}:v1.0", "tiny")
     assert runs(canary) == 2
     assert main(["lock", f"{signed.spec}:v1.0"]) == 0

@@ -13,10 +13,10 @@ import io
 from pathlib import Path
 
 import pytest
-from helpers_load import policy
 
 import safehub
 from safehub.errors import FetchError, PolicyDenied, SafehubError
+from tests.helpers_load import policy
 from tests.support import GitHubStandIn, Reply
 
 # -- every redirect hop is matched against the policy, never http ----------------------------

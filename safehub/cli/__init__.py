@@ -230,7 +230,7 @@ def _cmd_prefetch(args: argparse.Namespace) -> int:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     from safehub import operations
-    from safehub.signatures import KeySigner, Signer, SignerSet
+    from safehub.verify.signatures import KeySigner, Signer, SignerSet
 
     if bool(args.identity) != bool(args.issuer):
         raise _Usage("--identity and --issuer go together, e.g. --identity "
@@ -266,7 +266,7 @@ def _verify_target(target: str) -> None:
 
 
 def _cmd_sign(args: argparse.Namespace) -> int:
-    from safehub.signatures import sign_directory
+    from safehub.verify.signatures import sign_directory
 
     out = sign_directory(Path(args.directory), Path(args.key),
                          out=Path(args.out) if args.out else None)

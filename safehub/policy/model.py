@@ -26,8 +26,8 @@ from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub.policy.keys import KEYS, Choice
 from safehub.policy.schema import FileSpec, Table, parse_text
-from safehub.signatures.signers import KeySigner, Signer, SignerSet
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
+from safehub.verify.signatures.signers import KeySigner, Signer, SignerSet
 
 __all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
 

@@ -12,10 +12,10 @@ from pathlib import Path
 
 from safehub._internal.warn import warn
 from safehub.errors import SignatureError
-from safehub.signatures.locate import Found, find_signature
-from safehub.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
-from safehub.signatures.verify import TreeSignature, Verifier
 from safehub.store.records import SignatureRecords
+from safehub.verify.signatures.locate import Found, find_signature
+from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
+from safehub.verify.signatures.verify import TreeSignature, Verifier
 
 __all__ = ["SignatureCheck", "SignatureStatus", "verify_complete"]
 

@@ -7,12 +7,12 @@ digest. :meth:`Verifier.verify_tree` checks it in three steps, before any hubcon
 1. **The envelope.** Keyless bundles (a Fulcio certificate) are verified with
    sigstore-python against the trusted root (offline: the root shipped inside sigstore,
    or a ``trust_config`` for a private Sigstore) and the policy's signers, composed as in
-   :mod:`safehub.signatures.policies`. Key bundles are verified against the policy's
+   :mod:`safehub.verify.signatures.policies`. Key bundles are verified against the policy's
    ``keys`` (ECDSA P-256/384/521, as model-signing writes them). Bundles signed with a
    private-PKI certificate (no transparency log) go through model-signing's certificate
    verifier, with the policy's ``certificates`` as trust anchors.
 2. **The files.** The statement's manifest must equal the tree's hashes
-   (:mod:`safehub.signatures.manifest`).
+   (:mod:`safehub.verify.signatures.manifest`).
 3. **Coverage.** Every file must be signed, except the signature and git metadata; the
    uncovered ones are returned, and a load refuses them.
 """
@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from safehub.errors import SignatureError
-from safehub.signatures.manifest import (
+from safehub.verify.signatures.manifest import (
     GIT_METADATA,
     Signed,
     all_files,
@@ -42,8 +42,8 @@ from safehub.signatures.manifest import (
     payload_json,
     statement,
 )
-from safehub.signatures.policies import SigstorePolicy, for_sets
-from safehub.signatures.signers import DEFAULT_SIGNATURE, SignerSet
+from safehub.verify.signatures.policies import SigstorePolicy, for_sets
+from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet
 
 __all__ = ["TreeSignature", "Verifier"]
 

@@ -13,7 +13,7 @@ combinators :class:`AllOf` and :class:`AnyOf`. A policy file's signer sets becom
 >>> Issuer("https://other.example").check(claims)
 Traceback (most recent call last):
 ...
-safehub.signatures.policies.Refused: issuer 'https://issuer.example' is not 'https://other.example'
+safehub.verify.signatures.policies.Refused: issuer 'https://issuer.example' is not 'https://other.example'
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from safehub._internal.globs import Glob
-from safehub.signatures.signers import Signer, SignerSet
+from safehub.verify.signatures.signers import Signer, SignerSet
 
 __all__ = ["AllOf", "AnyOf", "Claim", "Claims", "Identity", "Issuer", "Refused",
            "SigstorePolicy", "for_sets", "for_signer"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from safehub.errors import SignatureError
-from safehub.signatures.signers import DEFAULT_SIGNATURE
+from safehub.verify.signatures.signers import DEFAULT_SIGNATURE
 
 __all__ = ["sign_directory"]
 

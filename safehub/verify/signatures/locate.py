@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from safehub.errors import SignatureError
-from safehub.signatures.signers import DEFAULT_SIGNATURE, SignerSet
+from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet
 
 __all__ = ["Found", "find_signature"]
 
