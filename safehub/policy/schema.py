@@ -284,8 +284,12 @@ def pydantic_model() -> Any:
         return _MODELS["file"]
     from typing import Annotated
 
-    from pydantic import AfterValidator, ConfigDict, create_model, model_validator
+    import pydantic
+    from pydantic import AfterValidator, ConfigDict, model_validator
 
+    # Fields built at run time: typed as Any, since pydantic's stubs for create_model
+    # change between releases (2.14 narrowed them) and say nothing about these values.
+    create_model: Any = pydantic.create_model
     config = ConfigDict(strict=True, frozen=True, extra="forbid")
 
     def field(key: Key, nested: Mapping[str, Any]) -> tuple[Any, Any]:
@@ -309,7 +313,7 @@ def pydantic_model() -> Any:
                 return self
             validators["table_check"] = model_validator(mode="after")(after)
         fields = {k.name: field(k, models) for k in KEYS[scope].values()}
-        models[scope] = create_model(  # type: ignore[call-overload]
+        models[scope] = create_model(
             f"Policy_{scope}", __config__=config, __validators__=validators, **fields)
     section, allow, deny = models["safehub"], models["allow"], models["deny"]
     _MODELS["file"] = create_model(
