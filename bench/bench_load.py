@@ -1,26 +1,35 @@
-"""safehub.load vs torch.hub.load, side by side on the same loopback GitHub, one run.
+"""safehub.load beside torch.hub.load on the same loopback GitHub, one run, CPU and wall.
 
-    python bench/bench_load.py            # ~1,000-file repo, prints a table with ratios
+    python bench/bench_load.py                    # 10 and 5,000 files; a table of ratios
+    python bench/bench_load.py --files 10,1000,5000 --warm 300 --fresh 7
+    python bench/bench_load.py --quick            # fewer rounds, a smoke run
     python bench/bench_load.py --json out.json
-    python bench/bench_load.py --dir /dev/shm   # on a tmpfs: without the disk's cost
 
-Measures, for a load by tag of a ~1,000-file hub repo:
-  * cold load time (nothing cached; torch.hub and safehub alternate, and who goes first
-    alternates too) and requests made;
-  * warm load time (in-process, repeated) and requests made, by tag and pinned by sha;
-  * N processes cold-loading at once: how many succeed and how many archive downloads.
+What is measured, each in processes of its own, with bytecode compiled (the bench unsets
+PYTHONDONTWRITEBYTECODE for its children and compiles safehub first), as users run it:
+
+1. **Warm loads in a process** (what a training script calls again and again): the
+   module-level ``safehub.load`` (what drop-in users call), a ``Hub`` built once and
+   reused, and ``torch.hub.load``, each in its own process (safehub's audit hook, once
+   installed, is process-wide), in every runtime mode (``off``, ``observe``, ``enforce``),
+   at each repo size. CPU time is the figure (wall time is noisy on a shared machine);
+   medians of ``--warm`` loads after a few untimed ones. The same process then times
+   torch.hub's own warm load after safehub's: what the hook costs torch.hub.
+2. **A whole fresh process** (``python -c "import torch; load(...)"``), warm cache and
+   cold (nothing cached), alternating who goes first: the CPU time of the whole process
+   (user + system, from ``wait4``) and its wall time, medians of ``--fresh``.
+3. **What the first load imports** beyond torch.hub's own first load, from
+   ``python -X importtime``, with each module's own import time.
+4. ``--procs`` processes cold-loading at once: how many succeed, how many archive
+   downloads (torch.hub's cache is not safe for concurrent loads of one repo).
+
 torch.hub runs its own code; only the github.com host in its URLs is rewritten to the
-stand-in (see bench/_loopback.py), which runs in a child process. Nothing here reaches the
-internet. The load average is
-printed before and after: on a shared machine, run it a few times. bench/bench_large.py
-does the same for a 5,000-file, ~100 MB repo of real shape.
+stand-in (bench/_loopback.py), which runs in a child process. Nothing reaches the internet.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import os
 import shutil
@@ -29,28 +38,72 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent))
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(HERE))
 
-from _loopback import (  # noqa: E402
-    ChildServer,
-    env_for,
-    filesystem,
-    home_env,
-    make_big_repo,
-    point_torch_hub_at,
-)
+from _loopback import ChildServer, env_for, filesystem, home_env, make_big_repo  # noqa: E402
 
 from safehub._internal.fsutil import rmtree  # noqa: E402
 
-SPEC = "bench/hub"
+MODES = ("off", "observe", "enforce")
 
-CHILD = """
+# One process of section 1: KIND SPEC N; prints one JSON line.
+WARM = """
+import gc, json, os, statistics, sys, time
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import torch, torch.hub
+import _loopback
+_loopback.point_torch_hub_from_env()
+kind, spec, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def torch_load():
+    torch.hub.load(spec, "tiny", trust_repo=True, verbose=False)
+if kind == "torch":
+    load = torch_load
+elif kind == "module":
+    import safehub
+    load = lambda: safehub.load(spec, "tiny", trust_repo=True, verbose=False)
+else:
+    import safehub
+    hub = safehub.Hub()
+    load = lambda: hub.load(spec, "tiny", trust_repo=True, verbose=False)
+def timed(func, n):
+    cpu, wall = [], []
+    for _ in range(n):
+        c, w = time.process_time_ns(), time.perf_counter_ns()
+        func()
+        cpu.append(time.process_time_ns() - c)
+        wall.append(time.perf_counter_ns() - w)
+    return statistics.median(cpu) / 1e6, statistics.median(wall) / 1e6
+for _ in range(5):
+    load()
+    torch_load()
+gc.collect()
+cpu, wall = timed(load, n)
+after = timed(torch_load, n) if kind != "torch" else (cpu, wall)
+print(json.dumps({"cpu": cpu, "wall": wall, "torch_after_cpu": after[0],
+                  "torch_after_wall": after[1]}))
+"""
+
+# One process of sections 2 and 3: KIND SPEC.
+FRESH = """
+import os, sys
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import torch
+if sys.argv[1] == "torch":
+    import torch.hub, _loopback
+    _loopback.point_torch_hub_from_env()
+    torch.hub.load(sys.argv[2], "tiny", trust_repo=True, verbose=False)
+else:
+    import safehub
+    safehub.load(sys.argv[2], "tiny", trust_repo=True, verbose=False)
+"""
+
+CONCURRENT = """
 import sys, os
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import torch
@@ -72,173 +125,255 @@ except BaseException as e:
 """
 
 
-def quiet(func: Callable[[], Any]) -> float:
-    """Run func with stdout/stderr muted; return seconds."""
-    sink = io.StringIO()
-    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
-        t = time.perf_counter()
-        func()
-        elapsed = time.perf_counter() - t
-    for name in [m for m in sys.modules if m.startswith("pkg") or m == "hubconf"]:
-        del sys.modules[name]  # the repo's own modules: let each load import them afresh
-    return elapsed
+class Bench:
+    """The repos, their stand-ins and the environment the children run in."""
+
+    def __init__(self, work: Path, sizes: list[int]) -> None:
+        self.work = work
+        self.home = work / "home"
+        self.servers: dict[int, ChildServer] = {}
+        self.env = {k: v for k, v in os.environ.items()
+                    if k not in ("CI", "PYTHONDONTWRITEBYTECODE") and not k.startswith("SAFEHUB_")}
+        self.env.update(home_env(self.home))
+        self.env.update({"SAFEHUB_CACHE_DIR": str(self.home / "safehub"),
+                         "BENCH_DIR": str(HERE), "PYTHONPATH": str(ROOT)})
+        for n in sizes:
+            repo = work / f"repo{n}"
+            make_big_repo(repo, n)
+            from tests.support import git
+
+            git(repo, "tag", "v1.0")
+            (work / f"srv{n}").mkdir()
+            self.servers[n] = ChildServer(work / f"srv{n}", "bench", f"hub{n}", repo)
+        first = self.servers[sizes[0]]
+        self.env.update(env_for(first))  # type: ignore[arg-type]
+        hosts = {h for s in self.servers.values() for h in s.redirect_hosts}
+        self.env["SAFEHUB_ALLOWED_HOSTS"] = ",".join(sorted(hosts))
+        self.policies = {}
+        for mode in MODES:
+            path = work / f"runtime-{mode}.toml"
+            path.write_text(f'[safehub]\nruntime = "{mode}"\n')
+            self.policies[mode] = str(path)
+
+    def child_env(self, n: int, mode: str | None = None) -> dict[str, str]:
+        """The environment for a child loading the ``n``-file repo (each stand-in has its
+        own address and CA)."""
+        env = {**self.env, **env_for(self.servers[n])}  # type: ignore[arg-type]
+        env["SAFEHUB_ALLOWED_HOSTS"] = self.env["SAFEHUB_ALLOWED_HOSTS"]
+        if mode is not None:
+            env["SAFEHUB_POLICY"] = self.policies[mode]
+        return env
+
+    def clear(self, which: str) -> None:
+        if which == "torch":
+            shutil.rmtree(self.home / "torch" / "hub", ignore_errors=True)
+        else:
+            cache = self.home / "safehub"
+            if cache.exists():
+                rmtree(cache)
+
+    def stop(self) -> None:
+        for server in self.servers.values():
+            server.stop()
 
 
-def concurrent(which: str, n: int, spec: str, env: dict[str, str]) -> list[str]:
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, which, spec], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                              env=env) for _ in range(n)]
-    for p in procs:
-        assert p.stdout is not None
-        p.stdout.readline()
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
-    return [p.communicate(timeout=600)[0].strip() for p in procs]
+def _spawn_timed(args: list[str], env: dict[str, str]) -> tuple[str, str, float, float]:
+    """Run a child and read its own CPU time from ``wait4`` (not all children's total);
+    its output goes to files, so neither pipe can fill while the other is read."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        wall = time.perf_counter()
+        proc = subprocess.Popen(args, env=env, stdout=out, stderr=err)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - wall
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read().decode(), err.read().decode()
+    if proc.returncode:
+        raise RuntimeError(f"child failed ({proc.returncode}): {stderr[-2000:]}")
+    return stdout, stderr, usage.ru_utime + usage.ru_stime, wall
 
 
-def succeeded(output: str) -> bool:
-    """The child printed 'ok' last (after any 'Downloading' line)."""
-    return output.splitlines()[-1:] == ["ok"]
+def warm(bench: Bench, sizes: list[int], n: int) -> dict[str, Any]:
+    """Section 1."""
+    result: dict[str, Any] = {}
+    for size in sizes:
+        spec = f"bench/hub{size}:v1.0"
+        row: dict[str, Any] = {}
+        out, *_ = _spawn_timed([sys.executable, "-c", WARM, "torch", spec, str(n)],
+                               bench.child_env(size))
+        row["torch"] = json.loads(out)
+        for mode in MODES:
+            for kind in ("module", "hub"):
+                out, *_ = _spawn_timed([sys.executable, "-c", WARM, kind, spec, str(n)],
+                                       bench.child_env(size, mode))
+                row[f"{kind}/{mode}"] = json.loads(out)
+        result[str(size)] = row
+    return result
+
+
+def fresh(bench: Bench, size: int, rounds: int, cold: bool) -> dict[str, Any]:
+    """Section 2: whole processes, alternating who goes first."""
+    spec = f"bench/hub{size}:v1.0"
+    runs: dict[str, list[tuple[float, float]]] = {"torch": [], "safehub": []}
+    for which in ("torch", "safehub"):  # untimed: fill the caches, compile, warm the disk
+        _spawn_timed([sys.executable, "-c", FRESH, which, spec], bench.child_env(size))
+    for r in range(rounds):
+        for which in (("torch", "safehub") if r % 2 == 0 else ("safehub", "torch")):
+            if cold:
+                bench.clear(which)
+            _, _, cpu, wall = _spawn_timed([sys.executable, "-c", FRESH, which, spec],
+                                           bench.child_env(size))
+            runs[which].append((cpu, wall))
+    return {w: {"cpu": statistics.median(c for c, _ in v) * 1e3,
+                "wall": statistics.median(t for _, t in v) * 1e3} for w, v in runs.items()}
+
+
+def imports(bench: Bench, size: int) -> dict[str, Any]:
+    """Section 3: modules the first safehub load imports that torch.hub's first load does
+    not, with each one's own import time (microseconds, from -X importtime)."""
+    spec = f"bench/hub{size}:v1.0"
+    seen: dict[str, dict[str, int]] = {}
+    for which in ("torch", "safehub"):
+        _, err, _, _ = _spawn_timed([sys.executable, "-X", "importtime", "-c", FRESH, which,
+                                     spec], bench.child_env(size))
+        table: dict[str, int] = {}
+        for line in err.splitlines():
+            if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+                own, _, name = line[len("import time:"):].split("|")
+                table[name.strip()] = int(own)
+        seen[which] = table
+    extra = {name: us for name, us in seen["safehub"].items() if name not in seen["torch"]}
+    top = sorted(extra.items(), key=lambda kv: -kv[1])
+    return {"count": len(extra), "total_ms": sum(extra.values()) / 1e3,
+            "top": [{"module": m, "ms": us / 1e3} for m, us in top[:15]]}
+
+
+def concurrent(bench: Bench, size: int, procs: int) -> dict[str, Any]:
+    """Section 4."""
+    spec = f"bench/hub{size}:v1.0"
+    server = bench.servers[size]
+    result: dict[str, Any] = {"procs": procs}
+    for which in ("torch", "safehub"):
+        bench.clear(which)
+        server.clear_log()
+        children = [subprocess.Popen([sys.executable, "-c", CONCURRENT, which, spec],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL, text=True,
+                                     env=bench.child_env(size)) for _ in range(procs)]
+        for c in children:
+            assert c.stdout is not None
+            c.stdout.readline()
+        for c in children:
+            assert c.stdin is not None
+            c.stdin.write("go\n")
+            c.stdin.flush()
+        outs = [c.communicate(timeout=900)[0].strip() for c in children]
+        ok = [o.splitlines()[-1:] == ["ok"] for o in outs]
+        result[f"{which}_ok"] = sum(ok)
+        result[f"{which}_downloads"] = sum("/legacy.zip/" in p for p in server.paths())
+        failed = [o for o, good in zip(outs, ok, strict=True) if not good and o]
+        result[f"{which}_failures"] = sorted({o.splitlines()[-1] for o in failed})[:3]
+    return result
+
+
+def compile_bytecode() -> None:
+    """Users run safehub with its bytecode compiled (pip compiles on install)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "safehub"),
+                    str(HERE / "_loopback.py")], check=True,
+                   env={k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"})
+
+
+def report(res: dict[str, Any]) -> None:
+    print(f"safehub vs torch.hub on a loopback GitHub; torch {res['torch']}, Python "
+          f"{res['python']}, {res['cpus']} CPUs; load average {res['loadavg_before']} before, "
+          f"{res['loadavg_after']} after; files in {res['written_to']}")
+    print("\n1. warm loads in a process (median ms per load; CPU, then wall)")
+    print(f"{'':28}{'CPU':>9}{'+CPU':>9}{'ratio':>8}{'wall':>9}{'ratio':>8}")
+    for size, row in res["warm"].items():
+        t = row["torch"]
+        print(f"{size + ' files: torch.hub':28}{t['cpu']:9.2f}{'':9}{'':8}{t['wall']:9.2f}")
+        for mode in MODES:
+            for kind, label in (("module", "safehub.load"), ("hub", "Hub reused")):
+                r = row[f"{kind}/{mode}"]
+                print(f"{f'  {label}, {mode}':28}{r['cpu']:9.2f}{r['cpu'] - t['cpu']:+9.2f}"
+                      f"{r['cpu'] / t['cpu']:7.2f}x{r['wall']:9.2f}{r['wall'] / t['wall']:7.2f}x")
+        after = row["module/observe"]
+        print(f"{'  torch.hub after safehub':28}{after['torch_after_cpu']:9.2f}"
+              f"{after['torch_after_cpu'] - t['cpu']:+9.2f}"
+              f"{after['torch_after_cpu'] / t['cpu']:7.2f}x{after['torch_after_wall']:9.2f}"
+              f"{after['torch_after_wall'] / t['wall']:7.2f}x")
+    print("\n2. a whole fresh process: python -c 'import torch; load(...)' (median ms)")
+    print(f"{'':28}{'torch.hub':>10}{'safehub':>10}{'ratio':>8}   "
+          f"{'wall':>8}{'wall':>8}{'ratio':>8}")
+    for label, key in (("warm", "fresh_warm"), ("cold", "fresh_cold")):
+        for size, f in res[key].items():
+            t, s = f["torch"], f["safehub"]
+            print(f"{f'{label}, {size} files, CPU':28}{t['cpu']:10.0f}{s['cpu']:10.0f}"
+                  f"{s['cpu'] / t['cpu']:7.3f}x   {t['wall']:8.0f}{s['wall']:8.0f}"
+                  f"{s['wall'] / t['wall']:7.3f}x")
+    imp = res["imports"]
+    print(f"\n3. the first load imports {imp['count']} modules beyond torch.hub's own, "
+          f"{imp['total_ms']:.1f} ms of their own import time; the costliest:")
+    for item in imp["top"]:
+        print(f"     {item['ms']:7.2f} ms  {item['module']}")
+    c = res["concurrent"]
+    print(f"\n4. {c['procs']} processes cold-loading at once: ok torch.hub {c['torch_ok']}, "
+          f"safehub {c['safehub_ok']}; archive downloads {c['torch_downloads']} and "
+          f"{c['safehub_downloads']}")
+    if c["torch_failures"]:
+        print(f"   torch.hub failures: {c['torch_failures']}")
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--files", type=int, default=1000)
-    ap.add_argument("--cold", type=int, default=5, help="cold loads of each (median)")
-    ap.add_argument("--warm", type=int, default=100, help="warm loads of each (median)")
+    ap.add_argument("--files", default="10,5000", help="repo sizes, comma-separated")
+    ap.add_argument("--cold-files", type=int, default=1000, help="repo size of the cold runs")
+    ap.add_argument("--warm", type=int, default=200, help="warm loads per process (median)")
+    ap.add_argument("--fresh", type=int, default=5, help="fresh processes of each (median)")
     ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
+    ap.add_argument("--quick", action="store_true", help="a smoke run: few rounds")
     ap.add_argument("--json", help="write the results here too")
-    ap.add_argument("--dir", help="where the caches, torch's hub dir and the repo go (default: "
+    ap.add_argument("--dir", help="where the caches, torch's hub dir and the repos go (default: "
                     "the temp folder); a tmpfs such as /dev/shm leaves out the disk's cost")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.warm, args.fresh, args.procs = 20, 1, 4
+    sizes = sorted({int(s) for s in args.files.split(",")} | {args.cold_files})
+    warm_sizes = [int(s) for s in args.files.split(",")]
 
-    load_before = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    import torch
+
+    res: dict[str, Any] = {"torch": torch.__version__, "python": sys.version.split()[0],
+                           "cpus": os.cpu_count(), "loadavg_before": _loadavg()}
+    compile_bytecode()
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-", dir=args.dir))
-    written_to = filesystem(work)
-    home = work / "home"
-    env_home = {**home_env(home), "SAFEHUB_CACHE_DIR": str(home / "safehub")}
-    sha = make_big_repo(work / "repo", args.files)
-    from tests.support import git
-
-    git(work / "repo", "tag", "v1.0")
-    # The stand-in runs in a child process: serving does not compete with the measured
-    # loads for this interpreter's lock.
-    server = ChildServer(work, "bench", "hub", work / "repo")
+    res["written_to"] = filesystem(work)
+    bench = Bench(work, sizes)
     try:
-        os.environ.update(env_home)
-        os.environ.update(env_for(server))  # type: ignore[arg-type]
-        os.environ["BENCH_DIR"] = str(HERE)
-        os.environ.pop("CI", None)
-
-        import torch.hub
-
-        import safehub
-
-        point_torch_hub_at(server.api_url, server.web_url, str(server.ca_cert))
-        torch_dir = Path(torch.hub.get_dir())
-        tag, pinned = f"{SPEC}:v1.0", f"{SPEC}:{sha}"
-
-        def t_load(spec: str = tag) -> None:
-            torch.hub.load(spec, "tiny", trust_repo=True, verbose=False)
-
-        def s_load(spec: str = tag) -> None:
-            safehub.load(spec, "tiny", trust_repo=True, verbose=False)
-
-        res: dict[str, Any] = {"files": args.files}
-        cold_t: list[float] = []
-        cold_s: list[float] = []
-        req_t: list[int] = []
-        req_s: list[int] = []
-
-        def cold_torch() -> None:
-            shutil.rmtree(torch_dir, ignore_errors=True)
-            server.clear_log()
-            cold_t.append(quiet(t_load))
-            req_t.append(server.count())
-
-        def cold_safehub() -> None:
-            safehub.Hub().cache.clear()
-            server.clear_log()
-            cold_s.append(quiet(s_load))
-            req_s.append(server.count())
-
-        for n in range(args.cold):  # who goes first alternates
-            for step in ((cold_torch, cold_safehub) if n % 2 == 0
-                         else (cold_safehub, cold_torch)):
-                step()
-        res["cold_ms"] = {"torch": statistics.median(cold_t) * 1e3,
-                          "safehub": statistics.median(cold_s) * 1e3}
-        res["cold_all_ms"] = {"torch": [round(t * 1e3) for t in cold_t],
-                              "safehub": [round(t * 1e3) for t in cold_s]}
-        res["cold_requests_by_tag"] = {"torch": max(req_t), "safehub": max(req_s)}
-
-        warm_t, warm_s, warm_p = [], [], []
-        server.clear_log()
-        quiet(lambda: s_load(pinned))
-        quiet(lambda: s_load(tag))
-        server.clear_log()
-        for _ in range(args.warm):
-            warm_t.append(quiet(t_load))
-            warm_s.append(quiet(lambda: safehub.load(tag, "tiny", verbose=False)))
-            warm_p.append(quiet(lambda: safehub.load(pinned, "tiny", verbose=False)))
-        res["warm_ms"] = {"torch": statistics.median(warm_t) * 1e3,
-                          "safehub": statistics.median(warm_s) * 1e3,
-                          "safehub_pinned": statistics.median(warm_p) * 1e3}
-        warm_count = server.count()
-        res["warm_requests"] = {"torch": warm_count // args.warm if args.warm else 0,
-                                "safehub_total": warm_count}
-
-        env = dict(os.environ)
-        shutil.rmtree(torch_dir, ignore_errors=True)
-        server.clear_log()
-        outs = concurrent("torch", args.procs, tag, env)
-        t_dl = sum("/legacy.zip/" in p for p in server.paths())
-        safehub.Hub().cache.clear()
-        server.clear_log()
-        outs_s = concurrent("safehub", args.procs, tag, env)
-        s_dl = sum("/legacy.zip/" in p for p in server.paths())
-        res["concurrent"] = {
-            "procs": args.procs,
-            "torch_ok": sum(succeeded(o) for o in outs), "torch_downloads": t_dl,
-            "safehub_ok": sum(succeeded(o) for o in outs_s), "safehub_downloads": s_dl,
-            "torch_failures": sorted({o.splitlines()[-1] for o in outs if not succeeded(o)})[:3],
-        }
+        for size in sizes:  # the first loads: caches filled, consent recorded, bytecode made
+            for which in ("torch", "safehub"):
+                _spawn_timed([sys.executable, "-c", FRESH, which, f"bench/hub{size}:v1.0"],
+                             bench.child_env(size))
+        res["warm"] = warm(bench, warm_sizes, args.warm)
+        res["fresh_warm"] = {str(n): fresh(bench, n, args.fresh, cold=False)
+                             for n in warm_sizes}
+        res["fresh_cold"] = {str(args.cold_files): fresh(bench, args.cold_files, args.fresh,
+                                                         cold=True)}
+        res["imports"] = imports(bench, warm_sizes[0])
+        res["concurrent"] = concurrent(bench, args.cold_files, args.procs)
     finally:
-        server.stop()
+        bench.stop()
         rmtree(work)  # the caches are read-only
-
-    c, w = res["cold_ms"], res["warm_ms"]
-    cc = res["concurrent"]
-    print(f"safehub vs torch.hub, {args.files}-file repo, loopback HTTPS, "
-          f"torch {torch.__version__}, Python {sys.version.split()[0]}, {os.cpu_count()} CPUs")
-    load_after = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    res["loadavg"] = {"before": load_before, "after": load_after}
-    res["written_to"] = written_to
-    print(f"load average before {load_before}, after {load_after}; files written to "
-          f"{written_to}")
-    print(f"{'':34}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
-    print(f"{'cold load by tag (median ms)':34}{c['torch']:12.1f}{c['safehub']:12.1f}"
-          f"{c['safehub'] / c['torch']:9.2f}x")
-    print(f"{'  every run (ms)':34}   torch {res['cold_all_ms']['torch']}, "
-          f"safehub {res['cold_all_ms']['safehub']}")
-    print(f"{'warm load by tag (median ms)':34}{w['torch']:12.2f}{w['safehub']:12.2f}"
-          f"{w['safehub'] / w['torch']:9.2f}x   (+{w['safehub'] - w['torch']:.2f} ms)")
-    pin = w["safehub_pinned"]
-    print(f"{'warm load pinned sha (median ms)':34}{'':12}{pin:12.2f}"
-          f"{pin / w['torch']:9.2f}x   (+{pin - w['torch']:.2f} ms)")
-    rq = res["cold_requests_by_tag"]
-    print(f"{'requests per cold load by tag':34}{rq['torch']:12}{rq['safehub']:12}")
-    print(f"{'requests, all warm loads':34}{'':12}{res['warm_requests']['safehub_total']:12}")
-    print(f"{str(cc['procs']) + ' concurrent cold loads: ok':34}{cc['torch_ok']:12}"
-          f"{cc['safehub_ok']:12}")
-    print(f"{'  archive downloads':34}{cc['torch_downloads']:12}{cc['safehub_downloads']:12}")
-    if cc["torch_failures"]:
-        print(f"  torch.hub failures: {cc['torch_failures']}")
+    res["loadavg_after"] = _loadavg()
+    report(res)
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")
     return 0
+
+
+def _loadavg() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 if __name__ == "__main__":

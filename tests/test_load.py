@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 import zipfile
 from io import BytesIO
 from pathlib import Path
@@ -16,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import safehub
-from tests.conftest import HubRepo, runs
+from tests.conftest import HUBCONF, HubRepo, runs
 from tests.support import GitHubStandIn
 
 torch = pytest.importorskip("torch")
@@ -232,6 +233,31 @@ def test_a_file_edited_in_place_without_touching_its_folder_is_caught(
     with pytest.raises(safehub.IntegrityError, match="hubconf.py"):
         load(f"{hub_repo.spec}:v1.0")
     assert runs(canary) == 1
+
+
+@pytest.mark.parametrize("runtime", ["observe", "enforce", "off"])
+def test_a_module_edited_in_place_is_caught_in_every_runtime_mode(
+        make_hub_repo, isolated: Path, runtime: str,  # type: ignore[no-untyped-def]
+        clean_modules: None) -> None:
+    """The per-open check is the cache's, not a runtime rule: ``runtime = "off"`` records
+    and refuses nothing, yet a module the entrypoint imports, edited in place (its folder
+    untouched), is refused before its bytes run; unedited, the warm load works."""
+    repo = make_hub_repo(files={"hubconf.py": HUBCONF + "\n\ndef lazy():\n"
+                                "    from zoo import net\n    return net.VALUE\n",
+                                "zoo/__init__.py": "", "zoo/net.py": "VALUE = 7\n"})
+    policy = isolated / "config/safehub/policy.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text(f"[safehub]\nruntime = '{runtime}'\n")
+    assert load(f"{repo.spec}:v1.0", "lazy") == 7
+    assert load(f"{repo.spec}:v1.0", "lazy") == 7  # warm
+    for name in [m for m in sys.modules if m == "zoo" or m.startswith("zoo.")]:
+        del sys.modules[name]
+    net = cache_tree(repo.sha) / "zoo/net.py"
+    net.chmod(0o644)
+    net.write_text("VALUE = 666\n")
+    net.chmod(0o444)
+    with pytest.raises(safehub.IntegrityError, match="net.py"):
+        load(f"{repo.spec}:v1.0", "lazy")
 
 
 def test_extra_module_in_cache_is_refused(hub_repo: HubRepo, canary: Path) -> None:

@@ -48,6 +48,7 @@ from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
 from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list, within
 from safehub.run.torchhub import hub_dir
+from safehub.store.cache import opened
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
@@ -167,7 +168,8 @@ class RuntimeGuard:
         first refusal is raised, even if the repo's code caught it; the report keeps
         everything for the audit line.
         """
-        if self.rules.mode == "off":
+        if self.rules.mode == "off":  # nothing recorded or refused; the cache's check stays
+            self._watch_tree()
             yield self.report
             return
         _hook.install()
@@ -188,6 +190,19 @@ class RuntimeGuard:
             _hook.pop(self)
             self.report.leftovers = leftovers(self.tree, before)
         self.report.raise_if_refused()
+
+    def _watch_tree(self) -> None:
+        """``runtime = "off"``: no guard, but the verified tree's files are still checked as
+        they are opened (the cache's integrity, not the guard's rules; the warm load scanned
+        only its folders). ``hubconf.py`` is checked here: torch's importer opens it before
+        any of the tree's code is on the stack, when the hook alone would not look."""
+        if self.sealed_ns is None:
+            return
+        _hook.install()
+        _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
+        refusal = opened.check_read(str(self.tree / "hubconf.py"), self.repo)
+        if refusal is not None:
+            raise refusal
 
     def _refuse_shadowing(self) -> None:
         """A module of the tree that would replace the standard library's is refused; one

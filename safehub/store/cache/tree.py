@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import stat
@@ -24,6 +25,13 @@ def _folder_line(top: str, st: os.stat_result) -> bytes:
         top.encode(), st.st_mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino)
 
 
+@functools.lru_cache(maxsize=16)
+def _heads(base: str, folders: tuple[str, ...]) -> tuple[bytes, ...]:
+    """Each folder's line up to its stat data (``d PATH\\0``), made once per tree."""
+    return tuple(b"d %s\0" % (os.path.join(base, rel) if rel else base).encode()
+                 for rel in folders)
+
+
 def dir_scan(root: Path, folders: Sequence[str] | None = None) -> str:
     """One hash over the folders under ``root``: their names, modes, times and inodes.
 
@@ -42,13 +50,23 @@ def dir_scan(root: Path, folders: Sequence[str] | None = None) -> str:
     h = hashlib.sha256()
     if folders is not None:
         base = str(root)
-        os.lstat(base)  # the tree itself must be there (an OSError, as for a listing)
-        for rel in folders:
-            top = os.path.join(base, rel) if rel else base
-            try:
-                h.update(_folder_line(top, os.lstat(top)))
-            except (FileNotFoundError, NotADirectoryError):
-                h.update(b"gone %s\n" % top.encode())
+        # The tree must be there and be a folder, not a link to one (else an OSError);
+        # the folders are looked up relative to it, so its path is walked once.
+        fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            tree_st = os.fstat(fd)
+            lines = []
+            for rel, head in zip(folders, _heads(base, tuple(folders)), strict=True):
+                try:
+                    st = os.stat(rel, dir_fd=fd, follow_symlinks=False) if rel else tree_st
+                except (FileNotFoundError, NotADirectoryError):
+                    lines.append(b"gone " + head[2:-1] + b"\n")
+                    continue
+                lines.append(head + b"%d %d %d %d\n" % (
+                    st.st_mode, st.st_mtime_ns, st.st_ctime_ns, st.st_ino))
+        finally:
+            os.close(fd)
+        h.update(b"".join(lines))
         return h.hexdigest()
     stack = [str(root)]
     while stack:
