@@ -28,7 +28,7 @@ from safehub.policy import Policy
 from safehub.policy.keys import KEYS
 from safehub.sources.transport import TransportConfig
 
-__all__ = ["DEFAULTS", "Limits", "Settings", "env_flag"]
+__all__ = ["DEFAULTS", "Ignored", "Limits", "Settings", "env_flag", "held_back", "say_ignored"]
 
 APP = "safehub"
 
@@ -105,6 +105,103 @@ def resolve_setting(policy: Policy, name: str, environ: Mapping[str, str]) -> tu
 
 
 @dataclass(frozen=True)
+class Ignored:
+    """A variable or ``Hub(...)`` argument that a policy file overrides: it has no effect,
+    and safehub says so (a warning on first use, ``safehub policy show``)."""
+
+    given: str
+    """What was set: ``SAFEHUB_CACHE_DIR=/x`` or ``Hub(runtime='off')``."""
+    key: str
+    held: Any
+    """The value in force."""
+    by: str
+    """The file that holds it."""
+    why: str
+
+    @property
+    def message(self) -> str:
+        return (f"{self.given} is ignored: {self.by} sets {self.key} = {self.held!r} "
+                f"({self.why})")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"given": self.given, "key": self.key, "held": _plain(self.held),
+                "by": self.by, "why": self.why}
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (tuple, frozenset)):
+        return sorted(str(v) for v in value) if isinstance(value, frozenset) else list(value)
+    return value if value is None or isinstance(value, (bool, int, str)) else str(value)
+
+
+# Settings fields that a policy key sets too (``Hub(field=...)`` is a later layer).
+_FIELD_KEYS = {"cache_dir": "cache_dir", "lockfile": "lockfile", "audit_log": "audit_log",
+               "offline": "offline", "noninteractive": "noninteractive",
+               "api_url": "github_api_url", "web_url": "github_url",
+               "extra_hosts": "allowed_hosts", "tree_fallback": "tree_fallback",
+               "runtime": "runtime", "confine": "confine"}
+
+
+def held_back(policy: Policy, field_name: str, value: Any) -> Ignored | None:
+    """Why ``Hub(field_name=value)`` cannot change what the policy files set, if so: a
+    ``final = true`` file holds the key, or the value would loosen what a file set (turn
+    off ``offline``, ``noninteractive``, ``confine``; turn on ``tree_fallback``; a weaker
+    ``runtime``). Values that only tighten always apply."""
+    name = _FIELD_KEYS.get(field_name)
+    if name is None:
+        return None
+    key, setting = KEYS["safehub"][name], policy.setting(name)
+    if setting.source == "default":
+        return None
+    given = f"Hub({field_name}={value!r})"
+    if key.merge == "any-true":
+        loosens, why = bool(setting.value) and not value, "a later setting cannot turn it off"
+    elif key.merge == "any-false":
+        loosens, why = (not setting.value) and bool(value), "a later setting cannot turn it on"
+    elif key.merge == "strictest" and name == "runtime":
+        order = ("off", "observe", "enforce")
+        loosens = value in order and order.index(value) < order.index(setting.value)
+        why = "a later setting may only make the runtime guard stricter"
+    else:
+        loosens = setting.final and _plain(_as_setting(value)) != _plain(setting.value)
+        why = "final = true: later settings cannot change it"
+    return Ignored(given, name, setting.value, setting.source, why) if loosens else None
+
+
+def _as_setting(value: Any) -> Any:
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, frozenset):
+        return tuple(sorted(value))
+    return value
+
+
+def _ignored_variables(policy: Policy, environ: Mapping[str, str]) -> tuple[Ignored, ...]:
+    found = []
+    for name, key in KEYS["safehub"].items():
+        setting = policy.setting(name)
+        raw = environ.get(key.env or "")
+        if key.env and raw and key.merge != "any-true" and setting.final \
+                and raw != str(setting.value):
+            found.append(Ignored(f"{key.env}={raw}", name, setting.value, setting.source,
+                                 "final = true: later settings cannot change it"))
+    return tuple(found)
+
+
+_SAID: set[str] = set()
+
+
+def say_ignored(ignored: tuple[Ignored, ...]) -> None:
+    """Warn once per process about each setting that has no effect."""
+    from safehub._internal.warn import warn
+
+    for item in ignored:
+        if item.message not in _SAID:
+            _SAID.add(item.message)
+            warn(item.message)
+
+
+@dataclass(frozen=True)
 class Settings:
     """Where safehub keeps things and how it talks to the network."""
 
@@ -129,6 +226,10 @@ class Settings:
     """Where offline mode was switched on (for messages)."""
     confine: bool = False
     """``safehub run`` confines its command (``SAFEHUB_CONFINE=1`` or ``confine = true``)."""
+    ignored: tuple[Ignored, ...] = ()
+    """Variables and arguments a policy file overrides (:class:`Ignored`)."""
+    finals: tuple[tuple[str, str], ...] = ()
+    """``(key, file)`` for each ``[safehub]`` key a ``final = true`` file holds."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -174,7 +275,34 @@ class Settings:
             runtime=str(value("runtime")),
             offline_source=offline_source,
             confine=bool(value("confine")),
+            ignored=_ignored_variables(policy, env),
+            finals=tuple((name, policy.setting(name).source) for name in KEYS["safehub"]
+                         if policy.setting(name).final),
         )
+
+    def with_overrides(self, policy: Policy, **changes: Any) -> Settings:
+        """``Hub(**changes)``: a later layer, applied where the policy files let it
+        (:func:`held_back`); the rest is left out and listed in :attr:`ignored`."""
+        kept, ignored = {}, list(self.ignored)
+        for name, value in changes.items():
+            held = held_back(policy, name, value)
+            if held is None:
+                kept[name] = value
+            else:
+                ignored.append(held)
+        return self.with_changes(**kept, ignored=tuple(ignored))
+
+    def final_in(self, key: str) -> str | None:
+        """The file that holds ``key`` with ``final = true``, if one does."""
+        return dict(self.finals).get(key)
+
+    def how_to_set(self, key: str, usual: str) -> str:
+        """``usual`` (say "point SAFEHUB_CACHE_DIR at a folder you can write"), unless a
+        final file holds ``key``: then who can change it, since the variable is ignored."""
+        by = self.final_in(key)
+        if by is None:
+            return usual
+        return f"ask whoever keeps {by} to change its {key} (final = true there)"
 
     def with_changes(self, **changes: object) -> Settings:
         """A copy with some fields replaced (``Hub(**overrides)`` uses this)."""
@@ -204,8 +332,10 @@ class Settings:
 
         return fixes.either(
             fixes.run(f"safehub prefetch {shlex.quote(spec)}",
-                      f"{self.network_machine}, then share its cache (SAFEHUB_CACHE_DIR) "
-                      "with this one"),
+                      f"{self.network_machine}, then share its cache with this one ("
+                      + (f"this one's is {self.cache_dir}, set by {by}"
+                         if (by := self.final_in("cache_dir")) else "SAFEHUB_CACHE_DIR")
+                      + ")"),
             fixes.say(self.offline_off))
 
     @property

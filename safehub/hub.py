@@ -19,7 +19,7 @@ from safehub._internal import fixes
 from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog, Note
-from safehub.config import Settings
+from safehub.config import Settings, say_ignored
 from safehub.errors import HubconfError, NotFoundError, OfflineError, PinError, SpecError
 from safehub.fetch import TreeFetcher
 from safehub.policy import Decision, Policy, load_policy
@@ -37,6 +37,8 @@ from safehub.trust import Subject, Trust, check_trust_repo
 from safehub.verify.signatures.check import SignatureCheck, SignatureStatus
 
 __all__ = ["Hub", "Prepared"]
+
+_RELOCATE = "point SAFEHUB_CACHE_DIR at a folder you can write"
 
 
 @dataclass(frozen=True)
@@ -80,9 +82,11 @@ class Hub:
         for name in ("cache_dir", "data_dir", "log_dir", "audit_log", "lockfile"):
             if overrides.get(name) is not None:
                 overrides[name] = Path(overrides[name])
-        self.settings = base.with_changes(**overrides) if overrides else base
+        self.settings = base.with_overrides(self.policy, **overrides) if overrides else base
         s = self.settings
-        self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout)
+        say_ignored(s.ignored)
+        self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout,
+                           relocate=s.how_to_set("cache_dir", _RELOCATE))
         self.consents = ConsentStore(s.data_dir)
         self.verified = VerifiedRecords(s.data_dir)
         self.audit = AuditLog(s.audit_log or s.log_dir / "audit.jsonl",
@@ -172,7 +176,7 @@ class Hub:
             tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
                                      force=force_reload, verbose=verbose,
                                      lockfile=str(self.lockfile_path),
-                                     lazy=self.settings.runtime != "off")
+                                     lazy=True)
         except OfflineError as e:
             raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
         note.digest = tree.digest
@@ -281,9 +285,9 @@ class Hub:
             own=lambda: guards.own_work(self.settings, prepared.decision, self.audit.path))
         # The repo's code may call torch.hub after its load returns (model.forward, its
         # threads): those calls keep this load's routing.
-        torchhub.remember((str(prepared.path) + os.sep,
-                           os.path.realpath(prepared.path) + os.sep), handlers)
-        self._ran[os.path.realpath(prepared.path)] = prepared.spec.repo
+        real = str(guard.tree)  # the tree's real path, as the guard holds it
+        torchhub.remember((str(prepared.path) + os.sep, real + os.sep), handlers)
+        self._ran[real] = prepared.spec.repo
         if not nested:  # the load the caller asked for, not one its repo made
             self.last_report = guard.report
         try:

@@ -277,18 +277,20 @@ def _cmd_sign(args: argparse.Namespace) -> int:
 # -- policy ------------------------------------------------------------------------------------
 
 def _cmd_policy_show(args: argparse.Namespace) -> int:
+    from safehub.config import Settings
     from safehub.policy import load_policy, searched
 
     places = searched()
     try:
-        data = load_policy().describe()
+        data = (policy := load_policy()).describe()
     except PolicyError as e:  # one line and the fix (validate lists every fault)
         first, *faults = e.message.split("\n")
         more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
         raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
                           hint=e.hint) from e
     data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
-                        for c in places]
+                        for c in places]  # and what a final file makes of variables:
+    data["ignored"] = [i.to_json() for i in Settings.from_env(policy=policy).ignored]
     _emit(args, data, text.policy(data, places))
     return EXIT_OK
 

@@ -185,6 +185,9 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
         for i, layer in enumerate(layers):
             how = "" if i == 0 else ", narrows"
             lines.append(f"  [confine] {name} = {layer['value']!r}  (from {layer['from']}{how})")
+    for item in data.get("ignored", ()):
+        lines.append(f"  IGNORED {item['given']}: {item['by']} sets {item['key']} = "
+                     f"{item['held']!r} ({item['why']})")
     lines.append("rules:" if data["rules"] else "rules: (none)")
     for rule in data["rules"]:
         extra = {k: v for k, v in rule.items()

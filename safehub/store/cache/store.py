@@ -44,8 +44,11 @@ _SEALED = "SEALED"
 class Cache:
     """The cache root: lookups without locks, installs under a per-commit lock."""
 
-    def __init__(self, root: Path, *, lock_timeout: float = 600.0) -> None:
+    def __init__(self, root: Path, *, lock_timeout: float = 600.0,
+                 relocate: str = "point SAFEHUB_CACHE_DIR at a folder you can write") -> None:
         self.root = root
+        self.relocate = relocate
+        """How the user moves the cache (for messages; a final policy file may hold it)."""
         self.base = root / _LAYOUT
         self.lock_timeout = lock_timeout
 
@@ -84,14 +87,14 @@ class Cache:
         except OSError as e:
             raise CacheError(
                 f"cannot create the cache folder {str(path)!r} ({e.strerror or e})",
-                hint="point SAFEHUB_CACHE_DIR at a folder you can write, or fill a shared "
-                "cache with `safehub prefetch` so loads only read it",
+                hint=f"{self.relocate}, or fill a shared cache with `safehub prefetch` so "
+                "loads only read it",
             ) from e
         if not os.access(path, os.W_OK | os.X_OK):
             raise CacheError(
                 f"the cache folder {str(path)!r} is not writable",
-                hint="point SAFEHUB_CACHE_DIR at a folder you can write, or fill a shared "
-                "cache with `safehub prefetch` so loads only read it",
+                hint=f"{self.relocate}, or fill a shared cache with `safehub prefetch` so "
+                "loads only read it",
             )
         return path
 
@@ -163,8 +166,7 @@ class Cache:
             raise CacheError(
                 f"cannot install commit {verdict.commit} into the cache {str(self.root)!r} "
                 f"({e.strerror or e})",
-                hint="free space or fix permissions there, or point SAFEHUB_CACHE_DIR at a "
-                "folder you can write") from e
+                hint=f"free space or fix permissions there, or {self.relocate}") from e
 
     def _install(self, stage: Path, verdict: Verdict, replace: bool) -> CachedTree:
         final = self.commit_dir(verdict.commit)
