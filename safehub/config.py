@@ -28,9 +28,53 @@ from safehub.policy import Policy
 from safehub.policy.keys import KEYS
 from safehub.sources.transport import TransportConfig
 
-__all__ = ["DEFAULTS", "Limits", "Settings", "env_flag"]
+__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Limits", "Settings", "env_flag",
+           "environment"]
 
 APP = "safehub"
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """An environment variable safehub reads, and what it means (``safehub docs env``)."""
+
+    name: str
+    meaning: str
+    policy_key: str | None = None
+    """The ``[safehub]`` key that sets it in a policy file too (the environment wins
+    unless that file is ``final = true``)."""
+
+
+#: The variables that no policy key declares (those are in safehub.policy.keys: ``env=``).
+ENVIRONMENT: tuple[EnvVar, ...] = (
+    EnvVar("SAFEHUB_POLICY", "extra policy files (`os.pathsep`-separated), read after the "
+           "site, user and `./safehub.toml` files; they can only tighten them"),
+    EnvVar("SAFEHUB_MAX_ARCHIVE_BYTES", "archive download cap in bytes (default 512 MiB)"),
+    EnvVar("SAFEHUB_MAX_TREE_BYTES", "extracted size cap in bytes (default 2 GiB)"),
+    EnvVar("SAFEHUB_MAX_FILES", "extracted entry cap (default 100,000)"),
+    EnvVar("SAFEHUB_TIMEOUT", "the most one request may take, connection to last byte, in "
+           "seconds (default 300; weights downloads at least an hour; no byte for 30 s also "
+           "ends it)"),
+    EnvVar("SAFEHUB_BACKOFF", "first retry pause in seconds (default 0.5, doubling; 3 "
+           "retries)"),
+    EnvVar("SAFEHUB_DEBUG", "`1`: the command shows the traceback of an unexpected error "
+           "(a bug) instead of one line"),
+    EnvVar("SAFEHUB_CONFINED", "set by `safehub run --confine` for the programs it starts "
+           "(what the kernel holds them to); not for you to set"),
+    EnvVar("CI", "`true` (any yes): never prompt, as `SAFEHUB_NONINTERACTIVE=1`"),
+    EnvVar("GITHUB_TOKEN", "sent as a bearer token to URLs under the API base only (API "
+           "quota; private repos)"),
+    EnvVar("REQUESTS_CA_BUNDLE", "a private CA for a GitHub Enterprise or mirror host"),
+    EnvVar("TORCH_HOME", "torch's own: where torch keeps its hub dir (weights go there, as "
+           "with torch.hub)"),
+)
+
+
+def environment() -> tuple[EnvVar, ...]:
+    """Every variable safehub reads: the policy keys' (``env=``) first, then the others."""
+    keyed = tuple(EnvVar(key.env, key.doc, f"[safehub] {key.name}")
+                  for key in KEYS["safehub"].values() if key.env)
+    return keyed + ENVIRONMENT
 
 
 def env_flag(environ: Mapping[str, str], name: str) -> bool:
@@ -129,6 +173,8 @@ class Settings:
     """Where offline mode was switched on (for messages)."""
     confine: bool = False
     """``safehub run`` confines its command (``SAFEHUB_CONFINE=1`` or ``confine = true``)."""
+    cache_source: str = "the default: the user cache dir"
+    """Which rule chose ``cache_dir`` (``policy show``, ``cache ls``)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -155,7 +201,8 @@ class Settings:
             deadline=_number(env, "SAFEHUB_TIMEOUT", DEFAULTS.deadline, float),
             backoff=_number(env, "SAFEHUB_BACKOFF", DEFAULTS.backoff, float),
         )
-        cache, lockfile, audit = value("cache_dir"), value("lockfile"), value("audit_log")
+        cache, cache_source = resolve_setting(policy, "cache_dir", env)
+        lockfile, audit = value("lockfile"), value("audit_log")
         return cls(
             cache_dir=Path(cache).expanduser() if cache else _user_dir("user_cache_dir"),
             data_dir=_user_dir("user_data_dir"),
@@ -174,6 +221,7 @@ class Settings:
             runtime=str(value("runtime")),
             offline_source=offline_source,
             confine=bool(value("confine")),
+            cache_source=cache_source if cache else "the default: the user cache dir",
         )
 
     def with_changes(self, **changes: object) -> Settings:

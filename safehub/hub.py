@@ -80,6 +80,9 @@ class Hub:
         for name in ("cache_dir", "data_dir", "log_dir", "audit_log", "lockfile"):
             if overrides.get(name) is not None:
                 overrides[name] = Path(overrides[name])
+        if overrides.get("cache_dir") is not None and "cache_source" not in overrides:
+            overrides["cache_source"] = ("--cache-dir" if surface == "cli"
+                                         else "Hub(cache_dir=...)")
         self.settings = base.with_changes(**overrides) if overrides else base
         s = self.settings
         self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout)
