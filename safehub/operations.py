@@ -441,8 +441,8 @@ def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
     except SafehubError:  # an unreadable lockfile only hides the specs here
         lockfile = None
     specs: dict[str, list[str]] = {}
-    for entry in (lockfile.entries.values() if lockfile is not None else ()):
-        specs.setdefault(entry.commit, []).append(entry.spec)
+    for pinned in (lockfile.entries.values() if lockfile is not None else ()):
+        specs.setdefault(pinned.commit, []).append(pinned.spec)
     out = []
     for entry in hub.cache.entries():
         v = entry.verdict()

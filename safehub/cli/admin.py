@@ -114,7 +114,7 @@ def _refuses(body: str, target: Path) -> str:
 
     spec = parse_text(body, str(target), origin="site")
     said = []
-    if spec.section.unknown_repos == "deny":
+    if spec.safehub.unknown_repos == "deny":
         said.append("every repo no [[allow]] rule names (unknown_repos = \"deny\")")
     for rule in spec.allow:
         needs = [f"pin = {rule.pin!r}"] if rule.pin != "none" else []
@@ -123,7 +123,7 @@ def _refuses(body: str, target: Path) -> str:
             said.append(f"{rule.repo} without {' and '.join(needs)}")
     said += [f"{rule.repo} (a [[deny]] rule)" for rule in spec.deny]
     final = ("; final = true: no user, project or SAFEHUB_POLICY file can loosen it"
-             if spec.section.final else "")
+             if spec.safehub.final else "")
     return "; ".join(said) + final
 
 

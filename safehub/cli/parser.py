@@ -397,7 +397,8 @@ def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
              if value]
     if not given:
         return hint
-    from safehub.cli import COMMANDS, _Parser
+    from safehub.cli import COMMANDS
+    from safehub.cli.common import Parser as _Parser
 
     def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         found: dict[str, argparse.ArgumentParser] = {}
