@@ -82,6 +82,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> builtins.list[str]:
+    """The API (``__all__``) and the version: not the typing helpers this module uses."""
+    return sorted([*__all__, "__version__"])
+
+
 def __getattr__(name: str) -> Any:
     if name == "Hub":
         from safehub.hub import Hub

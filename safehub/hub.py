@@ -20,10 +20,17 @@ from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog, Note
 from safehub.config import Settings
-from safehub.errors import HubconfError, NotFoundError, OfflineError, PinError, SpecError
+from safehub.errors import (
+    HubconfError,
+    NotFoundError,
+    OfflineError,
+    PinError,
+    RepoMovedError,
+    SpecError,
+)
 from safehub.fetch import TreeFetcher
 from safehub.policy import Decision, Policy, load_policy
-from safehub.resolve import Resolved, Resolver
+from safehub.resolve import Resolved, Resolver, moved_fix
 from safehub.run import guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.sources.github import GitHub
@@ -328,10 +335,16 @@ class Hub:
             else:
                 def run(path: Path) -> Any:
                     return torchhub.docstring(path, model)
-            return self._run(call.get("repo_or_dir", call.get("github", "")),
-                             call.get("source", "github"), model if name != "list" else None,
-                             "check", call.get("force_reload", False),
-                             call.get("verbose", True), run, nested=True)
+            try:
+                return self._run(call.get("repo_or_dir", call.get("github", "")),
+                                 call.get("source", "github"),
+                                 model if name != "list" else None, "check",
+                                 call.get("force_reload", False), call.get("verbose", True),
+                                 run, nested=True)
+            except RepoMovedError as e:  # the fix is the user's to apply, not the repo's
+                raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
+                                     old=e.old, new=e.new,
+                                     hint=moved_fix(e.new, nested=True)) from e
         return nested
 
     # -- consent without loading -----------------------------------------------------------

@@ -81,3 +81,13 @@ def test_install_routes_torch_hub_through_safehub(
         torch.hub.load, "__wrapped__") else "")
     with pytest.raises(ValueError, match="Unknown source"):  # torch's own behaviour again
         torch.hub.load(f"{hub_repo.spec}:v1.0", "tiny", source="nowhere")
+
+
+def test_dir_shows_the_api_and_nothing_else() -> None:
+    import safehub
+
+    shown = dir(safehub)
+    assert shown == sorted([*safehub.__all__, "__version__"])
+    for helper in ("Any", "Callable", "TYPE_CHECKING", "annotations", "builtins", "errors"):
+        assert helper not in shown
+    assert all(callable(getattr(safehub, name)) for name in safehub.__all__)

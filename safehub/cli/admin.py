@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub.cli import text
-from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit
+from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
 from safehub.errors import PolicyError
 
 __all__ = ["FLAVOURS", "demo", "docs", "policy_init", "policy_show", "policy_validate"]
@@ -35,6 +35,8 @@ def policy_show(args: argparse.Namespace) -> int:
                           hint=e.hint) from e
     data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
                         for c in places]
+    settings = hub(args).settings
+    data["cache"] = {"path": str(settings.cache_dir), "chosen_by": settings.cache_source}
     emit(args, data, text.policy(data, places))
     return EXIT_OK
 

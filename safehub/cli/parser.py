@@ -105,8 +105,8 @@ JSON_FIELDS: dict[str, str] = {
     "policy show": "files, mode, warn_files, unknown_repos, settings, local_dirs, confine, "
                    "rules, searched, cache",
     "policy validate": "ok, files",
-    "policy init": "written, path, flavour, machine_wide, [not written] refuses, policy, "
-                   "install",
+    "policy init": "written, path, flavour, machine_wide, [not written] refuses, "
+                   "[not written] policy, [not written] install",
     "cache ls": "cache, chosen_by, entries",
     "cache verify": "cache, ok, entries",
     "cache clear": "cleared, removed",

@@ -186,6 +186,9 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
             continue
         final = ", final" if info["final"] else ""
         lines.append(f"  {name} = {info['value']!r}  (from {info['from']}{final})")
+    if "cache" in data:
+        lines.append(f"  the cache: {data['cache']['path']}  (chosen by "
+                     f"{data['cache']['chosen_by']})")
     for held in data.get("local_dirs", ()):
         dirs = "no local folder" if held["value"] is None else held["value"]
         lines.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
