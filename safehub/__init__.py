@@ -247,7 +247,26 @@ def load_state_dict_from_url(
 
 
 _Func = Callable[..., Any]
-_REPLACEMENTS: dict[str, _Func] = {"load": load, "list": list, "help": help}
+
+
+def _as_torch_hub(name: str, func: _Func) -> _Func:
+    """``func`` as torch.hub's ``name`` once routed: the program called
+    ``torch.hub.NAME``, so a refusal's fix names that call, not safehub's."""
+    import functools
+
+    @functools.wraps(func)
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SafehubError as e:
+            if e.hint:
+                e.hint = e.hint.replace(f"safehub.{name}", f"torch.hub.{name}")
+            raise
+    return routed
+
+
+_REPLACEMENTS: dict[str, _Func] = {name: _as_torch_hub(name, func) for name, func in
+                                   (("load", load), ("list", list), ("help", help))}
 
 
 def install() -> None:

@@ -102,6 +102,34 @@ def test_run_routes_torch_hub_in_a_child_program(
     assert runs(canary) == 1
 
 
+@needs_torch
+def test_a_refusal_under_run_is_the_message_and_the_fix_for_the_call_made(
+    hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch.hub\n\n\ndef main():\n"
+                      f"    return torch.hub.load('{hub_repo.spec}:v1.0', 'tiny')\n\n\nmain()\n")
+    monkeypatch.setenv("CI", "true")
+    proc = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
+        capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 1 and runs(canary) == 0
+    err = proc.stderr
+    assert f'File "{script}", line 8' in err and "in main" in err  # the program's frames
+    import safehub
+
+    package = str(Path(safehub.__file__).parent)
+    assert f'File "{package}' not in err and "<safehub" not in err
+    assert "safehub: UntrustedRepoError: refused to run hubconf.py" in err
+    assert "pass trust_repo=True to torch.hub.load" in err and "safehub.load" not in err
+    # The fix, applied as printed: the call with trust_repo=True loads.
+    script.write_text(script.read_text().replace("'tiny')", "'tiny', trust_repo=True)"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
+        capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_run_needs_a_command(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["run"]) == 2
 
