@@ -289,6 +289,7 @@ class Hub:
         guard = guards.runtime_guard(
             prepared.spec, prepared.decision, prepared.tree, mode=self.settings.runtime,
             own=lambda: guards.own_work(self.settings, prepared.decision, self.audit.path))
+        weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
         # The repo's code may call torch.hub after its load returns (model.forward, its
         # threads): those calls keep this load's routing.
         torchhub.remember((str(prepared.path) + os.sep,

@@ -75,6 +75,7 @@ def test_policy_show_and_validate(isolated: Path, tmp_path: Path,
     assert f"ok   {site}" in text and "allow[0].pin" in text
 
 
+@pytest.mark.slow
 @needs_torch
 def test_run_routes_torch_hub_in_a_child_program(
     hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch
@@ -102,6 +103,7 @@ def test_run_routes_torch_hub_in_a_child_program(
     assert runs(canary) == 1
 
 
+@pytest.mark.slow
 @needs_torch
 def test_a_refusal_under_run_is_the_message_and_the_fix_for_the_call_made(
     hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch

@@ -90,6 +90,7 @@ def check_loads(n: int, hub_repo: HubRepo, server: GitHubStandIn, canary: Path,
     assert runs(canary) == n
 
 
+@pytest.mark.slow
 @needs_torch
 def test_4_processes_cold_load_with_one_download(
     hub_repo: HubRepo, server: GitHubStandIn, canary: Path, tmp_path: Path

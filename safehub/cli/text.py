@@ -215,7 +215,8 @@ def runtime(report: dict[str, Any]) -> str:
                        ("programs", "started"), ("writes", "wrote outside its tree"),
                        ("libraries", "loaded native code"), ("environ", "changed environment"),
                        ("kernel", "the kernel refuses"),
-                       ("leftovers", "left imported")):
+                       ("leftovers", "left imported"),
+                       ("fetched", "safehub fetched")):
         done = [item for item in report.get(key, ()) if item not in refused]
         lines.append(f"  {label:22} {', '.join(done) or '-'}")
     for shadow in report["shadowing"]:
