@@ -134,7 +134,8 @@ def _key(paths: tuple[str, ...]) -> tuple[Any, ...]:
         tty = False
     raw = getattr(os.environ, "_data", None)  # the undecoded variables: a C-speed copy
     environ = raw.copy() if isinstance(raw, dict) else dict(os.environ)
-    return (environ, os.getcwd(), tty, paths, tuple(content(p) for p in paths))
+    moved = getattr(sys.modules.get("torch.hub"), "_hub_dir", None)  # set_dir(): the cache
+    return (environ, os.getcwd(), tty, paths, tuple(content(p) for p in paths), moved)
 
 
 def load(

@@ -127,6 +127,37 @@ def _base_url(value: str | None, name: str, default: str) -> str:
     return url.rstrip("/")
 
 
+def torch_hub_moved(environ: Mapping[str, str]) -> tuple[Path, str] | None:
+    """torch's hub dir and what moved it, if the user moved it from torch's default
+    (``torch.hub.set_dir()`` in this process, or ``TORCH_HOME``); else None. torch itself is
+    not imported: ``set_dir`` needs it imported already."""
+    default_home = Path(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                        "torch")
+    hub = sys.modules.get("torch.hub")
+    set_to = getattr(hub, "_hub_dir", None) if hub is not None else None
+    if isinstance(set_to, str | os.PathLike) and str(set_to):
+        if os.path.realpath(set_to) != os.path.realpath(default_home / "hub"):
+            return Path(set_to), "torch.hub.set_dir()"
+        return None
+    home = environ.get("TORCH_HOME")
+    if home and os.path.realpath(os.path.expanduser(home)) != os.path.realpath(default_home):
+        return Path(os.path.expanduser(home), "hub"), "TORCH_HOME"
+    return None
+
+
+def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
+    """The cache root and the rule that chose it: ``SAFEHUB_CACHE_DIR`` or a policy's
+    ``cache_dir``; else beneath torch's hub dir, in a folder of its own, where the user
+    moved that dir; else the user cache dir."""
+    cache, source = resolve_setting(policy, "cache_dir", environ)
+    if cache:
+        return Path(cache).expanduser(), source
+    moved = torch_hub_moved(environ)
+    if moved is not None:
+        return moved[0] / APP, f"beneath torch's hub dir, which {moved[1]} moved"
+    return _user_dir("user_cache_dir"), "the default: the user cache dir"
+
+
 def _stdin_is_tty() -> bool:
     try:
         return sys.stdin is not None and sys.stdin.isatty()
@@ -201,10 +232,10 @@ class Settings:
             deadline=_number(env, "SAFEHUB_TIMEOUT", DEFAULTS.deadline, float),
             backoff=_number(env, "SAFEHUB_BACKOFF", DEFAULTS.backoff, float),
         )
-        cache, cache_source = resolve_setting(policy, "cache_dir", env)
+        cache, cache_source = _cache_dir(policy, env)
         lockfile, audit = value("lockfile"), value("audit_log")
         return cls(
-            cache_dir=Path(cache).expanduser() if cache else _user_dir("user_cache_dir"),
+            cache_dir=cache,
             data_dir=_user_dir("user_data_dir"),
             log_dir=_user_dir("user_log_dir"),
             api_url=_base_url(value("github_api_url"), "SAFEHUB_GITHUB_API_URL",
@@ -221,13 +252,15 @@ class Settings:
             runtime=str(value("runtime")),
             offline_source=offline_source,
             confine=bool(value("confine")),
-            cache_source=cache_source if cache else "the default: the user cache dir",
+            cache_source=cache_source,
         )
 
     def with_changes(self, **changes: object) -> Settings:
         """A copy with some fields replaced (``Hub(**overrides)`` uses this)."""
         if changes.get("offline") and "offline_source" not in changes:
             changes["offline_source"] = "Hub(offline=True)"
+        if changes.get("cache_dir") is not None and "cache_source" not in changes:
+            changes["cache_source"] = "Hub(cache_dir=...)"
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @property

@@ -8,9 +8,10 @@ trust, audit). The operations that are not loads (check, verify, lock, prefetch)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -62,6 +63,17 @@ class Prepared:
         return self.tree.path
 
 
+@contextlib.contextmanager
+def _fixes_for_the_user() -> Iterator[None]:
+    """A load the repo's own code made: a refusal's fix is what the user can change (the
+    policy), never the repo's call."""
+    try:
+        yield
+    except RepoMovedError as e:
+        raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
+                             old=e.old, new=e.new, hint=moved_fix(e.new, nested=True)) from e
+
+
 class Hub:
     """safehub with explicit configuration.
 
@@ -87,9 +99,6 @@ class Hub:
         for name in ("cache_dir", "data_dir", "log_dir", "audit_log", "lockfile"):
             if overrides.get(name) is not None:
                 overrides[name] = Path(overrides[name])
-        if overrides.get("cache_dir") is not None and "cache_source" not in overrides:
-            overrides["cache_source"] = ("--cache-dir" if surface == "cli"
-                                         else "Hub(cache_dir=...)")
         self.settings = base.with_changes(**overrides) if overrides else base
         s = self.settings
         self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout)
@@ -336,16 +345,12 @@ class Hub:
             else:
                 def run(path: Path) -> Any:
                     return torchhub.docstring(path, model)
-            try:
+            with _fixes_for_the_user():
                 return self._run(call.get("repo_or_dir", call.get("github", "")),
                                  call.get("source", "github"),
                                  model if name != "list" else None, "check",
                                  call.get("force_reload", False), call.get("verbose", True),
                                  run, nested=True)
-            except RepoMovedError as e:  # the fix is the user's to apply, not the repo's
-                raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
-                                     old=e.old, new=e.new,
-                                     hint=moved_fix(e.new, nested=True)) from e
         return nested
 
     # -- consent without loading -----------------------------------------------------------

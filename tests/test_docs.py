@@ -197,10 +197,11 @@ class Docs:
             home = self.tmp / "machines" / machine
             for var, sub in (("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"),
                              ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"),
-                             ("XDG_CONFIG_DIRS", "site"), ("TORCH_HOME", "torch")):
+                             ("XDG_CONFIG_DIRS", "site")):
                 (home / sub).mkdir(parents=True, exist_ok=True)
                 env[var] = str(home / sub)
             env["HOME"] = str(home)
+            env.pop("TORCH_HOME", None)  # torch's default, in this machine's home
             env["SAFEHUB_TEST_SYSTEM_CONFIG_DIR"] = str(home / "etc-xdg")  # tests/sitehook
         if ci:
             for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):

@@ -37,7 +37,7 @@ def hub(args: argparse.Namespace) -> Any:
 
     overrides: dict[str, Any] = {}
     if getattr(args, "cache_dir", None):
-        overrides["cache_dir"] = args.cache_dir
+        overrides.update(cache_dir=args.cache_dir, cache_source="--cache-dir")
     if getattr(args, "lockfile", None):
         overrides["lockfile"] = args.lockfile
     return Hub(surface="cli", **overrides)

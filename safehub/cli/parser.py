@@ -127,7 +127,8 @@ def _options(p: argparse.ArgumentParser, *names: str, key: str = "") -> None:
     if "cache" in names:
         p.add_argument("--cache-dir", metavar="DIR", type=_folder_to_be,
                        help="cache root (default: SAFEHUB_CACHE_DIR, the policy's cache_dir, "
-                       "or the user cache dir)")
+                       "safehub/ beneath torch's hub dir if you moved it, or the user "
+                       "cache dir)")
     if "lockfile" in names:
         p.add_argument("--lockfile", metavar="FILE", type=_file_to_be,
                        help="lockfile (default: SAFEHUB_LOCKFILE, the policy's lockfile, or "
