@@ -82,6 +82,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> builtins.list[str]:
+    """The API (``__all__``) and the version: not the typing helpers this module uses."""
+    return sorted([*__all__, "__version__"])
+
+
 def __getattr__(name: str) -> Any:
     if name == "Hub":
         from safehub.hub import Hub
@@ -129,7 +134,8 @@ def _key(paths: tuple[str, ...]) -> tuple[Any, ...]:
         tty = False
     raw = getattr(os.environ, "_data", None)  # the undecoded variables: a C-speed copy
     environ = raw.copy() if isinstance(raw, dict) else dict(os.environ)
-    return (environ, os.getcwd(), tty, paths, tuple(content(p) for p in paths))
+    moved = getattr(sys.modules.get("torch.hub"), "_hub_dir", None)  # set_dir(): the cache
+    return (environ, os.getcwd(), tty, paths, tuple(content(p) for p in paths), moved)
 
 
 def load(
@@ -242,7 +248,26 @@ def load_state_dict_from_url(
 
 
 _Func = Callable[..., Any]
-_REPLACEMENTS: dict[str, _Func] = {"load": load, "list": list, "help": help}
+
+
+def _as_torch_hub(name: str, func: _Func) -> _Func:
+    """``func`` as torch.hub's ``name`` once routed: the program called
+    ``torch.hub.NAME``, so a refusal's fix names that call, not safehub's."""
+    import functools
+
+    @functools.wraps(func)
+    def routed(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SafehubError as e:
+            if e.hint:
+                e.hint = e.hint.replace(f"safehub.{name}", f"torch.hub.{name}")
+            raise
+    return routed
+
+
+_REPLACEMENTS: dict[str, _Func] = {name: _as_torch_hub(name, func) for name, func in
+                                   (("load", load), ("list", list), ("help", help))}
 
 
 def install() -> None:

@@ -28,9 +28,53 @@ from safehub.policy import Policy
 from safehub.policy.keys import KEYS
 from safehub.sources.transport import TransportConfig
 
-__all__ = ["DEFAULTS", "Ignored", "Limits", "Settings", "env_flag", "held_back", "say_ignored"]
+__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Settings", "env_flag",
+           "environment", "held_back", "say_ignored"]
 
 APP = "safehub"
+
+
+@dataclass(frozen=True)
+class EnvVar:
+    """An environment variable safehub reads, and what it means (``safehub docs env``)."""
+
+    name: str
+    meaning: str
+    policy_key: str | None = None
+    """The ``[safehub]`` key that sets it in a policy file too (the environment wins
+    unless that file is ``final = true``)."""
+
+
+#: The variables that no policy key declares (those are in safehub.policy.keys: ``env=``).
+ENVIRONMENT: tuple[EnvVar, ...] = (
+    EnvVar("SAFEHUB_POLICY", "extra policy files (`os.pathsep`-separated), read after the "
+           "site, user and `./safehub.toml` files; they can only tighten them"),
+    EnvVar("SAFEHUB_MAX_ARCHIVE_BYTES", "archive download cap in bytes (default 512 MiB)"),
+    EnvVar("SAFEHUB_MAX_TREE_BYTES", "extracted size cap in bytes (default 2 GiB)"),
+    EnvVar("SAFEHUB_MAX_FILES", "extracted entry cap (default 100,000)"),
+    EnvVar("SAFEHUB_TIMEOUT", "the most one request may take, connection to last byte, in "
+           "seconds (default 300; weights downloads at least an hour; no byte for 30 s also "
+           "ends it)"),
+    EnvVar("SAFEHUB_BACKOFF", "first retry pause in seconds (default 0.5, doubling; 3 "
+           "retries)"),
+    EnvVar("SAFEHUB_DEBUG", "`1`: the command shows the traceback of an unexpected error "
+           "(a bug) instead of one line"),
+    EnvVar("SAFEHUB_CONFINED", "set by `safehub run --confine` for the programs it starts "
+           "(what the kernel holds them to); not for you to set"),
+    EnvVar("CI", "`true` (any yes): never prompt, as `SAFEHUB_NONINTERACTIVE=1`"),
+    EnvVar("GITHUB_TOKEN", "sent as a bearer token to URLs under the API base only (API "
+           "quota; private repos)"),
+    EnvVar("REQUESTS_CA_BUNDLE", "a private CA for a GitHub Enterprise or mirror host"),
+    EnvVar("TORCH_HOME", "torch's own: where torch keeps its hub dir (weights go there, as "
+           "with torch.hub)"),
+)
+
+
+def environment() -> tuple[EnvVar, ...]:
+    """Every variable safehub reads: the policy keys' (``env=``) first, then the others."""
+    keyed = tuple(EnvVar(key.env, key.doc, f"[safehub] {key.name}")
+                  for key in KEYS["safehub"].values() if key.env)
+    return keyed + ENVIRONMENT
 
 
 def env_flag(environ: Mapping[str, str], name: str) -> bool:
@@ -81,6 +125,37 @@ def _base_url(value: str | None, name: str, default: str) -> str:
             hint="safehub only talks HTTPS; for a private CA set REQUESTS_CA_BUNDLE",
         )
     return url.rstrip("/")
+
+
+def torch_hub_moved(environ: Mapping[str, str]) -> tuple[Path, str] | None:
+    """torch's hub dir and what moved it, if the user moved it from torch's default
+    (``torch.hub.set_dir()`` in this process, or ``TORCH_HOME``); else None. torch itself is
+    not imported: ``set_dir`` needs it imported already."""
+    default_home = Path(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                        "torch")
+    hub = sys.modules.get("torch.hub")
+    set_to = getattr(hub, "_hub_dir", None) if hub is not None else None
+    if isinstance(set_to, str | os.PathLike) and str(set_to):
+        if os.path.realpath(set_to) != os.path.realpath(default_home / "hub"):
+            return Path(set_to), "torch.hub.set_dir()"
+        return None
+    home = environ.get("TORCH_HOME")
+    if home and os.path.realpath(os.path.expanduser(home)) != os.path.realpath(default_home):
+        return Path(os.path.expanduser(home), "hub"), "TORCH_HOME"
+    return None
+
+
+def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
+    """The cache root and the rule that chose it: ``SAFEHUB_CACHE_DIR`` or a policy's
+    ``cache_dir``; else beneath torch's hub dir, in a folder of its own, where the user
+    moved that dir; else the user cache dir."""
+    cache, source = resolve_setting(policy, "cache_dir", environ)
+    if cache:
+        return Path(cache).expanduser(), source
+    moved = torch_hub_moved(environ)
+    if moved is not None:
+        return moved[0] / APP, f"beneath torch's hub dir, which {moved[1]} moved"
+    return _user_dir("user_cache_dir"), "the default: the user cache dir"
 
 
 def _stdin_is_tty() -> bool:
@@ -230,6 +305,8 @@ class Settings:
     """Variables and arguments a policy file overrides (:class:`Ignored`)."""
     finals: tuple[tuple[str, str], ...] = ()
     """``(key, file)`` for each ``[safehub]`` key a ``final = true`` file holds."""
+    cache_source: str = "the default: the user cache dir"
+    """Which rule chose ``cache_dir`` (``policy show``, ``cache ls``)."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -256,9 +333,10 @@ class Settings:
             deadline=_number(env, "SAFEHUB_TIMEOUT", DEFAULTS.deadline, float),
             backoff=_number(env, "SAFEHUB_BACKOFF", DEFAULTS.backoff, float),
         )
-        cache, lockfile, audit = value("cache_dir"), value("lockfile"), value("audit_log")
+        cache, cache_source = _cache_dir(policy, env)
+        lockfile, audit = value("lockfile"), value("audit_log")
         return cls(
-            cache_dir=Path(cache).expanduser() if cache else _user_dir("user_cache_dir"),
+            cache_dir=cache,
             data_dir=_user_dir("user_data_dir"),
             log_dir=_user_dir("user_log_dir"),
             api_url=_base_url(value("github_api_url"), "SAFEHUB_GITHUB_API_URL",
@@ -278,6 +356,7 @@ class Settings:
             ignored=_ignored_variables(policy, env),
             finals=tuple((name, policy.setting(name).source) for name in KEYS["safehub"]
                          if policy.setting(name).final),
+            cache_source=cache_source,
         )
 
     def with_overrides(self, policy: Policy, **changes: Any) -> Settings:
@@ -308,6 +387,8 @@ class Settings:
         """A copy with some fields replaced (``Hub(**overrides)`` uses this)."""
         if changes.get("offline") and "offline_source" not in changes:
             changes["offline_source"] = "Hub(offline=True)"
+        if changes.get("cache_dir") is not None and "cache_source" not in changes:
+            changes["cache_source"] = "Hub(cache_dir=...)"
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @property

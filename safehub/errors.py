@@ -73,6 +73,9 @@ class SpecError(SafehubError, ValueError):
 class PolicyError(SafehubError):
     """A policy file could not be read or is invalid; nothing loads until it is fixed."""
 
+    faults: tuple[str, ...] = ()
+    """Each fault of an invalid file (``key: what is wrong``), when it could be read."""
+
 
 class PolicyDenied(SafehubError):
     """A policy rule refuses this load."""

@@ -8,9 +8,10 @@ trust, audit). The operations that are not loads (check, verify, lock, prefetch)
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,17 @@ from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog, Note
 from safehub.config import Settings, say_ignored
-from safehub.errors import HubconfError, NotFoundError, OfflineError, PinError, SpecError
+from safehub.errors import (
+    HubconfError,
+    NotFoundError,
+    OfflineError,
+    PinError,
+    RepoMovedError,
+    SpecError,
+)
 from safehub.fetch import TreeFetcher
 from safehub.policy import Decision, Policy, load_policy
-from safehub.resolve import Resolved, Resolver
+from safehub.resolve import Resolved, Resolver, moved_fix
 from safehub.run import guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.sources.github import GitHub
@@ -55,6 +63,17 @@ class Prepared:
     @property
     def path(self) -> Path:
         return self.tree.path
+
+
+@contextlib.contextmanager
+def _fixes_for_the_user() -> Iterator[None]:
+    """A load the repo's own code made: a refusal's fix is what the user can change (the
+    policy), never the repo's call."""
+    try:
+        yield
+    except RepoMovedError as e:
+        raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
+                             old=e.old, new=e.new, hint=moved_fix(e.new, nested=True)) from e
 
 
 class Hub:
@@ -283,6 +302,7 @@ class Hub:
         guard = guards.runtime_guard(
             prepared.spec, prepared.decision, prepared.tree, mode=self.settings.runtime,
             own=lambda: guards.own_work(self.settings, prepared.decision, self.audit.path))
+        weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
         # The repo's code may call torch.hub after its load returns (model.forward, its
         # threads): those calls keep this load's routing.
         real = str(guard.tree)  # the tree's real path, as the guard holds it
@@ -329,10 +349,12 @@ class Hub:
             else:
                 def run(path: Path) -> Any:
                     return torchhub.docstring(path, model)
-            return self._run(call.get("repo_or_dir", call.get("github", "")),
-                             call.get("source", "github"), model if name != "list" else None,
-                             "check", call.get("force_reload", False),
-                             call.get("verbose", True), run, nested=True)
+            with _fixes_for_the_user():
+                return self._run(call.get("repo_or_dir", call.get("github", "")),
+                                 call.get("source", "github"),
+                                 model if name != "list" else None, "check",
+                                 call.get("force_reload", False), call.get("verbose", True),
+                                 run, nested=True)
         return nested
 
     # -- consent without loading -----------------------------------------------------------

@@ -426,17 +426,32 @@ class CacheEntryInfo(_Report):
     bytes: int
     unverified: list[str]
     path: str
+    repo: str = ""
+    """The repo it was verified for (its name as the load, lock or prefetch wrote it)."""
+    specs: list[str] = dataclasses.field(default_factory=list)
+    """The lockfile's specs pinned to this commit, where the lockfile is known."""
 
 
 def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
-    """Every cached commit, with the repos that name it (``safehub cache ls``)."""
+    """Every cached commit, with the repo it was verified for, the repos whose records
+    name it and the lockfile specs pinned to it (``safehub cache ls``)."""
     repos = hub.cache.repos_by_commit()
+    try:
+        lockfile = hub.lockfile
+    except SafehubError:  # an unreadable lockfile only hides the specs here
+        lockfile = None
+    specs: dict[str, list[str]] = {}
+    for pinned in (lockfile.entries.values() if lockfile is not None else ()):
+        specs.setdefault(pinned.commit, []).append(pinned.spec)
     out = []
     for entry in hub.cache.entries():
         v = entry.verdict()
-        out.append(CacheEntryInfo(v.commit, repos.get(v.commit, []), v.digest, v.tree,
+        named = repos.get(v.commit, [])
+        out.append(CacheEntryInfo(v.commit, named, v.digest, v.tree,
                                   v.level, len(v.files), sum(f.size for f in v.files),
-                                  list(v.unverified), str(entry.path)))
+                                  list(v.unverified), str(entry.path),
+                                  repo=v.source or (named[0] if named else ""),
+                                  specs=sorted(specs.get(v.commit, []))))
     return out
 
 

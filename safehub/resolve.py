@@ -152,13 +152,17 @@ def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:
         "reviewing that fork")
 
 
-def moved_fix(new: str) -> str:
-    """Load the repo by its new name, or name the new repo in a policy to follow it."""
+def moved_fix(new: str, *, nested: bool = False) -> str:
+    """Load the repo by its new name, or name the new repo in a policy to follow it (the
+    name as GitHub spells it). ``nested``: the repo's own code made the call, which the
+    user cannot change: only the policy is theirs."""
     from safehub.policy import user_file
 
-    user_policy = user_file()
-    return fixes.either(fixes.say(f"load it as {new!r}"),
-                        fixes.add(user_policy, ["[[allow]]", f'repo = "{new.lower()}"']))
+    follow = fixes.add(user_file(), ["[[allow]]", f'repo = "{new}"'])
+    if nested:
+        return (f"the call is in the repo's code, so its name cannot be changed; to let it "
+                f"follow the move to {new}, {follow}")
+    return fixes.either(fixes.say(f"load it as {new!r}"), follow)
 
 
 class Resolver:

@@ -130,7 +130,9 @@ def isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("XDG_DATA_HOME", str(home / "data"))
     monkeypatch.setenv("XDG_STATE_HOME", str(home / "state"))
     monkeypatch.setenv("XDG_CONFIG_DIRS", str(home / "site"))
-    monkeypatch.setenv("TORCH_HOME", str(home / "torch"))
+    # torch's own default beneath XDG_CACHE_HOME, set so no test sees the real one; being
+    # the default, it does not move safehub's cache (a TORCH_HOME elsewhere would).
+    monkeypatch.setenv("TORCH_HOME", str(home / "cache" / "torch"))
     monkeypatch.setenv("SAFEHUB_BACKOFF", "0")
     # A test that forgets the stand-in must fail on loopback, never reach GitHub.
     monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", "https://127.0.0.1:9/no-stand-in")

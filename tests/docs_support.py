@@ -270,3 +270,56 @@ def pythonpath(env: Mapping[str, str], *more: str | os.PathLike[str]) -> str:
     """PYTHONPATH with this checkout first (not an installed safehub)."""
     return os.pathsep.join([str(ROOT), *map(str, more), *filter(None, [env.get("PYTHONPATH")])])
 
+
+
+# -- safehub demo --serve, as a newcomer runs it -----------------------------------------------
+
+
+@dataclass
+class DemoServe:
+    """``safehub demo --serve`` in a process of its own, and what it printed."""
+
+    process: subprocess.Popen[str]
+    printed: list[str]
+
+    @property
+    def exports(self) -> dict[str, str]:
+        """The ``export NAME=value`` lines it printed, read as ``sh`` reads them."""
+        found = {}
+        for line in self.printed:
+            if line.startswith("export "):
+                name, _, value = line[len("export "):].partition("=")
+                found[name] = shlex.split(value)[0] if value else ""
+        return found
+
+    def stop(self) -> str:
+        """Ctrl-C, as the user stops it; the rest of what it printed."""
+        import signal
+
+        self.process.send_signal(signal.SIGINT)
+        rest, _ = self.process.communicate(timeout=60)
+        return rest
+
+
+@contextlib.contextmanager
+def demo_serve(env: Mapping[str, str], cwd: Path, *args: str) -> Iterator[DemoServe]:
+    """Start ``safehub demo --serve ARGS`` and read its output up to "Ctrl-C stops it."
+    (it prints that once the hub answers)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "safehub", "demo", "--serve", *args], cwd=cwd,
+        env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT, text=True)
+    served = DemoServe(process, [])
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            served.printed.append(line.rstrip("\n"))
+            if line.startswith("Ctrl-C stops it."):
+                break
+        else:
+            raise AssertionError("safehub demo --serve ended:\n" + "\n".join(served.printed))
+        yield served
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()

@@ -58,6 +58,33 @@ def test_get_dir_and_set_dir_are_torchs(tmp_path: Path,
     assert safehub.get_dir() == torch.hub.get_dir() == str(tmp_path / "hub")
 
 
+def test_the_code_cache_follows_torchs_hub_dir_where_the_user_moved_it(
+        hub_repo: HubRepo, tmp_path: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub.cli import main
+
+    monkeypatch.setattr(torch.hub, "_hub_dir", torch.hub._hub_dir)  # restored afterwards
+    default = isolated / "cache" / "safehub"
+    assert safehub.Hub().settings.cache_dir == default  # torch's dir where torch puts it
+    safehub.set_dir(tmp_path / "moved")
+    safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True, verbose=False)
+    ours = tmp_path / "moved" / "safehub"
+    assert (ours / "v1/commits" / hub_repo.sha / "tree" / "hubconf.py").is_file()
+    assert not (default / "v1/commits" / hub_repo.sha).exists()
+    assert main(["cache", "ls"]) == 0
+    assert "which torch.hub.set_dir() moved" in capsys.readouterr().out
+    assert main(["policy", "show"]) == 0
+    assert f"the cache: {ours}" in capsys.readouterr().out
+
+    monkeypatch.setattr(torch.hub, "_hub_dir", None)
+    monkeypatch.setenv("TORCH_HOME", str(tmp_path / "th"))
+    assert safehub.Hub().settings.cache_dir == tmp_path / "th" / "hub" / "safehub"
+    assert "TORCH_HOME" in safehub.Hub().settings.cache_source
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(tmp_path / "mine"))  # the user's own choice
+    assert safehub.Hub().settings.cache_dir == tmp_path / "mine"
+    assert safehub.Hub().settings.cache_source == "SAFEHUB_CACHE_DIR"
+
+
 def test_install_routes_torch_hub_through_safehub(
     hub_repo: HubRepo, canary: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -81,3 +108,13 @@ def test_install_routes_torch_hub_through_safehub(
         torch.hub.load, "__wrapped__") else "")
     with pytest.raises(ValueError, match="Unknown source"):  # torch's own behaviour again
         torch.hub.load(f"{hub_repo.spec}:v1.0", "tiny", source="nowhere")
+
+
+def test_dir_shows_the_api_and_nothing_else() -> None:
+    import safehub
+
+    shown = dir(safehub)
+    assert shown == sorted([*safehub.__all__, "__version__"])
+    for helper in ("Any", "Callable", "TYPE_CHECKING", "annotations", "builtins", "errors"):
+        assert helper not in shown
+    assert all(callable(getattr(safehub, name)) for name in safehub.__all__)

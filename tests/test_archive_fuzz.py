@@ -100,6 +100,7 @@ def _snapshot(root: Path) -> set[tuple[str, int]]:
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=1000 * SCALE, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(data=st.data())

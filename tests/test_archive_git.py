@@ -187,6 +187,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     return Repo(tmp_path_factory.mktemp("oracle") / "repo.git")
 
 
+@pytest.mark.slow
 @settings(max_examples=40 * SCALE, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                  HealthCheck.function_scoped_fixture])

@@ -26,9 +26,10 @@ def test_load_and_cache_commands(hub_repo: HubRepo, capsys: pytest.CaptureFixtur
     assert result["result"] == {"type": "torch.nn.modules.linear.Linear", "parameters": 30}
 
     assert main(["cache", "ls", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    listed = json.loads(capsys.readouterr().out)
+    rows = listed["entries"]
     assert rows[0]["commit"] == hub_repo.sha and rows[0]["repos"] == ["acme/models"]
-    assert rows[0]["level"] == "tree"
+    assert rows[0]["repo"] == "acme/models" and rows[0]["level"] == "tree"
 
     assert main(["cache", "verify"]) == 0
     assert "ok   " + hub_repo.sha in capsys.readouterr().out
@@ -48,7 +49,7 @@ def test_load_and_cache_commands(hub_repo: HubRepo, capsys: pytest.CaptureFixtur
     assert main(["cache", "clear"]) == 0
     assert "removed 0 cached trees" in capsys.readouterr().out
     assert main(["cache", "ls", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out.splitlines()[-1] or "[]") == []
+    assert json.loads(capsys.readouterr().out)["entries"] == []
 
 
 def test_refusal_exit_code_and_json(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:

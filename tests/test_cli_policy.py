@@ -75,6 +75,7 @@ def test_policy_show_and_validate(isolated: Path, tmp_path: Path,
     assert f"ok   {site}" in text and "allow[0].pin" in text
 
 
+@pytest.mark.slow
 @needs_torch
 def test_run_routes_torch_hub_in_a_child_program(
     hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch
@@ -100,6 +101,35 @@ def test_run_routes_torch_hub_in_a_child_program(
     )
     assert proc.returncode == 0, proc.stderr
     assert runs(canary) == 1
+
+
+@pytest.mark.slow
+@needs_torch
+def test_a_refusal_under_run_is_the_message_and_the_fix_for_the_call_made(
+    hub_repo: HubRepo, tmp_path: Path, canary: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = tmp_path / "train.py"
+    script.write_text("import torch.hub\n\n\ndef main():\n"
+                      f"    return torch.hub.load('{hub_repo.spec}:v1.0', 'tiny')\n\n\nmain()\n")
+    monkeypatch.setenv("CI", "true")
+    proc = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
+        capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 1 and runs(canary) == 0
+    err = proc.stderr
+    assert f'File "{script}", line 8' in err and "in main" in err  # the program's frames
+    import safehub
+
+    package = str(Path(safehub.__file__).parent)
+    assert f'File "{package}' not in err and "<safehub" not in err
+    assert "safehub: UntrustedRepoError: refused to run hubconf.py" in err
+    assert "pass trust_repo=True to torch.hub.load" in err and "safehub.load" not in err
+    # The fix, applied as printed: the call with trust_repo=True loads.
+    script.write_text(script.read_text().replace("'tiny')", "'tiny', trust_repo=True)"))
+    proc = subprocess.run(
+        [sys.executable, "-m", "safehub", "run", "--", sys.executable, str(script)],
+        capture_output=True, text=True, env=dict(os.environ))
+    assert proc.returncode == 0, proc.stderr
 
 
 def test_run_needs_a_command(capsys: pytest.CaptureFixture[str]) -> None:
@@ -192,3 +222,114 @@ def test_untrust_an_abbreviated_commit_without_the_network(
     from safehub import Hub
 
     assert Hub().consents.list(hub_repo.spec) == []
+
+
+# -- policy init: a machine-wide file only when asked for -----------------------------------
+
+
+def site_target(isolated: Path) -> Path:
+    from safehub.cli.admin import init_target
+
+    target = init_target("admin")
+    assert target.is_relative_to(isolated)  # the suite's stand-in for /etc/xdg
+    return target
+
+
+def test_init_for_admin_prints_the_file_and_the_command_that_installs_it(
+        isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = site_target(isolated)
+    assert main(["policy", "init", "--for", "admin"]) == 0  # no terminal: not written
+    out = capsys.readouterr().out
+    assert not target.exists()
+    assert 'unknown_repos = "deny"' in out and f"Not written: {target}" in out
+    install = out.split("install them with `", 1)[1].split("`", 1)[0]
+    assert install == "safehub policy init --for admin --yes"
+    assert main(["policy", "init", "--for", "admin", "--json"]) == 0
+    data = out_json(capsys)
+    assert isinstance(data, dict) and data["written"] is None and data["install"] == install
+    assert main(install.split()[1:]) == 0  # the printed command, applied as printed
+    assert target.is_file() and f"wrote {target}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("answer, written", [("y\n", True), ("\n", False), ("no\n", False)])
+def test_init_for_admin_on_a_terminal_asks_naming_the_path_and_what_it_refuses(
+        isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        answer: str, written: bool) -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    target = site_target(isolated)
+    monkeypatch.setattr(sys, "stdin", Terminal(answer))
+    assert main(["policy", "init", "--for", "admin"]) == 0
+    captured = capsys.readouterr()
+    assert f"Write {target}? [y/N]" in captured.err
+    assert "every user" in captured.err and 'unknown_repos = "deny"' in captured.err
+    assert target.exists() is written
+
+
+def test_init_never_asks_in_ci_even_on_a_terminal(
+        isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import io
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
+    monkeypatch.setenv("CI", "true")
+    assert main(["policy", "init", "--for", "admin"]) == 0
+    assert "[y/N]" not in capsys.readouterr().err and not site_target(isolated).exists()
+
+
+def test_init_for_the_user_and_ci_writes_at_once(isolated: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub.cli.admin import init_target
+
+    assert main(["policy", "init"]) == 0 and init_target("team").is_file()
+    assert main(["policy", "init", "--for", "ci"]) == 0 and init_target("ci").is_file()
+
+
+def test_init_help_names_every_path_it_may_write(isolated: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub.cli.admin import init_target
+
+    assert main(["policy", "init", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    for flavour in ("admin", "team", "ci"):
+        assert str(init_target(flavour)) in shown
+    assert "--yes" in shown
+
+
+# -- policy validate: each fault its own item, said once -------------------------------------
+
+
+def test_validate_json_lists_each_fault_and_says_whether_the_file_is_in_force(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "p.toml"
+    bad.write_text("[safehub]\nmode = 'acme'\ngithub_url = 'acme'\n"
+                   "[[allow]]\nrepo = 'x/y'\npin = 'acme'\nbogus = 1\n")
+    assert main(["policy", "validate", str(bad), "--json"]) == 1
+    report = out_json(capsys)
+    assert isinstance(report, dict) and report["ok"] is False
+    (result,) = report["files"]
+    assert result["in_force"] is False and len(result["faults"]) == 4
+    assert all(fault.count("(got ") <= 1 for fault in result["faults"]), result["faults"]
+    assert "SAFEHUB_POLICY" in result["fix"] and "policy validate" not in result["fix"]
+    assert main(["policy", "validate", str(bad)]) == 1
+    text = capsys.readouterr().out
+    assert "not in force" in text and text.count("(got 'acme')") == 3
+
+
+def test_validate_says_when_a_file_is_in_force(isolated: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    user = isolated / "config/safehub/policy.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("[[allow]]\nrepo = 'x/y'\npin = 'acme'\n")
+    assert main(["policy", "validate", str(user)]) == 1
+    text = capsys.readouterr().out
+    assert "user file, in force" in text and "no repo loads" in text

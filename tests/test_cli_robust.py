@@ -602,6 +602,7 @@ def test_no_stdout_at_all_is_one_line_and_a_fix(args: tuple[str, ...]) -> None:
         "  fix: check where standard output goes (a full disk, a closed pipe)"]
 
 
+@pytest.mark.slow
 @needs_torch
 def test_repo_code_that_breaks_stdout_and_stderr_spoils_nothing(mess: World) -> None:
     proc = python_m("load", "acme/mangler:v1.0", "tiny", "--trust", "--json")

@@ -194,6 +194,7 @@ def free_port() -> Iterator[int]:
         yield s.getsockname()[1]
 
 
+@pytest.mark.slow
 @needs_landlock
 @needs_torch
 def test_every_evasion_is_refused_by_the_kernel_and_nothing_is_written(
@@ -219,6 +220,7 @@ def test_every_evasion_is_refused_by_the_kernel_and_nothing_is_written(
     assert any("id -u" in k and "not in [confine] exec" in k for k in kernel), kernel
 
 
+@pytest.mark.slow
 @needs_torch
 def test_the_same_evasions_get_past_the_in_process_guard(job: dict[str, Any], free_port: int
                                                          ) -> None:
@@ -243,6 +245,7 @@ def test_the_honest_job_works_unchanged_under_confinement(job: dict[str, Any]) -
     assert (job["checkpoints"] / "epoch-1.pt").stat().st_size > 0
 
 
+@pytest.mark.slow
 @needs_landlock
 @needs_torch
 def test_a_listed_folder_that_does_not_exist_yet_is_made(job: dict[str, Any]) -> None:
@@ -250,6 +253,7 @@ def test_a_listed_folder_that_does_not_exist_yet_is_made(job: dict[str, Any]) ->
     assert results == {"train": "git"} and (job["checkpoints"] / "epoch-1.pt").exists()
 
 
+@pytest.mark.slow
 @needs_landlock
 @needs_torch
 @pytest.mark.parametrize("how", ["environment", "site policy"])

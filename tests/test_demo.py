@@ -135,3 +135,81 @@ def test_the_demo_server_redirects_archives_to_codeload(demo: Demo) -> None:
         archive = demo.get(url)
         assert zipfile.ZipFile(io.BytesIO(archive.content)).comment == demo.sha.encode()
     assert demo.get(f"{demo.gh.web_url}/demo/tiny-hub/zipball/nope").status_code == 404
+
+
+# -- safehub demo --serve: a hub to try commands against ------------------------------------
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    from safehub.demo.serve import serving
+
+    with serving() as world:
+        yield world
+
+
+def use(served: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paste the printed export lines (as the user does)."""
+    for name, value in served.env.items():  # type: ignore[attr-defined]
+        monkeypatch.setenv(name, value)
+
+
+def test_serve_prints_the_lines_to_paste_and_the_commands_to_try(served: object) -> None:
+    exports = served.exports()  # type: ignore[attr-defined]
+    for name in ("SAFEHUB_GITHUB_API_URL", "SAFEHUB_GITHUB_URL", "REQUESTS_CA_BUNDLE",
+                 "SAFEHUB_CACHE_DIR", "SAFEHUB_POLICY"):
+        assert f"export {name}=" in exports
+    root = str(served.root)  # type: ignore[attr-defined]
+    assert all(root in v or v.startswith("https://localhost:") or v == "127.0.0.1"
+               for v in served.env.values())  # type: ignore[attr-defined]
+    tries = served.tries()  # type: ignore[attr-defined]
+    assert tries.count("safehub ") >= 7
+
+
+def test_serve_commits_are_the_readmes(served: object) -> None:
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    commit = served.commits["demo/tiny-hub:v1.0"]  # type: ignore[attr-defined]
+    assert f'hub.load("demo/tiny-hub:{commit}", "tiny_mlp")' in readme
+
+
+@needs_torch
+def test_serve_shows_each_repo_as_promised(served: object, monkeypatch: pytest.MonkeyPatch,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    use(served, monkeypatch)
+    commits = served.commits  # type: ignore[attr-defined]
+    assert main(["load", "demo/tiny-hub:v1.0", "tiny_mlp", "--trust", "-q"]) == 0
+    fork = commits["mallory/tiny-hub"]
+    assert main(["load", f"demo/tiny-hub:{fork[:12]}", "tiny_mlp", "--trust"]) == 1
+    assert "fork" in capsys.readouterr().err
+    assert main(["load", "demo/signed-hub:v1.0", "tiny_mlp", "-q"]) == 0  # the policy allows
+    key = str(served.key)  # type: ignore[attr-defined]
+    assert main(["verify", "demo/signed-hub:v1.0", "--key", key]) == 0
+    lockfile = str(served.lockfile)  # type: ignore[attr-defined]
+    assert main(["lock", "--check", "--lockfile", lockfile]) == 1
+    assert "MOVED demo/moved-hub:v1.0" in capsys.readouterr().out
+    assert main(["load", "demo/phone-home:v1.0", "model", "--trust", "--report", "-q"]) == 0
+    assert "connected to           127.0.0.1:" in capsys.readouterr().out
+    assert main(["cache", "ls"]) == 0
+    listed = capsys.readouterr().out
+    assert "SAFEHUB_CACHE_DIR" in listed
+    for repo in ("demo/tiny-hub", "demo/signed-hub", "demo/phone-home"):
+        assert repo in listed
+
+
+def test_serve_stops_on_ctrl_c_and_removes_its_files() -> None:
+    import threading
+
+    from safehub.demo.serve import serve
+
+    said: list[str] = []
+    stop = threading.Event()
+    stop.set()  # as if Ctrl-C came at once
+    serve(0, said.append, stop)
+    root = Path(said[0].split("(files in ", 1)[1].split(";", 1)[0])
+    assert not root.exists() and said[-1].startswith("safehub demo hub stopped")
+
+
+def test_port_goes_with_serve(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["demo", "--port", "8443"]) == 2
+    assert "safehub demo --serve --port 8443" in capsys.readouterr().err
+    assert main(["demo", "--serve", "--port", "0"]) == 2

@@ -38,6 +38,7 @@ from tests.docs_support import (
     assert_shows,
     blocks,
     command_lines,
+    demo_serve,
     environment,
     pages,
     pythonpath,
@@ -65,8 +66,6 @@ REPOS: dict[str, tuple[str, tuple[str, ...]]] = {
 #: Values the docs show that cannot be used here, and what the tests use instead
 #: (each test fills in the values it needs; test_every_stand_in_is_used keeps this honest).
 STAND_INS: dict[str, str] = {
-    "0123456789abcdef0123456789abcdef01234567": "the commit of org/repo:v1.2",
-    "0123456789ab": "the first 12 digits of that commit",
     "48b1edffdc6f34b766e2b4bbf23b78bd4df94181": "the commit of pytorch/vision:v0.19.0",
     "0b6b7e6c0f0de5e5ab8c9d3c9f1e7d2bb0f0a3d1": "the tree of pytorch/vision:v0.19.0",
     "/etc/xdg/safehub/policy.toml": "the site policy file under the test's XDG_CONFIG_DIRS",
@@ -198,10 +197,11 @@ class Docs:
             home = self.tmp / "machines" / machine
             for var, sub in (("XDG_CACHE_HOME", "cache"), ("XDG_CONFIG_HOME", "config"),
                              ("XDG_DATA_HOME", "data"), ("XDG_STATE_HOME", "state"),
-                             ("XDG_CONFIG_DIRS", "site"), ("TORCH_HOME", "torch")):
+                             ("XDG_CONFIG_DIRS", "site")):
                 (home / sub).mkdir(parents=True, exist_ok=True)
                 env[var] = str(home / sub)
             env["HOME"] = str(home)
+            env.pop("TORCH_HOME", None)  # torch's default, in this machine's home
             env["SAFEHUB_TEST_SYSTEM_CONFIG_DIR"] = str(home / "etc-xdg")  # tests/sitehook
         if ci:
             for var in ("XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_STATE_HOME"):
@@ -235,8 +235,6 @@ def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[n
     world = Docs(server, tmp_path, repos)
     root = tmp_path / "root"  # where the absolute paths the docs write to are made
     world.values.update({
-        "0123456789abcdef0123456789abcdef01234567": world.sha("org/repo"),
-        "0123456789ab": world.sha("org/repo")[:12],
         "/etc/xdg/safehub/policy.toml": str(isolated / "site/safehub/policy.toml"),
         "/job/": f"{world.work}/",
         **{shown: str(root / shown.lstrip("/")) for shown in (
@@ -296,17 +294,26 @@ def test_readme(docs: Docs, isolated: Path) -> None:
     out = docs.run(install)
     assert "every check behaved as expected" in "".join(out)
 
-    # The quickstart on a terminal: the prompt is the one the README shows; "y" loads.
+    # The quickstart, verbatim, on a terminal, against `safehub demo --serve` with the
+    # lines it prints pasted: the prompt is the one the README shows; "y" loads.
     shell = docs.shell()
-    child = pexpect.spawn(sys.executable, ["-c", docs.mapped(quickstart.text)],
-                          cwd=str(shell.cwd), env=shell.env, encoding="utf-8", timeout=120)
-    child.expect(r"\[y/N\] ")
-    assert_shows(docs.mapped(prompt.text), child.before + child.after, prompt.where)
-    child.sendline("y")
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0, child.before
-    assert "['resnet_tiny']" in child.before
+    with demo_serve(shell.env, shell.cwd) as served:
+        env = {**shell.env, **served.exports}
+        assert set(served.exports) >= {"SAFEHUB_GITHUB_API_URL", "SAFEHUB_GITHUB_URL",
+                                       "REQUESTS_CA_BUNDLE", "SAFEHUB_CACHE_DIR"}
+        child = pexpect.spawn(sys.executable, ["-c", quickstart.text], cwd=str(shell.cwd),
+                              env=env, encoding="utf-8", timeout=120)
+        child.expect(r"\[y/N\] ")
+        assert_shows(prompt.text, child.before + child.after, prompt.where)
+        child.sendline("y")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == 0, child.before
+        assert "['tiny_mlp']" in child.before
+        assert "stopped" in served.stop()
+    assert served.process.returncode == 0
+    root = Path(served.exports["SAFEHUB_CACHE_DIR"]).parent
+    assert not root.exists()  # the demo's files went with it
 
     # safehub.install(): torch.hub.load now goes through safehub (to the stand-in).
     import torch
@@ -317,7 +324,7 @@ def test_readme(docs: Docs, isolated: Path) -> None:
     with environment(shell.env, shell.cwd):
         try:
             exec(compile(docs.mapped(routed.text), routed.where, "exec"), namespace)
-            model = torch.hub.load("org/repo:v1.2", "resnet_tiny")
+            model = torch.hub.load("org/repo:v1.2", "resnet_tiny", trust_repo=True)
         finally:
             safehub.uninstall()
     assert isinstance(model, torch.nn.Linear)

@@ -371,3 +371,31 @@ def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
                 apply(next(f for f in options if f.kind != "say"))
     assert target.read_text() == "x"
     safehub.Hub()  # the project's file is still valid
+
+
+NESTING = '''\
+import torch
+
+dependencies = ["torch"]
+
+
+def outer(spec):
+    """Load another hub repo from this repo's own code (as ZoeDepth loads MiDaS)."""
+    return torch.hub.load(spec, "echo", "nested", trust_repo=True)
+'''
+
+
+def test_a_renamed_repo_loaded_by_a_repos_own_code(
+        make_hub_repo, server, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CI", "true")
+    make_hub_repo("acme", "outer", {"hubconf.py": NESTING})
+    make_hub_repo("intel", "midas")
+    server.rename_repo("intel", "midas", "Isl-Org", "MiDaS")  # as GitHub spells the new one
+    error = refused(lambda: load("acme/outer:v1.0", "outer", "intel/midas:v1.0",
+                                 trust_repo=True), safehub.RepoMovedError)
+    hint = error.hint or ""
+    assert "load it as" not in hint and "repo's code" in hint  # not a change the user can make
+    assert 'repo = "Isl-Org/MiDaS"' in hint
+    apply_kind(error, "add")
+    assert load("acme/outer:v1.0", "outer", "intel/midas:v1.0", trust_repo=True) == (
+        ("nested",), {})

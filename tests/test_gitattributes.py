@@ -84,6 +84,7 @@ def repo(tmp_path_factory: pytest.TempPathFactory) -> Repo:
     return r
 
 
+@pytest.mark.slow
 @settings(max_examples=25 * SCALE, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(batch=st.lists(setups(), min_size=8, max_size=8))

@@ -196,6 +196,7 @@ print("ok", prepared.tree.digest)
 """
 
 
+@pytest.mark.slow
 def test_read_only_shared_cache_read_by_32_processes(
     hub_repo: HubRepo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

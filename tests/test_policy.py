@@ -573,6 +573,7 @@ def policy_documents():  # type: ignore[no-untyped-def]
         "deny": st.lists(deny, max_size=2)})
 
 
+@pytest.mark.slow
 def test_the_validator_and_the_derived_pydantic_model_agree(tmp_path: Path) -> None:
     """One declaration, two readers: whatever one accepts the other accepts, with the same
     values; whatever one refuses the other refuses."""

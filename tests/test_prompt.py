@@ -47,6 +47,7 @@ def test_anything_but_yes_refuses(hub_repo: HubRepo, canary: Path, tmp_path: Pat
     assert runs(canary) == 0
 
 
+@pytest.mark.slow
 @needs_torch
 def test_yes_loads_and_is_remembered_for_this_content_only(
     hub_repo: HubRepo, canary: Path, tmp_path: Path

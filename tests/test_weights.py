@@ -51,6 +51,58 @@ def test_an_allowed_weights_url_loads(weights: str) -> None:
     assert list(state) == ["w"]
 
 
+def test_the_weights_safehub_fetched_for_the_repo_are_in_its_report(
+        weights: str, server: GitHubStandIn, isolated: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import json
+
+    from safehub.cli import main
+
+    hub = safehub.Hub()
+    hub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)
+    report = hub.last_report
+    assert report is not None and report.fetched == [weights]
+    host = weights.split("/")[2]
+    assert f"{host}:443" in report.hosts or host in report.hosts
+    audit = [json.loads(line) for line in
+             next(isolated.rglob("audit.jsonl")).read_text().splitlines()]
+    assert weights in audit[-1]["runtime"]["fetched"] and audit[-1]["runtime"]["hosts"]
+    Path(hub.settings.data_dir, "weights", "pins.json").unlink()  # a fresh download
+    for f in Path(isolated).rglob("w.pth"):
+        f.unlink()
+    capsys.readouterr()
+    assert main(["load", "acme/weighted:v1.0", "weighted", "--args", json.dumps([weights]),
+                 "--report"]) == 0
+    out = capsys.readouterr().out
+    import re
+
+    assert re.search(r"safehub fetched +" + re.escape(weights), out), out
+    assert "connected to           -" not in out
+
+
+def test_a_new_weight_pin_goes_to_the_users_records_and_says_how_to_lock_it(
+        weights: str, isolated: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from safehub.cli import main
+
+    monkeypatch.setenv("CI", "true")
+    assert main(["lock", "acme/weighted:v1.0"]) == 0
+    lockfile = Path("safehub.lock")
+    before = lockfile.read_bytes()
+    capsys.readouterr()
+    safehub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)
+    err = capsys.readouterr().err
+    assert lockfile.read_bytes() == before  # a load never changes the tracked lockfile
+    pins = Path(safehub.Hub().settings.data_dir, "weights", "pins.json")
+    assert f"pinned the weights {weights}" in err and str(pins) in err
+    command = err.split("`")[1]
+    assert command == "safehub lock acme/weighted:v1.0"
+    assert main(command.split()[1:]) == 0  # the printed command, as printed
+    assert "[[repo.weights]]" in lockfile.read_text() and weights in lockfile.read_text()
+    safehub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)
+    assert "pinned the weights" not in capsys.readouterr().err  # said once, when new
+
+
 @pytest.mark.parametrize("target", ["foreign", "path", "http"])
 def test_a_weights_redirect_outside_the_policy_is_refused(
     weights: str, server: GitHubStandIn, target: str

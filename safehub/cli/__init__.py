@@ -15,35 +15,19 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from safehub._internal.warn import printable
-from safehub.cli import text
+from safehub.cli import admin, text
+from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from safehub.cli.common import Parser as _Parser
+from safehub.cli.common import Usage as _Usage
+from safehub.cli.common import emit as _emit
+from safehub.cli.common import hub as _hub
 from safehub.cli.parser import for_cli
-from safehub.errors import CacheError, PolicyError, SafehubError, SpecError
+from safehub.errors import CacheError, SafehubError, SpecError
 
 __all__ = ["main"]
-
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-DATA = Path(__file__).parents[1] / "_data"
-FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
-            "ci": ("ci.toml", "project")}
-
-
-class _Usage(Exception):
-    """A usage error (argparse's, or the command's own)."""
-
-    def __init__(self, message: str, command: str = "") -> None:
-        super().__init__(message)
-        self.command = command
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise _Usage(message, self.prog)
-
 
 def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
                call: Callable[[], Any]) -> Any:
@@ -61,24 +45,6 @@ def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
         raise text.RepoCodeError(e, spec, entrypoint, local) from e
     finally:
         sys.stdout, sys.stderr = streams  # the repo's code may have replaced them
-
-
-def _hub(args: argparse.Namespace) -> Any:
-    from safehub.hub import Hub
-
-    overrides: dict[str, Any] = {}
-    if getattr(args, "cache_dir", None):
-        overrides["cache_dir"] = args.cache_dir
-    if getattr(args, "lockfile", None):
-        overrides["lockfile"] = args.lockfile
-    return Hub(surface="cli", **overrides)
-
-
-def _emit(args: argparse.Namespace, data: Any, shown: str) -> None:
-    if getattr(args, "json", False):
-        text.out(json.dumps(data, indent=2, sort_keys=True, default=str))
-    elif shown:
-        text.out(shown)
 
 
 def _specs_from(args: argparse.Namespace) -> list[str]:
@@ -114,6 +80,21 @@ def _trust(args: argparse.Namespace) -> Any:
     return True if args.trust else "check"
 
 
+def _positional(given: str | None) -> list[Any]:
+    """``--args``: the entrypoint's positional arguments, a JSON list."""
+    if given is None:
+        return []
+    try:
+        values = json.loads(given)
+    except (ValueError, RecursionError) as e:
+        raise _Usage(f"--args is not JSON ({e}); e.g. --args '[16, \"relu\"]'",
+                     "safehub load") from e
+    if not isinstance(values, list):
+        raise _Usage(f"--args must be a JSON list, e.g. --args '[{json.dumps(values)}]'",
+                     "safehub load")
+    return values
+
+
 def _cmd_load(args: argparse.Namespace) -> int:
     try:
         kwargs = json.loads(args.kwargs) if args.kwargs is not None else {}
@@ -122,6 +103,7 @@ def _cmd_load(args: argparse.Namespace) -> int:
                      "safehub load") from e
     if not isinstance(kwargs, dict):
         raise _Usage("--kwargs must be a JSON object, e.g. --kwargs '{\"n\": 2}'", "safehub load")
+    positional = _positional(args.positional)
     reserved = sorted(set(kwargs) & {"source", "trust_repo", "force_reload", "verbose",
                                      "skip_validation", "repo_or_dir", "model"})
     if reserved:
@@ -130,8 +112,9 @@ def _cmd_load(args: argparse.Namespace) -> int:
     hub = _hub(args)
     try:
         obj = _repo_code(hub, args.source == "local", args.spec, args.entrypoint, lambda: hub.load(
-            args.spec, args.entrypoint, source=args.source, trust_repo=_trust(args),
-            force_reload=args.force_reload, verbose=not args.quiet, **kwargs))
+            args.spec, args.entrypoint, *positional, source=args.source,
+            trust_repo=_trust(args), force_reload=args.force_reload, verbose=not args.quiet,
+            **kwargs))
     except (SafehubError, text.RepoCodeError):
         if args.report and hub.last_report is not None and not args.json:
             sys.stderr.write(text.runtime(hub.last_report.to_json()) + "\n")
@@ -208,11 +191,14 @@ def _cmd_lock(args: argparse.Namespace) -> int:
             raise _Usage("--check takes no specs, --from, --upgrade or --rewrite", "safehub lock")
         results = [dataclasses.replace(r, fix=for_cli(r.fix, args))
                    for r in operations.lock_check(hub)]
-        _emit(args, [r.to_json() for r in results], text.lock_statuses(results))
-        return EXIT_OK if all(r.ok for r in results) else EXIT_REFUSED
+        ok = all(r.ok for r in results)
+        _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok,
+                     "entries": [r.to_json() for r in results]}, text.lock_statuses(results))
+        return EXIT_OK if ok else EXIT_REFUSED
     changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
                               rewrite=args.rewrite)
-    _emit(args, [c.to_json() for c in changes], text.lock_changes(changes, hub.lockfile_path))
+    _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes]},
+          text.lock_changes(changes, hub.lockfile_path))
     return EXIT_OK
 
 
@@ -222,7 +208,8 @@ def _cmd_prefetch(args: argparse.Namespace) -> int:
     hub = _hub(args)
     mirror = Path(args.mirror) if args.mirror else None
     rows = operations.prefetch(hub, _specs_from(args), mirror=mirror, read_only=args.read_only)
-    _emit(args, [r.to_json() for r in rows], text.prefetched(rows))
+    _emit(args, {"cache": str(hub.cache.root), "mirror": str(mirror) if mirror else None,
+                 "entries": [r.to_json() for r in rows]}, text.prefetched(rows))
     return EXIT_OK
 
 
@@ -274,79 +261,6 @@ def _cmd_sign(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- policy ------------------------------------------------------------------------------------
-
-def _cmd_policy_show(args: argparse.Namespace) -> int:
-    from safehub.config import Settings
-    from safehub.policy import load_policy, searched
-
-    places = searched()
-    try:
-        data = (policy := load_policy()).describe()
-    except PolicyError as e:  # one line and the fix (validate lists every fault)
-        first, *faults = e.message.split("\n")
-        more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
-        raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
-                          hint=e.hint) from e
-    data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
-                        for c in places]  # and what a final file makes of variables:
-    data["ignored"] = [i.to_json() for i in Settings.from_env(policy=policy).ignored]
-    _emit(args, data, text.policy(data, places))
-    return EXIT_OK
-
-
-def _cmd_policy_validate(args: argparse.Namespace) -> int:
-    from safehub.policy import validate_file
-
-    results = []
-    for name in args.files:
-        try:
-            policy = validate_file(Path(name), origin=args.role or _role(Path(name)))
-            results.append({"file": name, "ok": True, "rules": len(policy.rules)})
-        except PolicyError as e:
-            results.append({"file": name, "ok": False, "error": e.message, "fix": e.hint})
-    _emit(args, results, "\n".join(
-        f"ok   {r['file']} ({r['rules']} rules)" if r["ok"] else
-        f"FAIL {r['error']}" + (f"\n  fix: {r['fix']}" if r["fix"] else "")
-        for r in results))
-    return EXIT_OK if all(r["ok"] for r in results) else EXIT_REFUSED
-
-
-def _role(path: Path) -> str:
-    """The role a policy file has where safehub looks for it, else by its name."""
-    from safehub.policy import searched
-
-    for place in searched():
-        with contextlib.suppress(OSError):
-            if place.exists and place.path.samefile(path):
-                return place.origin
-    return "project" if path.name == "safehub.toml" else "extra"
-
-
-def _cmd_policy_init(args: argparse.Namespace) -> int:
-    from safehub.policy import searched
-
-    name, origin = FLAVOURS[args.flavour]
-    target = Path(args.path) if args.path else next(
-        c.path for c in searched() if c.origin == origin)
-    if os.path.lexists(target):
-        raise PolicyError(f"{target} exists already; safehub policy init never overwrites",
-                          hint="edit it, or write elsewhere with --path (then point "
-                          "SAFEHUB_POLICY at it)")
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with open(target, "xb") as f:  # never over a file that appeared meanwhile
-            f.write((DATA / "policies" / name).read_bytes())
-    except OSError as e:
-        raise PolicyError(f"cannot write {target} ({e.strerror or e})", hint=(
-            "the site policy needs an admin (sudo), " if args.flavour == "admin" else "")
-            + "or write elsewhere with --path") from e
-    _emit(args, {"written": str(target), "flavour": args.flavour},
-          f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` says what "
-          f"a repo needs), then check it with `safehub policy validate {target}`")
-    return EXIT_OK
-
-
 # -- the rest ----------------------------------------------------------------------------------
 
 def _cmd_cache(args: argparse.Namespace) -> int:
@@ -359,15 +273,20 @@ def _cmd_cache(args: argparse.Namespace) -> int:
                          hint="point --cache-dir or SAFEHUB_CACHE_DIR at a folder")
     if args.cache_command == "ls":
         rows = operations.cache_entries(hub)
-        _emit(args, [r.to_json() for r in rows], text.cache_rows(rows, hub.cache.root))
+        chosen = hub.settings.cache_source
+        _emit(args, {"cache": str(hub.cache.root), "chosen_by": chosen,
+                     "entries": [r.to_json() for r in rows]},
+              text.cache_rows(rows, hub.cache.root, chosen))
         return EXIT_OK
     if args.cache_command == "verify":
         checks = operations.cache_verify(hub, args.commit)
         if args.commit and not checks:
             raise CacheError(f"no cached commit starts with {' or '.join(args.commit)}",
                              hint="`safehub cache ls` lists the cached commits")
-        _emit(args, [r.to_json() for r in checks], text.cache_checks(checks))
-        return EXIT_OK if all(r.ok for r in checks) else EXIT_REFUSED
+        ok = all(r.ok for r in checks)
+        _emit(args, {"cache": str(hub.cache.root), "ok": ok,
+                     "entries": [r.to_json() for r in checks]}, text.cache_checks(checks))
+        return EXIT_OK if ok else EXIT_REFUSED
     removed = operations.cache_clear(hub, args.commit)
     _emit(args, {"cleared": args.commit or "all", "removed": removed},
           f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} from "
@@ -392,24 +311,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
               "--confine, SAFEHUB_CONFINE or [safehub] confine = true)")
         return EXIT_OK
     return launch(command, ruleset)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from safehub.demo import run_demo
-
-    return EXIT_OK if run_demo() else EXIT_REFUSED
-
-
-def _cmd_docs(args: argparse.Namespace) -> int:
-    pages = sorted(p.stem for p in (DATA / "docs").glob("*.md"))
-    if args.topic is None:
-        _emit(args, {"pages": pages}, "safehub docs TOPIC prints one of: " + ", ".join(pages))
-        return EXIT_OK
-    if args.topic not in pages:
-        raise _Usage(f"no page {args.topic!r}; pages: {', '.join(pages)}", "safehub docs")
-    page = (DATA / "docs" / f"{args.topic}.md").read_text(encoding="utf-8")
-    _emit(args, {"topic": args.topic, "text": page}, page)
-    return EXIT_OK
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -496,7 +397,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "load": _cmd_load, "list": _cmd_list, "help": _cmd_help, "check": _cmd_check,
     "trust": _cmd_trust, "untrust": _cmd_untrust, "lock": _cmd_lock,
     "prefetch": _cmd_prefetch, "verify": _cmd_verify, "sign": _cmd_sign,
-    "policy show": _cmd_policy_show, "policy validate": _cmd_policy_validate,
-    "policy init": _cmd_policy_init, "cache": _cmd_cache, "run": _cmd_run,
-    "demo": _cmd_demo, "docs": _cmd_docs,
+    "policy show": admin.policy_show, "policy validate": admin.policy_validate,
+    "policy init": admin.policy_init, "cache": _cmd_cache, "run": _cmd_run,
+    "demo": admin.demo, "docs": admin.docs,
 }

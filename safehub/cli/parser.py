@@ -7,7 +7,7 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 
-__all__ = ["build", "for_cli"]
+__all__ = ["JSON_FIELDS", "build", "for_cli"]
 
 Command = Callable[[argparse.Namespace], int]
 _FORMAT = argparse.RawDescriptionHelpFormatter
@@ -86,15 +86,49 @@ def _entrypoint(value: str) -> str:
     return value
 
 
-def _options(p: argparse.ArgumentParser, *names: str) -> None:
+#: The fields of each command's ``--json`` object, as its ``--help`` names them (an error is
+#: one object too: error, message, hint, exit). A field in brackets is there only with the
+#: option it names; after ``|``: the object with that option instead.
+JSON_FIELDS: dict[str, str] = {
+    "load": "spec, entrypoint, result, [--report] runtime",
+    "list": "spec, entrypoints",
+    "help": "spec, entrypoint, signature, doc",
+    "check": "spec, repo, entrypoint, policy_files, outcome, why, fix, error, ref, commit, "
+             "proof, policy, reasons, requirements, violations, cached, digest, "
+             "entrypoint_found, entrypoint_note, signature",
+    "trust": "repo, ref, commit, digest",
+    "untrust": "removed",
+    "lock": "lockfile, changes | --check: lockfile, ok, entries",
+    "prefetch": "cache, mirror, entries",
+    "verify": "target, signer, files, uncovered, commit, digest, valid",
+    "sign": "signature",
+    "policy show": "files, mode, warn_files, unknown_repos, settings, local_dirs, confine, "
+                   "rules, searched, cache, ignored",
+    "policy validate": "ok, files",
+    "policy init": "written, path, flavour, machine_wide, [not written] refuses, "
+                   "[not written] policy, [not written] install",
+    "cache ls": "cache, chosen_by, entries",
+    "cache verify": "cache, ok, entries",
+    "cache clear": "cleared, removed",
+    "run": "command, confine",
+    "docs": "pages | TOPIC: topic, text",
+}
+
+
+def _json_help(key: str) -> str:
+    return ("print one JSON object for scripts and CI, with: " + JSON_FIELDS[key]
+            + " (an error: error, message, hint, exit)")
+
+
+def _options(p: argparse.ArgumentParser, *names: str, key: str = "") -> None:
     """Add the shared options ``names`` (only where they apply)."""
     if "json" in names:
-        p.add_argument("--json", action="store_true",
-                       help="print one JSON object (errors too) for scripts and CI")
+        p.add_argument("--json", action="store_true", help=_json_help(key))
     if "cache" in names:
         p.add_argument("--cache-dir", metavar="DIR", type=_folder_to_be,
                        help="cache root (default: SAFEHUB_CACHE_DIR, the policy's cache_dir, "
-                       "or the user cache dir)")
+                       "safehub/ beneath torch's hub dir if you moved it, or the user "
+                       "cache dir)")
     if "lockfile" in names:
         p.add_argument("--lockfile", metavar="FILE", type=_file_to_be,
                        help="lockfile (default: SAFEHUB_LOCKFILE, the policy's lockfile, or "
@@ -123,7 +157,9 @@ def build(parser_class: type[argparse.ArgumentParser],
         "  safehub lock owner/repo:v1.0     # pin its commit and content in ./safehub.lock\n"
         "  safehub list owner/repo:v1.0     # its entrypoints (imports its hubconf.py)\n"
         "  safehub load owner/repo:v1.0 ENTRYPOINT\n"
-        "More: safehub docs TOPIC, and safehub COMMAND --help")
+        "To try every command first on a loopback hub (no network): safehub demo --serve\n"
+        "More: safehub docs TOPIC; safehub docs env (every environment variable), safehub "
+        "docs cli (every command and option); safehub COMMAND --help")
     p.add_argument("--version", action="version", version=f"safehub {__version__}")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND",
                            parser_class=parser_class)
@@ -151,7 +187,7 @@ class _Adder:
         cmd = (parent or self.sub).add_parser(name, help=help_text,
                                               description=description or help_text,
                                               formatter_class=_FORMAT)
-        _options(cmd, *options)
+        _options(cmd, *options, key=(key or name) if key != "cache" else f"cache {name}")
         cmd.set_defaults(func=self.commands[key or name], prog=cmd.prog)
         return cmd
 
@@ -162,7 +198,9 @@ def _loading(add: _Adder) -> None:
     load = add("load", "load an entrypoint, like torch.hub.load",
                "Check, fetch and verify SPEC, then run ENTRYPOINT through torch's loader.\n"
                "Example: safehub load pytorch/vision:v0.19.0 resnet18 --kwargs "
-               "'{\"weights\": null}'", "json", "cache", "lockfile", "trust", "reload")
+               "'{\"weights\": null}'\nPositional arguments, as a JSON list: "
+               "safehub load demo/tiny-hub:v1.0 tiny_mlp --args '[16]'", "json", "cache",
+               "lockfile", "trust", "reload")
     load.add_argument("spec", help=spec_help + "; a folder with --source local")
     load.add_argument("entrypoint", type=_entrypoint,
                       help="a callable in the repo's hubconf.py")
@@ -170,6 +208,9 @@ def _loading(add: _Adder) -> None:
                       help="github (default) or local (a folder on this machine: nothing "
                       "fetched or hashed, as torch.hub, but the policy's local_dirs apply; "
                       "its code runs without the runtime guard)")
+    load.add_argument("--args", dest="positional", metavar="JSON",
+                      help="positional arguments for the entrypoint, as a JSON list, e.g. "
+                      "--args '[8]'")
     load.add_argument("--kwargs", metavar="JSON",
                       help="keyword arguments for the entrypoint, as a JSON object")
     load.add_argument("-q", "--quiet", action="store_true", help="no download messages")
@@ -279,13 +320,13 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                           "is a project's: only the keys a project may set, paths inside "
                           "its folder)")
     init = add("init", "write a commented starter policy (never overwrites)",
-               "admin: the site policy (strict organisation); team: your user policy (an "
-               "allowlist); ci: ./safehub.toml for a CI job.", "json", parent=psub,
-               key="policy init")
+               _init_description(), "json", parent=psub, key="policy init")
     init.add_argument("--for", dest="flavour", choices=sorted(
         ("admin", "team", "ci")), default="team", help="which starter (default: team)")
     init.add_argument("--path", type=_file_to_be,
                       help="write here instead of the usual place")
+    init.add_argument("--yes", action="store_true",
+                      help="write the machine-wide (site) policy without asking")
 
     cache = sub.add_parser("cache", help="list, re-hash or clear the cache")
     csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION",
@@ -309,9 +350,39 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     run.add_argument("--dry-run", action="store_true",
                      help="print the ruleset --confine would apply, and run nothing")
     run.add_argument("command_line", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
-    add("demo", "run the whole pipeline on a shipped example (no network)")
+    demo = add("demo", "run the whole pipeline on a shipped example (no network)",
+               "Without --serve: load a shipped example from a loopback GitHub of its own, "
+               "then show four refusals, and stop.\nWith --serve: keep a loopback hub with "
+               "the demo's repos up until Ctrl-C (one signed, one whose tag moved, a fork's "
+               "commit, one that phones home), and print the export lines that point "
+               "safehub at it (its own cache and policy: nothing of yours changes), so the "
+               "README's Quickstart and any command can be tried against it.")
+    demo.add_argument("--serve", action="store_true",
+                      help="serve the demo's repos until Ctrl-C, for trying commands")
+    demo.add_argument("--port", type=_port, help="with --serve: the port (default: any free)")
     docs = add("docs", "print a page of safehub's documentation", "", "json")
-    docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...")
+    docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...; "
+                      "env: every environment variable; cli: every command and option")
+
+
+def _port(value: str) -> int:
+    if not value.isdigit() or not 0 < int(value) < 65536:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (1 to 65535)")
+    return int(value)
+
+
+def _init_description() -> str:
+    """The paths ``policy init`` may write, as they are on this machine."""
+    from safehub.cli.admin import init_target
+
+    return ("Write a commented starter policy, never over an existing file:\n"
+            f"  --for admin  {init_target('admin')}: the machine-wide (site) policy, a strict "
+            "organisation's; every load by every user obeys it, so it is written only with "
+            "--yes or after you confirm on a terminal (else it is printed, with the command "
+            "that installs it)\n"
+            f"  --for team   {init_target('team')}: your user policy (an allowlist)\n"
+            f"  --for ci     {init_target('ci')}: the project's policy for a CI job\n"
+            "  --path FILE  anywhere else instead")
 
 
 def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
@@ -327,7 +398,8 @@ def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
              if value]
     if not given:
         return hint
-    from safehub.cli import COMMANDS, _Parser
+    from safehub.cli import COMMANDS
+    from safehub.cli.common import Parser as _Parser
 
     def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
         found: dict[str, argparse.ArgumentParser] = {}
@@ -346,8 +418,10 @@ def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
             if len(words) > 2 and words[2] in sub:
                 parser = sub[words[2]]
             takes = parser._option_string_actions
+            command, gap, note = line.partition("   (")  # a note after the command
             for flag, value in given:
                 if flag in takes and flag not in words:
-                    line += f" {flag} {shlex.quote(str(value))}"
+                    command += f" {flag} {shlex.quote(str(value))}"
+            line = command + gap + note
         lines.append(line)
     return "\n".join(lines)

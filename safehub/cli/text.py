@@ -156,10 +156,18 @@ def prefetched(rows: Sequence[Any]) -> str:
                      for r in rows)
 
 
-def cache_rows(rows: Sequence[Any], root: object) -> str:
-    return "\n".join(
-        f"{r.commit[:12]}  {','.join(r.repos) or '-':30}  {r.files:6} files  "
-        f"{r.digest[:23]}  {r.level}" for r in rows) or f"(the cache at {root} is empty)"
+def cache_rows(rows: Sequence[Any], root: object, chosen_by: str = "") -> str:
+    where = f"cache {root}" + (f" ({chosen_by})" if chosen_by else "")
+    if not rows:
+        return f"{where}: empty"
+    table = [("COMMIT", "REPO", "SPECS", "FILES", "DIGEST", "LEVEL")]
+    table += [(r.commit[:12], r.repo or ",".join(r.repos) or "(unknown)",
+               ",".join(r.specs) or "-", str(r.files), r.digest[:23], r.level) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    lines = ["  ".join(cell.rjust(w) if i == 3 else cell.ljust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+             for row in table]
+    return "\n".join([f"{where}:", *lines])
 
 
 def cache_checks(results: Sequence[Any]) -> str:
@@ -178,6 +186,9 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
             continue
         final = ", final" if info["final"] else ""
         lines.append(f"  {name} = {info['value']!r}  (from {info['from']}{final})")
+    if "cache" in data:
+        lines.append(f"  the cache: {data['cache']['path']}  (chosen by "
+                     f"{data['cache']['chosen_by']})")
     for held in data.get("local_dirs", ()):
         dirs = "no local folder" if held["value"] is None else held["value"]
         lines.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
@@ -207,7 +218,8 @@ def runtime(report: dict[str, Any]) -> str:
                        ("programs", "started"), ("writes", "wrote outside its tree"),
                        ("libraries", "loaded native code"), ("environ", "changed environment"),
                        ("kernel", "the kernel refuses"),
-                       ("leftovers", "left imported")):
+                       ("leftovers", "left imported"),
+                       ("fetched", "safehub fetched")):
         done = [item for item in report.get(key, ()) if item not in refused]
         lines.append(f"  {label:22} {', '.join(done) or '-'}")
     for shadow in report["shadowing"]:

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import io
-import os
 import tempfile
 import zipfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,20 +22,6 @@ from safehub.errors import SafehubError
 __all__ = ["run_demo"]
 
 _EXAMPLE = Path(__file__).parents[1] / "_data" / "demo_hub"
-
-
-@contextlib.contextmanager
-def _environ(values: dict[str, str]) -> Iterator[None]:
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _swap_hubconf(data: bytes) -> bytes:
@@ -54,6 +39,7 @@ def _swap_hubconf(data: bytes) -> bytes:
 
 def run_demo(say: Callable[[str], None] = print) -> bool:
     """Run the demo; return True if every step behaved as it should."""
+    from safehub.demo.serve import environ
     from safehub.demo.server import DemoGitHub, git
     from safehub.hub import Hub
     from safehub.policy import Policy
@@ -88,7 +74,7 @@ def run_demo(say: Callable[[str], None] = print) -> bool:
         (fork / "hubconf.py").write_text("print('fork code')\n")
         git(fork, "commit", "-q", "-a", "-m", "evil")
         fork_sha = git(fork, "rev-parse", "HEAD")
-        with DemoGitHub(root) as server, _environ({"REQUESTS_CA_BUNDLE": str(server.ca_cert)}):
+        with DemoGitHub(root) as server, environ({"REQUESTS_CA_BUNDLE": str(server.ca_cert)}):
             server.add_repo("demo", "tiny-hub", repo)
             server.add_repo("mallory", "tiny-hub", fork, fork_of="demo/tiny-hub")
             hub = Hub(

@@ -120,17 +120,17 @@ class _Repo:
 class DemoGitHub:
     """Serve repos on loopback HTTPS: ``with DemoGitHub(tmp) as gh: gh.add_repo(...)``."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, port: int = 0) -> None:
         self.ca_cert, cert, key = _make_tls(folder / "tls")
         self.repos: dict[str, _Repo] = {}
         self.log: list[str] = []
         self.archive_filter: Callable[[bytes], bytes] | None = None
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(cert, key)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
         self._server.socket = context.wrap_socket(self._server.socket, server_side=True)
         self._server.demo = self  # type: ignore[attr-defined]
-        port = self._server.server_address[1]
+        self.port = port = self._server.server_address[1]
         self.api_url = f"https://localhost:{port}/api/v3"
         self.web_url = f"https://localhost:{port}/web"
         self.codeload_url = f"https://127.0.0.1:{port}/codeload"

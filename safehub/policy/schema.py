@@ -120,7 +120,8 @@ def _table(scope: str, raw: Any, where: str, faults: _Faults,
         except _Nested:
             ok = False
         except Fault as e:
-            shown = "" if isinstance(value, list | dict) else f" (got {value!r})"
+            shown = ("" if isinstance(value, list | dict) or "(got " in str(e)
+                     else f" (got {value!r})")
             faults.add(here, f"{e}{shown}")
             ok = False
     for key in keys.values():
@@ -219,8 +220,10 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
                 if table is not None:
                     rules[scope].append(table)
     if faults.items or section is None:
-        raise PolicyError(f"policy file {source} is invalid:\n    "
-                          + "\n    ".join(faults.items), hint=_fix(source, origin))
+        error = PolicyError(f"policy file {source} is invalid:\n    "
+                            + "\n    ".join(faults.items), hint=_fix(source, origin))
+        error.faults = tuple(faults.items)
+        raise error
     return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]),
                     confine)
 

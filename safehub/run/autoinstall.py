@@ -8,10 +8,10 @@ import importlib.machinery
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING
+from types import ModuleType, TracebackType
+from typing import TYPE_CHECKING, Any
 
 from safehub.errors import ConfineError, SpecError
 
@@ -51,8 +51,48 @@ class _Finder(importlib.abc.MetaPathFinder):
         return spec
 
 
+_PACKAGE = str(Path(__file__).resolve().parents[1])
+
+
+def _excepthook(kind: type[BaseException], error: BaseException, tb: TracebackType | None,
+                previous: Callable[..., Any] = sys.__excepthook__) -> None:
+    """A refusal the program did not catch: its own frames down to the call it made, then
+    safehub's message and fix; no frames of safehub's (they say nothing the user can act
+    on). Any other error goes to the hook that was there before."""
+    from safehub.errors import SafehubError
+
+    if not isinstance(error, SafehubError):
+        previous(kind, error, tb)
+        return
+    import traceback
+
+    frames = []
+    for frame in traceback.extract_tb(tb):
+        if frame.filename.startswith("<safehub") or os.path.realpath(
+                frame.filename).startswith(_PACKAGE + os.sep):
+            break  # safehub's frames, and whatever ran below them
+        frames.append(frame)
+    shown = "".join(["Traceback (most recent call last):\n",
+                     *traceback.format_list(frames)]) if frames else ""
+    sys.stderr.write(f"{shown}safehub: {type(error).__name__}: {error.message}\n"
+                     + (f"  fix: {error.hint}\n" if error.hint else ""))
+    sys.stderr.flush()
+
+
+def _hook_refusals() -> None:
+    previous = sys.excepthook
+
+    def hook(kind: type[BaseException], error: BaseException,
+             tb: TracebackType | None) -> None:
+        _excepthook(kind, error, tb, previous)
+
+    sys.excepthook = hook
+
+
 def arm() -> None:
-    """Route torch.hub through safehub now, or as soon as it is imported."""
+    """Route torch.hub through safehub now, or as soon as it is imported; a refusal the
+    program does not catch is shown as the message and its fix."""
+    _hook_refusals()
     if "torch.hub" in sys.modules:
         import safehub
 

@@ -78,4 +78,5 @@ def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
         repo=spec.repo, patterns=reqs.weights, rules=reqs.weights_rules,
         weights_only=reqs.weights_only, warn_only=decision.mode == "warn",
         locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
-        records=WeightPins(data_dir), repo_key=spec.key, transport=transport)
+        records=WeightPins(data_dir), repo_key=spec.key, transport=transport,
+        locked_spec=lock.spec if lock is not None else None)

@@ -66,6 +66,11 @@ class WeightsGuard:
     transport: Transport | None = None
     """Downloads go through safehub's transport (every hop checked); None: torch's."""
     max_bytes: int = 64 * 1024**3
+    locked_spec: str | None = None
+    """The lockfile's spec for this repo, if it is locked (``safehub lock SPEC`` copies the
+    user's new pins into that entry)."""
+    fetched: Callable[[str], None] | None = None
+    """Told each URL safehub downloads for the repo (the runtime report's ``fetched``)."""
 
     def check_url(self, url: str) -> None:
         parts = urlparse(url)
@@ -132,6 +137,20 @@ class WeightsGuard:
             if self.records is not None:
                 self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
                                  repo=self.repo_key)
+                if pinned is None:
+                    self._say_pinned(url, digest)
+
+    def _say_pinned(self, url: str, digest: str) -> None:
+        """A new pin went to the user's records, never the lockfile (a load does not change
+        a tracked file): say so, and how to add it to the lockfile."""
+        import sys
+
+        assert self.records is not None
+        to_lock = (f"; `safehub lock {self.locked_spec}` adds it to the lockfile"
+                   if self.locked_spec else "")
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            sys.stderr.write(f"safehub: pinned the weights {url} of {self.repo} (sha256 "
+                             f"{digest[:16]}...) in {self.records.path}{to_lock}\n")
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 
@@ -146,6 +165,12 @@ class WeightsGuard:
             self.check_url(url)
         except PolicyDenied as e:
             raise PolicyDenied(f"{e.message} (reached by a redirect)", hint=e.hint) from None
+        self._tell(url)
+
+    def _tell(self, url: str) -> None:
+        """safehub is about to download ``url`` for the repo (a hop, or the first URL)."""
+        if self.fetched is not None:
+            self.fetched(url)
 
     def download_url_to_file(self, url: str, dst: str, hash_prefix: str | None = None,
                              progress: bool = True) -> None:
@@ -155,6 +180,7 @@ class WeightsGuard:
         self.check_url(url)
         target = Path(os.path.expanduser(dst))
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
+            self._tell(url)
             _original("download_url_to_file")(url, dst, hash_prefix, progress)
         else:
             self._fetch(url, target, hash_prefix, progress)
@@ -171,7 +197,7 @@ class WeightsGuard:
             with os.fdopen(fd, "wb") as out, own_work():  # safehub's own download
                 self.transport.download(
                     url, out, what=f"weights {url}", max_bytes=self.max_bytes,
-                    allow=self._hop if self.patterns else _any_https_host,
+                    allow=self._hop if self.patterns else self._tell,
                     progress=terminal_progress(url) if progress else None,
                     accept="*/*")
             if hash_prefix is not None:
@@ -207,10 +233,6 @@ class WeightsGuard:
 
 def _text(value: object, name: str) -> str:
     return plain_text(value, f"the weights download's {name}")
-
-
-def _any_https_host(url: str) -> None:
-    """No policy names weights hosts: any host, but still HTTPS on every hop."""
 
 
 def _original(name: str) -> Callable[..., Any]:

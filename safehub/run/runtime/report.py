@@ -25,7 +25,9 @@ class RuntimeReport:
     compiled modules imported from writable places, ctypes functions looked up;
     ``kernel``: under ``safehub run --confine``, the actions above the kernel refuses;
     ``refused``: every refusal, in order; ``shadowing``: top-level names of the tree that
-    shadow other modules; ``leftovers``: the tree's modules still imported afterwards.
+    shadow other modules; ``leftovers``: the tree's modules still imported afterwards;
+    ``fetched``: what safehub downloaded on the repo's behalf (weights, every URL of the
+    way), whose hosts are in ``hosts`` too.
     """
 
     repo: str
@@ -41,6 +43,7 @@ class RuntimeReport:
     refused: list[RuntimeGuardError] = field(default_factory=list)
     shadowing: list[Shadow] = field(default_factory=list)
     leftovers: list[str] = field(default_factory=list)
+    fetched: list[str] = field(default_factory=list)
     truncated: int = 0
 
     def raise_if_refused(self) -> None:
@@ -59,8 +62,18 @@ class RuntimeReport:
             "refused": [{"action": e.action, "target": e.target, "key": e.key,
                          "message": e.message} for e in self.refused],
             "shadowing": [s.to_json() for s in self.shadowing],
-            "leftovers": list(self.leftovers), "truncated": self.truncated,
+            "leftovers": list(self.leftovers), "fetched": list(self.fetched),
+            "truncated": self.truncated,
         }
+
+    def add_fetched(self, url: str) -> None:
+        """safehub downloads ``url`` for the repo (its weights): the URL and its host."""
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        if parts.hostname:
+            self.add_entry(self.fetched, url)
+            self.add_entry(self.hosts, f"{parts.hostname}:{parts.port or 443}")
 
     def add_entry(self, entries: list[str], value: str) -> None:
         """Add ``value`` to one of the lists above once, up to the cap."""

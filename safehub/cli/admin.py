@@ -1,0 +1,221 @@
+"""The ``safehub`` verbs that look after the machine rather than load: ``policy
+show|validate|init``, ``docs`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from safehub.cli import text
+from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
+from safehub.errors import PolicyError
+
+__all__ = ["FLAVOURS", "demo", "docs", "policy_init", "policy_show", "policy_validate"]
+
+#: ``policy init --for F``: (starter file in policies/, the role of the file it writes)
+FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
+            "ci": ("ci.toml", "project")}
+
+
+def policy_show(args: argparse.Namespace) -> int:
+    from safehub.policy import load_policy, searched
+
+    places = searched()
+    try:
+        data = load_policy().describe()
+    except PolicyError as e:  # one line and the fix (validate lists every fault)
+        first, *faults = e.message.split("\n")
+        more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
+        raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
+                          hint=e.hint) from e
+    data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
+                        for c in places]
+    settings = hub(args).settings
+    data["cache"] = {"path": str(settings.cache_dir), "chosen_by": settings.cache_source}
+    data["ignored"] = [i.to_json() for i in settings.ignored]  # what a final file overrides
+    emit(args, data, text.policy(data, places))
+    return EXIT_OK
+
+
+def policy_validate(args: argparse.Namespace) -> int:
+    from safehub.policy import validate_file
+
+    results = []
+    for name in args.files:
+        role, in_force = _role(Path(name))
+        role = args.role or role
+        result: dict[str, Any] = {"file": name, "role": role, "in_force": in_force}
+        try:
+            policy = validate_file(Path(name), origin=role)
+            result.update(ok=True, rules=len(policy.rules), faults=[], fix=None)
+        except PolicyError as e:
+            faults = list(e.faults) or [e.message]
+            result.update(ok=False, rules=None, faults=faults, fix=_validate_fix(
+                name, in_force, e))
+        results.append(result)
+    ok = all(r["ok"] for r in results)
+    emit(args, {"ok": ok, "files": results}, "\n".join(_validated(r) for r in results))
+    return EXIT_OK if ok else EXIT_REFUSED
+
+
+def _validated(r: dict[str, Any]) -> str:
+    where = ("in force" if r["in_force"] else
+             "not in force: safehub does not read it where it is")
+    if r["ok"]:
+        return f"ok   {r['file']} ({r['rules']} rules; {r['role']} file, {where})"
+    lines = [f"FAIL {r['file']} ({r['role']} file, {where}): "
+             f"{len(r['faults'])} fault{'s' if len(r['faults']) != 1 else ''}"]
+    lines += [f"    {fault}" for fault in r["faults"]]
+    return "\n".join([*lines, f"  fix: {r['fix']}"])
+
+
+def _validate_fix(name: str, in_force: bool, error: PolicyError) -> str:
+    if not error.faults:  # it could not be read at all: the reader's own fix
+        return error.hint or "fix the file"
+    fix = "edit the file: each fault above names the key and what it takes"
+    if in_force:
+        return fix + "; until it is valid no repo loads on this machine (fail closed)"
+    return (fix + f"; it is not in force (to use it, add it to SAFEHUB_POLICY, e.g. "
+            f"export SAFEHUB_POLICY={shlex.quote(os.path.abspath(name))})")
+
+
+def _role(path: Path) -> tuple[str, bool]:
+    """(the role a policy file has where safehub looks for it, else by its name; whether
+    safehub reads it now)."""
+    from safehub.policy import searched
+
+    for place in searched():
+        with contextlib.suppress(OSError):
+            if place.exists and place.path.samefile(path):
+                return place.origin, True
+    return ("project" if path.name == "safehub.toml" else "extra"), False
+
+
+def init_target(flavour: str) -> Path:
+    """Where ``policy init --for FLAVOUR`` writes without ``--path``."""
+    from safehub.policy import searched
+
+    origin = FLAVOURS[flavour][1]
+    return next(c.path for c in searched() if c.origin == origin)
+
+
+def _machine_wide(target: Path) -> bool:
+    from safehub.policy import searched
+
+    real = os.path.realpath(target)
+    return any(c.origin == "site" and os.path.realpath(c.path) == real for c in searched())
+
+
+def _refuses(body: str, target: Path) -> str:
+    """What a starter file refuses, in words (read from the file itself)."""
+    from safehub.policy.schema import parse_text
+
+    spec = parse_text(body, str(target), origin="site")
+    said = []
+    if spec.safehub.unknown_repos == "deny":
+        said.append("every repo no [[allow]] rule names (unknown_repos = \"deny\")")
+    for rule in spec.allow:
+        needs = [f"pin = {rule.pin!r}"] if rule.pin != "none" else []
+        needs += [f"signature = {rule.signature!r}"] if rule.signature == "required" else []
+        if needs:
+            said.append(f"{rule.repo} without {' and '.join(needs)}")
+    said += [f"{rule.repo} (a [[deny]] rule)" for rule in spec.deny]
+    final = ("; final = true: no user, project or SAFEHUB_POLICY file can loosen it"
+             if spec.safehub.final else "")
+    return "; ".join(said) + final
+
+
+def _confirmed(target: Path, refuses: str) -> bool:
+    """Ask on a terminal (never in CI or without one) whether to write ``target``."""
+    from safehub.config import env_flag
+
+    interactive = (sys.stdin is not None and sys.stdin.isatty()
+                   and not env_flag(os.environ, "CI")
+                   and not env_flag(os.environ, "SAFEHUB_NONINTERACTIVE"))
+    if not interactive:
+        return False
+    sys.stderr.write(f"safehub: this writes {target}, the machine-wide policy: every load by "
+                     f"every user of this machine obeys it from then on. It refuses {refuses}."
+                     f"\nWrite {target}? [y/N] ")
+    sys.stderr.flush()
+    try:
+        answer = sys.stdin.readline()
+    except (OSError, ValueError, KeyboardInterrupt):
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def policy_init(args: argparse.Namespace) -> int:
+    name, _ = FLAVOURS[args.flavour]
+    target = Path(args.path) if args.path else init_target(args.flavour)
+    if os.path.lexists(target):
+        raise PolicyError(f"{target} exists already; safehub policy init never overwrites",
+                          hint="edit it, or write elsewhere with --path (then point "
+                          "SAFEHUB_POLICY at it)")
+    body = (DATA / "policies" / name).read_text(encoding="utf-8")
+    if _machine_wide(target) and not args.yes:
+        refuses = _refuses(body, target)
+        if not _confirmed(target, refuses):
+            install = ("safehub policy init --for admin --yes"
+                       + (f" --path {shlex.quote(str(target))}" if args.path else ""))
+            emit(args, {"written": None, "path": str(target), "flavour": args.flavour,
+                        "machine_wide": True, "refuses": refuses, "policy": body,
+                        "install": install},
+                 f"{body}\n# Not written: {target} is the machine-wide policy (every load by "
+                 f"every user obeys it; it refuses {refuses}).\n# Edit the lines above to "
+                 f"your organisation, then install them with `{install}` (as an admin), or "
+                 "write them elsewhere with --path to try them first.")
+            return EXIT_OK
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with open(target, "x", encoding="utf-8") as f:  # never over a file made meanwhile
+            f.write(body)
+    except OSError as e:
+        raise PolicyError(f"cannot write {target} ({e.strerror or e})", hint=(
+            "the site policy needs an admin (sudo), " if args.flavour == "admin" else "")
+            + "or write elsewhere with --path") from e
+    emit(args, {"written": str(target), "path": str(target), "flavour": args.flavour,
+                "machine_wide": _machine_wide(target)},
+         f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` says what "
+         f"a repo needs), then check it with `safehub policy validate {target}`")
+    return EXIT_OK
+
+
+def docs(args: argparse.Namespace) -> int:
+    from safehub.cli import reference
+
+    pages = sorted(p.stem for p in (DATA / "docs").glob("*.md"))
+    generated = {"env": reference.environment, "cli": reference.commands}
+    if args.topic is None:
+        emit(args, {"pages": pages + sorted(generated)}, "safehub docs TOPIC prints one of: "
+             + ", ".join(pages) + "; and, made from safehub itself: env (environment "
+             "variables), cli (every command and option)")
+        return EXIT_OK
+    if args.topic in generated:
+        page = generated[args.topic]()
+    elif args.topic in pages:
+        page = (DATA / "docs" / f"{args.topic}.md").read_text(encoding="utf-8")
+    else:
+        raise Usage(f"no page {args.topic!r}; pages: {', '.join(pages + sorted(generated))}",
+                    "safehub docs")
+    emit(args, {"topic": args.topic, "text": page}, page)
+    return EXIT_OK
+
+
+def demo(args: argparse.Namespace) -> int:
+    if args.serve:
+        from safehub.demo.serve import serve
+
+        serve(args.port or 0)
+        return EXIT_OK
+    if args.port is not None:
+        raise Usage("--port goes with --serve: safehub demo --serve --port 8443",
+                    "safehub demo")
+    from safehub.demo import run_demo
+
+    return EXIT_OK if run_demo() else EXIT_REFUSED
