@@ -399,5 +399,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "prefetch": _cmd_prefetch, "verify": _cmd_verify, "sign": _cmd_sign,
     "policy show": admin.policy_show, "policy validate": admin.policy_validate,
     "policy init": admin.policy_init, "cache": _cmd_cache, "run": _cmd_run,
-    "demo": admin.demo, "docs": admin.docs,
+    "demo": admin.demo, "docs": admin.docs, "install": admin.environment_hook,
+    "uninstall": admin.environment_hook,
 }

@@ -1,5 +1,5 @@
 """The ``safehub`` verbs that look after the machine rather than load: ``policy
-show|validate|init``, ``docs`` and ``demo``."""
+show|validate|init``, ``install|uninstall --environment``, ``docs`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -14,8 +14,10 @@ from typing import Any
 from safehub.cli import text
 from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
 from safehub.errors import PolicyError
+from safehub.run import environment
 
-__all__ = ["FLAVOURS", "demo", "docs", "policy_init", "policy_show", "policy_validate"]
+__all__ = ["FLAVOURS", "demo", "docs", "environment_hook", "policy_init", "policy_show",
+           "policy_validate"]
 
 #: ``policy init --for F``: (starter file in policies/, the role of the file it writes)
 FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
@@ -38,7 +40,23 @@ def policy_show(args: argparse.Namespace) -> int:
     settings = hub(args).settings
     data["cache"] = {"path": str(settings.cache_dir), "chosen_by": settings.cache_source}
     data["ignored"] = [i.to_json() for i in settings.ignored]  # what a final file overrides
+    data["environment_hook"] = environment.hook().to_json()
     emit(args, data, text.policy(data, places))
+    return EXIT_OK
+
+
+def environment_hook(args: argparse.Namespace) -> int:
+    """``safehub install --environment`` and ``safehub uninstall --environment``."""
+    if args.command == "install":
+        found = environment.install()
+        emit(args, found.to_json(), f"wrote {found.path}: every Python process of this "
+             "environment now routes torch.hub through safehub (`safehub uninstall "
+             "--environment` removes it)")
+        return EXIT_OK
+    removed = environment.uninstall()
+    found = environment.hook()
+    emit(args, {**found.to_json(), "removed": removed},
+         f"removed {found.path}" if removed else f"no environment hook at {found.path}")
     return EXIT_OK
 
 

@@ -89,6 +89,8 @@ def _entrypoint(value: str) -> str:
 #: The fields of each command's ``--json`` object, as its ``--help`` names them (an error is
 #: one object too: error, message, hint, exit). A field in brackets is there only with the
 #: option it names; after ``|``: the object with that option instead.
+ENV_HOOK = "safehub-torchhub.pth"  # safehub.run.environment.FILE_NAME (a test holds them equal)
+
 JSON_FIELDS: dict[str, str] = {
     "load": "spec, entrypoint, result, [--report] runtime",
     "list": "spec, entrypoints",
@@ -103,7 +105,7 @@ JSON_FIELDS: dict[str, str] = {
     "verify": "target, signer, files, uncovered, commit, digest, valid",
     "sign": "signature",
     "policy show": "files, mode, warn_files, unknown_repos, settings, local_dirs, confine, "
-                   "rules, searched, cache, ignored",
+                   "rules, searched, cache, ignored, environment_hook",
     "policy validate": "ok, files",
     "policy init": "written, path, flavour, machine_wide, [not written] refuses, "
                    "[not written] policy, [not written] install",
@@ -111,6 +113,8 @@ JSON_FIELDS: dict[str, str] = {
     "cache verify": "cache, ok, entries",
     "cache clear": "cleared, removed",
     "run": "command, confine",
+    "install": "path, state",
+    "uninstall": "path, state, removed",
     "docs": "pages | TOPIC: topic, text",
 }
 
@@ -338,12 +342,25 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
         action.add_argument("commit", nargs="*", type=_commit_prefix,
                             help="commit sha prefixes (default: all)")
 
+    for verb, what in (("install", "write"), ("uninstall", "remove")):
+        hook = add(verb, f"{what} the environment hook (--environment)",
+                   f"--environment: {what} {ENV_HOOK} in the active environment's "
+                   "site-packages. With it, every Python process of that environment "
+                   "routes torch.hub.load/list/help through safehub, with -E, -I or a "
+                   "scrubbed environment too (not -S). In a script, safehub.install() "
+                   "routes that one process.", "json")
+        hook.add_argument("--environment", action="store_true", required=True,
+                          help=f"{what} the .pth hook in this environment's site-packages")
+
     run = add("run", "run a program with torch.hub routed through safehub",
               "Every Python process COMMAND starts routes torch.hub.load/list/help through "
-              "safehub. With --confine (or SAFEHUB_CONFINE=1, or a policy's [safehub] "
-              "confine = true), the kernel's Landlock holds COMMAND and every process it "
-              "starts to the policy's [confine] table: writes only below its folders and "
-              "safehub's, only its programs, TCP only to its ports (`safehub docs confine`).\n"
+              "safehub, through PYTHONPATH: children started with python -E or -I, or with "
+              "an environment that drops PYTHONPATH, are not covered; `safehub install "
+              "--environment` covers every process of the environment. With --confine (or "
+              "SAFEHUB_CONFINE=1, or a policy's [safehub] confine = true), the kernel's "
+              "Landlock holds COMMAND and every process it starts to the policy's [confine] "
+              "table: writes only below its folders and safehub's, only its programs, TCP "
+              "only to its ports (`safehub docs confine`).\n"
               "Example: safehub run --confine -- python train.py", "json")
     run.add_argument("--confine", action="store_true",
                      help="hold COMMAND to the [confine] rules with Landlock (Linux)")

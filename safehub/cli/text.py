@@ -196,6 +196,9 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
         for i, layer in enumerate(layers):
             how = "" if i == 0 else ", narrows"
             lines.append(f"  [confine] {name} = {layer['value']!r}  (from {layer['from']}{how})")
+    hook = data.get("environment_hook")
+    if hook:
+        lines.append(f"environment hook: {hook['state']} ({hook['path']})")
     for item in data.get("ignored", ()):
         lines.append(f"  IGNORED {item['given']}: {item['by']} sets {item['key']} = "
                      f"{item['held']!r} ({item['why']})")
