@@ -83,6 +83,22 @@ def _base_url(value: str | None, name: str, default: str) -> str:
     return url.rstrip("/")
 
 
+def _oci_places(raw: Any, where: str) -> tuple[str, ...]:
+    """``SAFEHUB_OCI`` (comma-separated) or the policy's ``oci`` list, each entry checked."""
+    from safehub._internal.ocirefs import split_place
+
+    items = raw.split(",") if isinstance(raw, str) else list(raw or ())
+    places = tuple(item.strip() for item in items if item.strip())
+    for item in places:
+        try:
+            split_place(item)
+        except ValueError as e:
+            raise SpecError(f"{where}: {item!r} is {e}",
+                            hint="write SAFEHUB_OCI=registry.example.com/team/hub (comma "
+                            "separated, tried in order) or SAFEHUB_OCI=oci:/path/to/dir") from None
+    return places
+
+
 def _stdin_is_tty() -> bool:
     try:
         return sys.stdin is not None and sys.stdin.isatty()
@@ -129,6 +145,9 @@ class Settings:
     """Where offline mode was switched on (for messages)."""
     confine: bool = False
     """``safehub run`` confines its command (``SAFEHUB_CONFINE=1`` or ``confine = true``)."""
+    oci: tuple[str, ...] = ()
+    """Where locked specs load from instead of GitHub (``SAFEHUB_OCI``, ``oci = [...]``):
+    ``REGISTRY/REPOSITORY`` or ``oci:DIR`` entries, tried in order."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -174,6 +193,7 @@ class Settings:
             runtime=str(value("runtime")),
             offline_source=offline_source,
             confine=bool(value("confine")),
+            oci=_oci_places(*resolve_setting(policy, "oci", env)),
         )
 
     def with_changes(self, **changes: object) -> Settings:
