@@ -70,6 +70,12 @@ class Target:
         return f"https://{self.registry}/v2/{self.repository}"
 
 
+def _header(headers: Mapping[str, str], name: str) -> str:
+    """A header's value whatever its case as the server spelled it ("" if absent)."""
+    wanted = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == wanted), "")
+
+
 def _netloc(url: str) -> str:
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
@@ -193,7 +199,7 @@ class Registry:
         what = f"manifest {digest} to {self.target} as {reference}"
         reply = self._send("PUT", f"{self.target.base}/manifests/{reference}", what, data,
                            {"Content-Type": MANIFEST_TYPE})
-        said = reply.headers.get("Docker-Content-Digest")
+        said = _header(reply.headers, "Docker-Content-Digest")
         if said and said != digest:
             raise IntegrityError(f"{self.target} stored the manifest {digest} as {said}",
                                  hint="the registry rewrote the manifest; use another one")
@@ -210,7 +216,7 @@ class Registry:
             method, url, what=what, body=body, headers=headers, allow=self._hop))
 
     def _location(self, reply: Any, base: str, what: str) -> str:
-        location = reply.headers.get("Location")
+        location = _header(reply.headers, "Location")
         if reply.status not in (202, 204) or not location:
             raise FetchError(f"{self.target} answered {reply.status} without an upload "
                              f"location to the {what}", hint="the registry is broken; retry")
@@ -259,7 +265,7 @@ class Registry:
         raise AssertionError("unreachable")
 
     def _login(self, e: HTTPError, what: str) -> None:
-        scheme, params = challenge(e.headers.get("WWW-Authenticate", ""))
+        scheme, params = challenge(_header(e.headers, "WWW-Authenticate"))
         cred = self._credential()
         if scheme == "basic":
             if cred is None:
