@@ -200,16 +200,18 @@ class Transport:
 
     def get(self, url: str, *, what: str, accept: str = "application/json",
             headers: Headers | None = None, allow: HopCheck | None = None,
-            max_bytes: int | None = None) -> Reply:
-        """GET a whole answer (at most ``max_bytes``, default the JSON cap)."""
+            max_bytes: int | None = None, too_big: Callable[[], Exception] | None = None
+            ) -> Reply:
+        """GET a whole answer (at most ``max_bytes``, default the JSON cap; over it,
+        ``too_big()`` is raised, by default a :class:`FetchError`)."""
         cap = self.config.max_json_bytes if max_bytes is None else max_bytes
 
         def attempt(write_ok: Callable[[], bool]) -> Reply:
             parts: list[bytes] = []
             url_, redirected, resp_headers = self._stream(
                 url, what, accept, headers, allow, cap, parts.append, None, write_ok,
-                too_big=lambda: FetchError(f"the answer for {what} is larger than "
-                                           f"{cap:,} bytes"))
+                too_big=too_big or (lambda: FetchError(f"the answer for {what} is larger "
+                                                       f"than {cap:,} bytes")))
             return Reply(b"".join(parts), url_, redirected, resp_headers)
 
         result: Reply = self._retrying(what, attempt)

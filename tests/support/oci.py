@@ -21,7 +21,7 @@ from types import TracebackType
 
 from .tls import TLSFiles
 
-__all__ = ["USER", "PASSWORD", "DockerRegistry", "docker_config", "missing_tools"]
+__all__ = ["PASSWORD", "USER", "DockerRegistry", "docker_config", "missing_tools"]
 
 USER, PASSWORD = "fleet", "fleet-secret-1"
 

@@ -98,6 +98,9 @@ class Registry:
         self._cred: Credential | bool | None = False  # False: not read yet
         self._auth: str | None = None
 
+    def __str__(self) -> str:
+        return str(self.target)
+
     # -- reading ----------------------------------------------------------------------
 
     def manifest(self, digest: str) -> bytes:
@@ -106,7 +109,9 @@ class Registry:
         what = f"manifest {digest} from {self.target}"
         return self._authorized(what, lambda: self.transport.get(
             url, what=what, accept=MANIFEST_TYPE, headers=self._headers, allow=self._hop,
-            max_bytes=MAX_MANIFEST)).body
+            max_bytes=MAX_MANIFEST, too_big=lambda: IntegrityError(
+                f"{self.target} sent more than the {MAX_MANIFEST:,}-byte cap of a manifest "
+                f"for {digest}; stopped reading", hint=_HOSTILE))).body
 
     def blob(self, desc: Descriptor, out: IO[bytes]) -> None:
         """Stream the blob into ``out``: at most its size, then its sha256 checked."""
@@ -274,6 +279,8 @@ class Registry:
                 f"{cred.username}:{cred.secret}".encode()).decode()
         elif scheme == "bearer":
             self._auth = "Bearer " + self._token(params, cred, what)
+        elif not scheme:
+            raise self._refused(e, what)
         else:
             raise FetchError(f"{self.target} asks for {scheme or 'no'} auth for {what}; "
                              "safehub speaks Basic and Bearer", hint=_LOGIN.format(self.target))
