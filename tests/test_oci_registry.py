@@ -154,3 +154,36 @@ def test_air_gap_layout_export_skopeo_copy_import_and_load(
     node(tmp_path, monkeypatch, imported, "import-node")
     assert safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
     assert server.requests_log == []
+
+
+def test_through_a_pull_through_cache_each_blob_leaves_the_origin_once(
+        hub_repo: HubRepo, tls: TLSFiles, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An anonymous origin (pushed to without credentials) and a second docker-registry in
+    proxy mode in front of it: nodes load through the cache, and the origin serves each
+    blob once. (Distribution 2.8's proxy did not pass htpasswd credentials upstream here:
+    "unauthorized: authentication required" although its challenge was Basic.)"""
+    env = {**os.environ, "SSL_CERT_FILE": str(tls.ca_cert)}  # the proxy trusts the origin
+    with DockerRegistry(tmp_path / "origin", tls, auth=False) as origin:
+        target = f"{origin.host}/team/hub"
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
+        assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+        proxy = DockerRegistry(tmp_path / "proxy", tls, auth=False, proxy_of=origin)
+        proxy.start(env)
+        try:
+            server.clear_log()
+            pulled = []
+            for i in range(3):
+                before = origin.blob_gets()
+                node(tmp_path, monkeypatch, f"{proxy.host}/team/hub", f"cached-node{i}")
+                prepared = safehub.Hub().prepare("acme/models:v1.0", trust_repo=True,
+                                                 verbose=False)
+                assert (prepared.path / "hubconf.py").is_file()
+                pulled.append(origin.blob_gets() - before)
+            assert server.requests_log == []
+            # The first node's pull fills the cache (Distribution 2.8 asks the origin for
+            # each blob twice then: once to serve, once to store); later nodes reach the
+            # origin for no blob at all.
+            assert 2 <= pulled[0] <= 4 and pulled[1:] == [0, 0]
+        finally:
+            proxy.stop()
