@@ -130,7 +130,7 @@ def test_offline_opens_no_socket_even_with_a_registry(monkeypatch: pytest.Monkey
 
 def test_a_layout_is_as_untrusted_as_a_registry(tmp_path: Path) -> None:
     layout = Layout(tmp_path / "layout")
-    manifest, config = build(CONFIG, ARCHIVE)
+    manifest, _ = build(CONFIG, ARCHIVE)
     snap = parse_manifest(manifest, sha256(manifest), "x")
     layout.write_blob(ARCHIVE, snap.archive.digest)
     digest = layout.write_manifest(manifest, "acme-tiny-v1")
