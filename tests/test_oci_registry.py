@@ -187,3 +187,26 @@ def test_through_a_pull_through_cache_each_blob_leaves_the_origin_once(
             assert 2 <= pulled[0] <= 4 and pulled[1:] == [0, 0]
         finally:
             proxy.stop()
+
+
+def test_chunked_uploads_and_mounts_from_another_repository(
+        hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blob over the chunk size goes up in PATCH chunks; one already in another repository
+    of the registry is mounted, not sent again; loads read both."""
+    from safehub.sources.oci import Registry, Target, registry as client
+    from safehub.sources.oci.artifact import Descriptor, sha256
+    from safehub.sources.transport import Transport
+
+    monkeypatch.setattr(client, "CHUNK", 1000)
+    blob = os.urandom(2500)
+    digest = sha256(blob)
+    hub = safehub.Hub()
+    chunked = Registry(Transport(hub.settings.transport_config()),
+                       Target.parse(f"{logged_in.host}/chunks/a"), push=True)
+    assert chunked.push_blob(blob, digest, len(blob)) == "chunked"
+    assert chunked.push_blob(blob, digest, len(blob)) == "present"
+    other = Registry(Transport(hub.settings.transport_config()),
+                     Target.parse(f"{logged_in.host}/chunks/b"), push=True)
+    assert other.push_blob(blob, digest, len(blob), mount_from="chunks/a") == "mounted"
+    assert other.blob_bytes(Descriptor("application/octet-stream", digest, len(blob))) == blob
