@@ -194,7 +194,8 @@ def test_chunked_uploads_and_mounts_from_another_repository(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A blob over the chunk size goes up in PATCH chunks; one already in another repository
     of the registry is mounted, not sent again; loads read both."""
-    from safehub.sources.oci import Registry, Target, registry as client
+    from safehub.sources.oci import Registry, Target
+    from safehub.sources.oci import registry as client
     from safehub.sources.oci.artifact import Descriptor, sha256
     from safehub.sources.transport import Transport
 
@@ -210,3 +211,34 @@ def test_chunked_uploads_and_mounts_from_another_repository(
                      Target.parse(f"{logged_in.host}/chunks/b"), push=True)
     assert other.push_blob(blob, digest, len(blob), mount_from="chunks/a") == "mounted"
     assert other.blob_bytes(Descriptor("application/octet-stream", digest, len(blob))) == blob
+
+
+def test_a_release_asset_signature_travels_in_the_snapshot(
+        logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path, isolated: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy requires a key signature found as a release asset: it is pushed as its own
+    layer, and a node verifies it from the snapshot, asking GitHub nothing."""
+    import json
+
+    import requests
+
+    from tests.test_release_assets import Released
+    from tests.test_signed_load import policy
+
+    released = Released(tmp_path, server)
+    policy(isolated, released.rule())
+    target = f"{logged_in.host}/team/signed"
+    assert main(["prefetch", "--oci", target, "acme/released:v2.0"]) == 0
+    digest = lockfile().entries["acme/released:v2.0"].oci
+    manifest = requests.get(f"https://{logged_in.host}/v2/team/signed/manifests/{digest}",
+                            auth=(USER, PASSWORD), verify=str(server.ca_cert), timeout=30,
+                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    layers = json.loads(manifest.content)["layers"]
+    assert [la["mediaType"] for la in layers] == [
+        "application/vnd.safehub.archive.v1.zip", "application/vnd.dev.sigstore.bundle.v0.3+json"]
+
+    node(tmp_path, monkeypatch, target, "signed-node")
+    server.clear_log()
+    prepared = safehub.Hub().prepare("acme/released:v2.0", trust_repo=True, verbose=False)
+    assert prepared.signature.startswith("verified (key ")
+    assert server.requests_log == []
