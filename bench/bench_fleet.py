@@ -13,8 +13,8 @@ locked cold load costs in requests.
    --oci` to a registry; N node processes, each with its own empty cache, released together,
    cold-load (the whole pipeline, `Hub.prepare`) all 3 from the registry, then again
    through a second docker-registry in proxy mode (a pull-through cache), cold and then
-   filled: successes, GitHub requests, the origin's blob GETs, times. Then a ``--big-mb`` snapshot: push, pull
-   (verified load) and `skopeo copy` of the same artifact.
+   filled: successes, GitHub requests, the origin's blob GETs, times. Then a ``--big-mb``
+   snapshot: push, pull (verified load) and `skopeo copy` of the same artifact.
 """
 
 from __future__ import annotations
