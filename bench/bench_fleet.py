@@ -1,7 +1,7 @@
 """Fleet scale: many processes warm-loading from one shared, read-only cache, and what a
 locked cold load costs in requests.
 
-    python bench/bench_fleet.py [--procs 64]
+    python bench/bench_fleet.py [--procs 64] [--oci-only] [--big-mb 100]
 
 1. `safehub lock` + `safehub prefetch --cache-dir SHARED --read-only` (sealed for sharing).
 2. One process loads alone (5 times): the baseline load time.
@@ -9,6 +9,12 @@ locked cold load costs in requests.
    `safehub.load` with SAFEHUB_OFFLINE=1: median and p95 against the baseline.
 4. A locked cold load against the GitHub stand-in, and against a static mirror written by
    `safehub prefetch --mirror`: API calls and HTTP requests.
+5. OCI (issue 19; needs Debian's docker-registry): 3 specs pushed with `safehub prefetch
+   --oci` to a registry; N node processes, each with its own empty cache, released together,
+   cold-load (the whole pipeline, `Hub.prepare`) all 3 from the registry, then again
+   through a second docker-registry in proxy mode (a pull-through cache), cold and then
+   filled: successes, GitHub requests, the origin's blob GETs, times. Then a ``--big-mb``
+   snapshot: push, pull (verified load) and `skopeo copy` of the same artifact.
 """
 
 from __future__ import annotations
@@ -77,7 +83,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--procs", type=int, default=64)
     ap.add_argument("--files", type=int, default=1000)
+    ap.add_argument("--oci-only", action="store_true", help="only part 5 (OCI)")
+    ap.add_argument("--big-mb", type=int, default=100, help="size of part 5's big snapshot")
     args = ap.parse_args(argv)
+    if args.oci_only:
+        return oci_bench(args.procs, args.big_mb)
 
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-fleet-"))
     home = work / "home"
@@ -145,7 +155,153 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {n}/{n} succeeded; the read-only cache was not written")
     for label, (api, total) in cold.items():
         print(f"locked cold load via {label}: {api} API calls, {total} HTTP requests")
+    return oci_bench(args.procs, args.big_mb)
+
+
+OCI_CHILD = """
+import sys, time
+import safehub
+print("ready", flush=True)
+sys.stdin.readline()
+t = time.perf_counter()
+for spec in sys.argv[1:]:
+    safehub.Hub().prepare(spec, trust_repo=True, verbose=False)
+print(f"{(time.perf_counter() - t) * 1e3:.3f}", flush=True)
+"""
+
+
+def oci_nodes(n: int, specs: list[str], env: dict[str, str], cwd: Path, root: Path
+              ) -> list[float]:
+    """N processes, each its own empty cache and data dir, released together."""
+    procs = []
+    for i in range(n):
+        node_env = {**env, "SAFEHUB_CACHE_DIR": str(root / f"n{i}/cache"),
+                    "XDG_DATA_HOME": str(root / f"n{i}/data")}
+        procs.append(subprocess.Popen([sys.executable, "-c", OCI_CHILD, *specs], cwd=cwd,
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, env=node_env))
+    for p in procs:
+        assert p.stdout is not None
+        if p.stdout.readline().strip() != "ready":
+            raise RuntimeError(p.communicate()[1])
+    for p in procs:
+        assert p.stdin is not None
+        p.stdin.write("go\n")
+        p.stdin.flush()
+    times = []
+    for p in procs:
+        out, err = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            raise RuntimeError(err)
+        times.append(float(out.strip().splitlines()[-1]))
+    return times
+
+
+def oci_bench(n: int, big_mb: int) -> int:
+    """Part 5 (see the module docstring); prints its table."""
+    import time
+
+    from tests.support.oci import DockerRegistry, missing_tools
+
+    if missing_tools():
+        print(f"OCI part skipped: {missing_tools()}")
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="safehub-bench-oci-"))
+    project = work / "project"
+    project.mkdir(parents=True)
+    os.environ.update(home_env(work / "home"))
+    os.environ["DOCKER_CONFIG"] = str(work / "docker")  # anonymous registries
+    os.chdir(project)
+    server = start_server(work)
+    rows: list[str] = []
+    try:
+        from safehub.cli import main as cli
+        from tests.support import git, make_repo
+
+        os.environ.update(env_for(server))
+        specs = []
+        for i in range(3):
+            path = work / f"repo{i}"
+            make_repo(path, {"hubconf.py": "dependencies = []\ndef tiny():\n    return 1\n",
+                             "README.md": f"repo {i}\n", "data.txt": "x" * (i * 1000)})
+            git(path, "tag", "v1.0")
+            server.add_repo("bench", f"hub{i}", path)
+            specs.append(f"bench/hub{i}:v1.0")
+        tls = server._tls
+        env = {**os.environ, "SSL_CERT_FILE": str(tls.ca_cert)}
+        with DockerRegistry(work / "origin", tls, auth=False) as origin:
+            proxy = DockerRegistry(work / "proxy", tls, auth=False, proxy_of=origin)
+            proxy.start(env)
+            quiet = io.StringIO()
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                t = time.perf_counter()
+                assert cli(["prefetch", "--oci", f"{origin.host}/bench/hub", *specs]) == 0
+                push_ms = (time.perf_counter() - t) * 1e3
+            node_env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "true",
+                        "SAFEHUB_LOCKFILE": str(project / "safehub.lock"),
+                        "SAFEHUB_GITHUB_API_URL": "https://127.0.0.1:9/no-github",
+                        "SAFEHUB_GITHUB_URL": "https://127.0.0.1:9/no-github"}
+            rows.append(f"push of 3 snapshots (prefetch --oci, whole pipeline): {push_ms:.0f} ms")
+            for label, host in (("registry", origin.host), ("pull-through cache", proxy.host),
+                                ("filled pull-through cache", proxy.host)):
+                server.clear_log()
+                before = origin.blob_gets()
+                times = oci_nodes(n, specs, {**node_env, "SAFEHUB_OCI": f"{host}/bench/hub"},
+                                  project, work / label.replace(" ", "-"))
+                rows.append(f"{n} nodes x 3 specs cold from the {label}: {len(times)}/{n} "
+                            f"succeeded, median {statistics.median(times):.0f} ms, p95 "
+                            f"{p95(times):.0f} ms; GitHub requests {server.count()}; origin "
+                            f"blob GETs {origin.blob_gets() - before} (6 blobs)")
+            proxy.stop()
+            rows += big_snapshot(big_mb, work, origin, server, node_env, tls)
+    finally:
+        server.stop()
+        shutil.rmtree(work, ignore_errors=True)
+    print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, loopback):", *rows]))
     return 0
+
+
+def big_snapshot(megabytes: int, work: Path, origin: object, server: object,
+                 node_env: dict[str, str], tls: object) -> list[str]:
+    """Push and pull of one big snapshot beside skopeo copy of the same artifact."""
+    import time
+
+    from _loopback import make_real_repo
+
+    from safehub.cli import main as cli
+    from safehub.store.lockfile import Lockfile
+
+    git_dir = work / "big.git"
+    make_real_repo(git_dir, files=2000, megabytes=megabytes)
+    server.add_repo("bench", "big", git_dir)  # type: ignore[attr-defined]
+    host = origin.host  # type: ignore[attr-defined]
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        assert cli(["lock", "bench/big:v1.0"]) == 0
+        t = time.perf_counter()
+        assert cli(["prefetch", "--oci", f"{host}/bench/big", "bench/big:v1.0"]) == 0
+        push = time.perf_counter() - t
+    entry = Lockfile.load(Path.cwd() / "safehub.lock").entries["bench/big:v1.0"]
+    env = {**node_env, "SAFEHUB_OCI": f"{host}/bench/big",
+           "SAFEHUB_CACHE_DIR": str(work / "big-node"), "XDG_DATA_HOME": str(work / "bd")}
+    t = time.perf_counter()
+    subprocess.run([sys.executable, "-c", "import safehub; safehub.Hub().prepare("
+                    "'bench/big:v1.0', trust_repo=True, verbose=False)"], env=env, check=True)
+    pull = time.perf_counter() - t
+    certs = work / "certs"
+    certs.mkdir(exist_ok=True)
+    shutil.copy(tls.ca_cert, certs / "ca.crt")  # type: ignore[attr-defined]
+    t = time.perf_counter()
+    subprocess.run(["skopeo", "copy", "--quiet", "--src-cert-dir", str(certs),
+                    "--dest-cert-dir", str(certs), f"docker://{host}/bench/big@{entry.oci}",
+                    f"docker://{host}/bench/big-copy:v1"], check=True,
+                   env={**os.environ, "HOME": str(work)})
+    skopeo = time.perf_counter() - t
+    size = sum(f.stat().st_size for f in (work / "origin/data").rglob("data") if f.is_file())
+    return [f"{megabytes} MB-class snapshot ({size / 1e6:.0f} MB of blobs in the registry): "
+            f"push (prefetch --oci, whole pipeline incl. GitHub fetch) {push:.1f} s, "
+            f"pull (fresh process, verified load into a cold cache) {pull:.1f} s, "
+            f"skopeo copy of the same artifact {skopeo:.1f} s"]
 
 
 if __name__ == "__main__":

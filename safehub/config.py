@@ -158,6 +158,22 @@ def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
     return _user_dir("user_cache_dir"), "the default: the user cache dir"
 
 
+def _oci_places(raw: Any, where: str) -> tuple[str, ...]:
+    """``SAFEHUB_OCI`` (comma-separated) or the policy's ``oci`` list, each entry checked."""
+    from safehub._internal.ocirefs import split_place
+
+    items = raw.split(",") if isinstance(raw, str) else list(raw or ())
+    places = tuple(item.strip() for item in items if item.strip())
+    for item in places:
+        try:
+            split_place(item)
+        except ValueError as e:
+            raise SpecError(f"{where}: {item!r} is {e}",
+                            hint="write SAFEHUB_OCI=registry.example.com/team/hub (comma "
+                            "separated, tried in order) or SAFEHUB_OCI=oci:/path/to/dir") from None
+    return places
+
+
 def _stdin_is_tty() -> bool:
     try:
         return sys.stdin is not None and sys.stdin.isatty()
@@ -307,6 +323,9 @@ class Settings:
     """``(key, file)`` for each ``[safehub]`` key a ``final = true`` file holds."""
     cache_source: str = "the default: the user cache dir"
     """Which rule chose ``cache_dir`` (``policy show``, ``cache ls``)."""
+    oci: tuple[str, ...] = ()
+    """Where locked specs load from instead of GitHub (``SAFEHUB_OCI``, ``oci = [...]``):
+    ``REGISTRY/REPOSITORY`` or ``oci:DIR`` entries, tried in order."""
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None,
@@ -357,6 +376,7 @@ class Settings:
             finals=tuple((name, policy.setting(name).source) for name in KEYS["safehub"]
                          if policy.setting(name).final),
             cache_source=cache_source,
+            oci=_oci_places(*resolve_setting(policy, "oci", env)),
         )
 
     def with_overrides(self, policy: Policy, **changes: Any) -> Settings:

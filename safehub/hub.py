@@ -145,7 +145,9 @@ class Hub:
         return self._weights_transport
 
     def source(self) -> Source:
-        """Where code comes from: the ``source`` given, else GitHub (or a mirror of it)."""
+        """The ``source`` given, else ``SAFEHUB_OCI``'s (locked specs only), else GitHub."""
+        if self._source is None and self.settings.oci:
+            self._source = _oci_source(self)
         return self._source if self._source is not None else self.github()
 
     def github(self) -> GitHub:
@@ -232,6 +234,8 @@ class Hub:
     def _fetch_signature(self, url: str) -> bytes | None:
         from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
 
+        if self.settings.oci and self._source is not None:  # what came with the snapshot
+            return getattr(self._source, "signatures", {}).get(url)
         github = self.github()
         try:
             return self.transport().get(url, what="signature", accept="application/octet-stream",
@@ -377,6 +381,23 @@ class Hub:
             commit = lock.commit if lock else hit.commit if hit else spec.ref
             commit = _trusted_commit(commit, self.consents.list(spec.key), spec)
         return self.consents.remove(spec.key, commit)
+
+
+def _oci_source(hub: Hub) -> Source:
+    """The source of ``SAFEHUB_OCI``, pinned by the lockfile's ``oci`` digests."""
+    from safehub.sources.oci import OciSource, Pin, places
+
+    settings = hub.settings
+
+    def pin(commit: str) -> Pin | None:
+        found = hub.lockfile
+        for e in found.entries.values() if found is not None else ():
+            if e.commit == commit and e.oci:
+                return Pin(e.spec, e.repo or e.repo_key, e.commit, e.tree, e.digest, e.oci)
+        return None
+
+    return OciSource(places(settings.oci, hub.transport(), hosts=settings.extra_hosts), pin,
+                     lockfile=lambda: str(hub.lockfile_path))
 
 
 _LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}

@@ -295,7 +295,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
         entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
                           tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
         if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
-            entry = dataclasses.replace(entry, weights=old.weights)
+            entry = dataclasses.replace(entry, weights=old.weights, oci=old.oci)
         entry = entry.with_pins(pins.for_repo(spec.key))
         change = "added" if old is None else (
             "unchanged" if old.commit == entry.commit else "upgraded")

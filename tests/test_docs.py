@@ -44,7 +44,7 @@ from tests.docs_support import (
     pythonpath,
     run_block,
 )
-from tests.support import GitHubStandIn, git
+from tests.support import GitHubStandIn, TLSFiles, git
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -78,6 +78,8 @@ STAND_INS: dict[str, str] = {
     "/job/": "the project checkout the shells work in",
     "https://mirror.internal/hub-mirror": "the stand-in's mirror host serving /srv/hub-mirror",
     "1.1.1.1:443": "a loopback address and port nothing listens on",
+    "registry.example.com": "a docker-registry 2.8 started by the test (TLS, htpasswd)",
+    "/srv/hub-layout": "tmp_path/root/srv/hub-layout",
 }
 
 #: Commands (a prefix of the line, as the doc writes it) that are not run, and why.
@@ -102,7 +104,8 @@ LAYOUT: dict[str, list[tuple[str, str]]] = {
     "docs/ci.md": [("yaml", "not run"), ("python", "run"), ("", "checked")],
     "docs/confine.md": [("bash", "not run"), ("toml", "checked"), ("bash", "run")],
     "docs/digest.md": [("", "checked"), ("", "checked")],
-    "docs/fleet.md": [("bash", "run")] * 5,
+    "docs/fleet.md": [("bash", "run"), ("bash", "run"), ("bash", "not run"), ("bash", "run"),
+                      ("bash", "run"), *[("bash", "run")] * 5],
     "docs/pinning.md": [("bash", "run"), ("toml", "checked")],
     "docs/policy.md": [("", "checked"), ("toml", "checked"), ("toml", "checked"),
                        ("toml", "checked"), ("json", "checked"),
@@ -239,7 +242,7 @@ def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[n
         "/job/": f"{world.work}/",
         **{shown: str(root / shown.lstrip("/")) for shown in (
             "/shared/hub", "/shared/safehub-cache", "/srv/mirror", "/srv/hub-mirror",
-            "/srv/models")},
+            "/srv/models", "/srv/hub-layout")},
     })
     yield world
     assert server.server_errors == []
@@ -525,7 +528,7 @@ def node(docs: Docs, name: str) -> Shell:
 
 @needs_torch
 def test_fleet(docs: Docs) -> None:
-    lock, prefetch, node_env, mirror, mirror_env = page("docs/fleet.md")
+    lock, prefetch, node_env, mirror, mirror_env = page("docs/fleet.md")[5:]
     git(docs.work, "init", "-q")  # the project is a git checkout
 
     docs.run(lock)
@@ -558,6 +561,43 @@ def test_fleet(docs: Docs) -> None:
     loaded = on_node.run("safehub load myorg/models:v2.1 resnet_tiny --trust")[-1]
     assert loaded.code == 0, loaded
     assert [r.path for r in docs.server.requests_log] == [f"/hub-mirror/myorg/models/zipball/{sha}"]
+
+
+def test_fleet_registry(docs: Docs, tls: TLSFiles, tmp_path: Path) -> None:
+    """The registry path of docs/fleet.md against a real docker-registry 2.8."""
+    from tests.support.oci import PASSWORD, USER, DockerRegistry, docker_config, missing_tools
+
+    if missing_tools():
+        pytest.skip(str(missing_tools()))
+    publish, node_env, _auth, export, other_side = page("docs/fleet.md")[:5]
+    git(docs.work, "init", "-q")
+    with DockerRegistry(tmp_path / "registry", tls) as registry:
+        docs.values["registry.example.com"] = registry.host
+        you = docs.shell()
+        you.env["DOCKER_CONFIG"] = str(docker_config(tmp_path / "docker",
+                                                     {registry.host: (USER, PASSWORD)}))
+        docs.run(publish)
+        assert 'oci = "sha256:' in (docs.work / "safehub.lock").read_text()
+
+        on_node = node(docs, "oci-node")
+        on_node.env["DOCKER_CONFIG"] = you.env["DOCKER_CONFIG"]
+        docs.run(node_env, on_node)
+        docs.server.clear_log()
+        loaded = on_node.run("safehub prefetch myorg/models:v2.1")[-1]  # a cold fetch, no torch
+        assert loaded.code == 0 and docs.sha("myorg/models")[:12] in loaded.out, loaded
+        assert docs.server.requests_log == []
+        refused = on_node.run("safehub check pytorch/vision:v0.19.0")[-1]
+        assert refused.code == 1 and "safehub prefetch --oci" in refused.out, refused
+
+        docs.run(export)  # rebuilt from GitHub here (SAFEHUB_OCI is the nodes' setting)
+        assert (docs.path("/srv/hub-layout") / "index.json").is_file()
+        docs.server.clear_log()
+        gapped = node(docs, "gapped-node")
+        gapped.env["DOCKER_CONFIG"] = you.env["DOCKER_CONFIG"]
+        docs.run(other_side, gapped)
+        loaded = gapped.run("safehub prefetch myorg/models:v2.1")[-1]
+        assert loaded.code == 0 and docs.sha("myorg/models")[:12] in loaded.out, loaded
+        assert docs.server.requests_log == []
 
 
 # -- docs/pinning.md -------------------------------------------------------------------------------

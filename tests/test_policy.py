@@ -522,7 +522,8 @@ def test_only_declared_keys_may_come_from_a_project() -> None:
     from safehub.policy.keys import KEYS
 
     refused = {name for name, key in KEYS["safehub"].items() if not key.project}
-    assert refused == {"cache_dir", "github_api_url", "github_url", "allowed_hosts", "local_dirs"}
+    assert refused == {"cache_dir", "github_api_url", "github_url", "allowed_hosts", "local_dirs",
+                       "oci"}
 
 
 def policy_documents():  # type: ignore[no-untyped-def]

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal.warn import printable
-from safehub.cli import admin, text
+from safehub.cli import admin, fleet, text
 from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
@@ -199,17 +199,6 @@ def _cmd_lock(args: argparse.Namespace) -> int:
                               rewrite=args.rewrite)
     _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes]},
           text.lock_changes(changes, hub.lockfile_path))
-    return EXIT_OK
-
-
-def _cmd_prefetch(args: argparse.Namespace) -> int:
-    from safehub import operations
-
-    hub = _hub(args)
-    mirror = Path(args.mirror) if args.mirror else None
-    rows = operations.prefetch(hub, _specs_from(args), mirror=mirror, read_only=args.read_only)
-    _emit(args, {"cache": str(hub.cache.root), "mirror": str(mirror) if mirror else None,
-                 "entries": [r.to_json() for r in rows]}, text.prefetched(rows))
     return EXIT_OK
 
 
@@ -396,7 +385,8 @@ def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "load": _cmd_load, "list": _cmd_list, "help": _cmd_help, "check": _cmd_check,
     "trust": _cmd_trust, "untrust": _cmd_untrust, "lock": _cmd_lock,
-    "prefetch": _cmd_prefetch, "verify": _cmd_verify, "sign": _cmd_sign,
+    "prefetch": fleet.cmd_prefetch, "verify": _cmd_verify, "sign": _cmd_sign,
+    "oci export": fleet.cmd_oci_export, "oci import": fleet.cmd_oci_import,
     "policy show": admin.policy_show, "policy validate": admin.policy_validate,
     "policy init": admin.policy_init, "cache": _cmd_cache, "run": _cmd_run,
     "demo": admin.demo, "docs": admin.docs, "install": admin.environment_hook,

@@ -101,7 +101,9 @@ JSON_FIELDS: dict[str, str] = {
     "trust": "repo, ref, commit, digest",
     "untrust": "removed",
     "lock": "lockfile, changes | --check: lockfile, ok, entries",
-    "prefetch": "cache, mirror, entries",
+    "prefetch": "cache, mirror, entries, published (--oci)",
+    "oci export": "folder, entries",
+    "oci import": "target, entries",
     "verify": "target, signer, files, uncovered, commit, digest, valid",
     "sign": "signature",
     "policy show": "files, mode, warn_files, unknown_repos, settings, local_dirs, confine, "
@@ -282,6 +284,10 @@ def _pinning(add: _Adder) -> None:
                          help="also write archives laid out like GitHub's archive endpoint")
         pre.add_argument("--read-only", action="store_true",
                          help="seal the cache afterwards so many nodes can share it")
+        pre.add_argument("--oci", metavar="REGISTRY/REPOSITORY",
+                         help="also push one verified OCI snapshot per spec there and record "
+                         "its manifest digest in the lockfile (locking unlocked specs); nodes "
+                         "load it with SAFEHUB_OCI")
 
 
 def _signing(add: _Adder) -> None:
@@ -351,6 +357,22 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                    "routes that one process.", "json")
         hook.add_argument("--environment", action="store_true", required=True,
                           help=f"{what} the .pth hook in this environment's site-packages")
+
+    oci = sub.add_parser("oci", help="carry locked snapshots in OCI image layouts",
+                         description="Air gaps: an OCI image layout folder holds the "
+                         "lockfile's snapshots (skopeo and oras copy it); nodes load from "
+                         "it with SAFEHUB_OCI=oci:DIR, or after `oci import` to a registry.")
+    osub = oci.add_subparsers(dest="oci_command", required=True, metavar="ACTION",
+                              parser_class=parser_class)
+    export = add("export", "write the lockfile's snapshots into an OCI image layout",
+                 "Each snapshot is rebuilt with every check of a load (from SAFEHUB_OCI if "
+                 "set, else GitHub) and must equal the lockfile's oci digest.", "json",
+                 "cache", "lockfile", parent=osub, key="oci export")
+    export.add_argument("folder", metavar="DIR", type=_folder_to_be, help="the layout folder")
+    imp = add("import", "push an OCI image layout's snapshots to a registry", "", "json",
+              "cache", parent=osub, key="oci import")
+    imp.add_argument("folder", metavar="DIR", type=_folder, help="the layout folder")
+    imp.add_argument("target", metavar="REGISTRY/REPOSITORY", help="where to push")
 
     run = add("run", "run a program with torch.hub routed through safehub",
               "Every Python process COMMAND starts routes torch.hub.load/list/help through "

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from safehub.errors import PolicyError
-from safehub.policy.keys import KEYS, TABLE_NAMES, Fault, Key, PathList, PathValue, Tables
+from safehub.policy.keys import KEYS, TABLE_NAMES, Key
+from safehub.policy.values import Fault, PathList, PathValue, Tables
 
 __all__ = ["FileSpec", "Table", "parse_text", "pydantic_model", "validate"]
 

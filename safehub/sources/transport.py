@@ -31,6 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
@@ -78,6 +79,7 @@ class Reply:
     url: str
     redirected: bool
     headers: Mapping[str, str] = field(default_factory=dict)
+    status: int = 200
 
     def json(self, what: str) -> Any:
         """The body as JSON; any decoding problem is a :class:`FetchError`."""
@@ -198,16 +200,18 @@ class Transport:
 
     def get(self, url: str, *, what: str, accept: str = "application/json",
             headers: Headers | None = None, allow: HopCheck | None = None,
-            max_bytes: int | None = None) -> Reply:
-        """GET a whole answer (at most ``max_bytes``, default the JSON cap)."""
+            max_bytes: int | None = None, too_big: Callable[[], Exception] | None = None
+            ) -> Reply:
+        """GET a whole answer (at most ``max_bytes``, default the JSON cap; over it,
+        ``too_big()`` is raised, by default a :class:`FetchError`)."""
         cap = self.config.max_json_bytes if max_bytes is None else max_bytes
 
         def attempt(write_ok: Callable[[], bool]) -> Reply:
             parts: list[bytes] = []
             url_, redirected, resp_headers = self._stream(
                 url, what, accept, headers, allow, cap, parts.append, None, write_ok,
-                too_big=lambda: FetchError(f"the answer for {what} is larger than "
-                                           f"{cap:,} bytes"))
+                too_big=too_big or (lambda: FetchError(f"the answer for {what} is larger "
+                                                       f"than {cap:,} bytes")))
             return Reply(b"".join(parts), url_, redirected, resp_headers)
 
         result: Reply = self._retrying(what, attempt)
@@ -242,6 +246,57 @@ class Transport:
             return count[0]
 
         result: int = self._retrying(what, attempt)
+        return result
+
+    def send(self, method: str, url: str, *, what: str, body: bytes | Path | None = None,
+             headers: Headers | None = None, allow: HopCheck | None = None,
+             max_bytes: int = 64 * 1024) -> Reply:
+        """One ``HEAD``, ``POST``, ``PUT``, ``PATCH`` or ``DELETE`` with the same rules as
+        :meth:`get` (hop check, offline, deadline, retries on 5xx); redirects are not
+        followed (an upload that redirects is the server's answer to read). ``body`` is
+        bytes or a file sent as it is read; the answer is read up to ``max_bytes``."""
+        import requests
+
+        if self.config.offline:
+            raise OfflineError(f"offline mode ({self.config.offline_source}) refused to "
+                               f"send {what}", hint="turn offline mode off for this command")
+        self._check_hop(url, what, allow)
+        cfg = self.config
+
+        def attempt(write_ok: Callable[[], bool]) -> Reply:
+            data: Any = body
+            opened = None
+            if isinstance(body, Path):
+                opened = data = open(body, "rb")  # noqa: SIM115 - closed below
+            try:
+                resp = self._get_session().request(
+                    method, url, data=data, allow_redirects=False, stream=True,
+                    headers=dict(headers(url)) if headers else {},
+                    timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
+                    **({"proxies": _DIRECT} if _loopback(_host(url)) else {}))
+            except requests.exceptions.SSLError as e:
+                raise FetchError(f"TLS to {_host(url)} failed for {what}: {e}",
+                                 hint="for a private CA set REQUESTS_CA_BUNDLE") from e
+            except (requests.RequestException, OSError, ValueError) as e:
+                if _cause(e) is not None:
+                    raise UnreachableError(f"cannot connect to {_host(url)} for {what} "
+                                           f"({_cause(e)})", hint="check the address, the "
+                                           "network or the proxy") from e
+                raise _Retryable(f"could not reach {_host(url)} for {what}: {e}") from e
+            finally:
+                if opened is not None:
+                    opened.close()
+            with resp:
+                if resp.status_code >= 400:
+                    self._raise_for_status(resp, what)
+                raw = b"" if method == "HEAD" else resp.raw.read(max_bytes + 1,
+                                                                 decode_content=True)
+                if len(raw) > max_bytes:
+                    raise FetchError(f"the answer for {what} is larger than {max_bytes:,} "
+                                     "bytes")
+                return Reply(raw, url, False, dict(resp.headers), resp.status_code)
+
+        result: Reply = self._retrying(what, attempt)
         return result
 
     # -- plumbing ---------------------------------------------------------------------

@@ -73,6 +73,9 @@ class LockEntry:
     resolved_ref: str = ""
     """The branch or tag ``ref`` resolved to, in full (``refs/tags/v1.0``): what policy
     ``refs`` written in full are matched against on locked loads."""
+    oci: str = ""
+    """The manifest digest of the commit's OCI snapshot (``prefetch --oci``): the one
+    artifact a load through ``SAFEHUB_OCI`` accepts."""
 
     @property
     def repo_key(self) -> str:
@@ -120,9 +123,10 @@ FIELDS: dict[str, tuple[bool, Callable[[str], str]]] = {
     "signer": (False, _check(None, "")),
     "resolved_ref": (False, _check(re.compile(r"refs/(heads|tags)/[^\x00-\x20\x7f]{1,250}"),
                                    "refs/heads/NAME or refs/tags/NAME")),
+    "oci": (False, _check(_DIGEST, "'sha256:' and 64 hex digits (a manifest digest)")),
 }
 _ORDER = ("spec", "repo", "ref", "resolved_ref", "commit", "tree", "digest", "level", "proof",
-          "signer")
+          "signer", "oci")
 assert set(_ORDER) == set(FIELDS)
 assert {f.name for f in fields(LockEntry)} == {*FIELDS, "weights"}
 

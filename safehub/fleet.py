@@ -1,0 +1,257 @@
+"""Fleets: verified snapshots through the OCI registries a team already runs (issue 19).
+
+``safehub prefetch --oci REGISTRY/REPOSITORY SPEC...`` (:func:`publish`) runs the whole
+pipeline for each spec (policy, resolve, prove, fetch, verify, signature), then pushes one
+snapshot per (repo, commit) (:mod:`safehub.sources.oci.artifact`) and records its manifest
+digest in the spec's lockfile entry (``oci = "sha256:..."``); a spec not yet locked is
+locked first. ``safehub oci export`` (:func:`export`) writes the lockfile's snapshots into
+an OCI image layout folder, rebuilt from wherever the load would read them and checked
+against the lockfile's digests; ``safehub oci import`` (:func:`import_layout`) pushes a
+layout's snapshots to a registry. Loads read them with ``SAFEHUB_OCI`` (see
+:mod:`safehub.sources.oci.source`): the registry is untrusted, the lockfile decides.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from safehub.errors import IntegrityError, PinError, SpecError
+from safehub.sources.oci import Layout, Registry, place
+from safehub.sources.oci.artifact import (
+    Descriptor,
+    SnapshotConfig,
+    build,
+    parse_config,
+    parse_manifest,
+    sha256,
+)
+from safehub.spec import RepoSpec
+from safehub.store.lockfile import Lockfile, spec_key
+
+if TYPE_CHECKING:
+    from safehub.hub import Hub
+
+__all__ = ["Published", "export", "import_layout", "publish"]
+
+
+@dataclass(frozen=True)
+class Published:
+    """One snapshot pushed (or exported): where, its manifest digest, how each blob went."""
+
+    spec: str
+    commit: str
+    digest: str
+    manifest: str
+    target: str
+    tag: str
+    blobs: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class _Built:
+    spec: str
+    commit: str
+    digest: str
+    manifest: bytes
+    config: bytes
+    archive: Path
+    signature: bytes | None
+    tag: str
+
+
+def tag_for(spec: str) -> str:
+    """A human-readable tag for a spec (``acme/tiny:v1`` -> ``acme-tiny-v1``); loads never
+    use tags."""
+    text = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.replace("/", "-").replace(":", "-"))
+    return (text.strip(".-") or "snapshot")[:128]
+
+
+def _build(hub: Hub, text: str, work: Path) -> _Built:
+    """The snapshot of a locked spec: every check of a load, then canonical bytes."""
+    spec = RepoSpec.parse(text)
+    admitted = hub.admission.admit(spec)
+    if admitted.lock is None:
+        raise PinError(f"{spec} is not locked in {hub.lockfile_path}",
+                       hint=f"safehub lock {spec_key(spec)}")
+    tree = hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False,
+                            lockfile=str(hub.lockfile_path))
+    r = admitted.resolved
+    archive = work / f"{r.commit}.zip"
+    hub.fetcher.download(r, archive, verbose=False)
+    if hub.fetcher.archive_digest(archive, r.commit) != tree.digest:
+        raise IntegrityError(f"the archive of {spec} downloaded again does not hold the "
+                             f"verified content {tree.digest}",
+                             hint="the server changed what it serves; nothing was pushed")
+    hub.signature(admitted, tree)  # the policy's signature, as a load checks it
+    signature = _signature_outside_tree(hub, admitted, tree.path)
+    lock = admitted.lock
+    config = SnapshotConfig(lock.repo or lock.repo_key, lock.commit, lock.tree, lock.digest)
+    manifest, config_bytes = build(config, _descriptor(archive), signature)
+    return _Built(lock.spec, lock.commit, lock.digest, manifest, config_bytes, archive,
+                  signature[0] if signature else None, tag_for(lock.spec))
+
+
+def _descriptor(path: Path) -> Descriptor:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    from safehub.sources.oci.artifact import ARCHIVE_TYPE
+
+    return Descriptor(ARCHIVE_TYPE, "sha256:" + h.hexdigest(), path.stat().st_size)
+
+
+def _signature_outside_tree(hub: Hub, admitted: Any, tree: Path) -> tuple[bytes, str] | None:
+    """The signature bundle the policy found outside the tree (a release asset, a URL),
+    to travel as its own layer; one in the tree travels inside the archive."""
+    reqs, r = admitted.decision.requirements, admitted.resolved
+    if reqs.signature == "none" or not reqs.signer_sets:
+        return None
+    owner, _, name = r.url_name.partition("/")
+    found = hub.signatures.find(tree, reqs.signer_sets, {
+        "owner": owner, "name": name, "repo": r.url_name, "ref": r.ref, "commit": r.commit})
+    if found is None or found.in_tree is not None or not found.where.startswith("https://"):
+        return None
+    return found.data, found.where
+
+
+def _push(registry: Registry, built: _Built) -> list[str]:
+    snap = parse_manifest(built.manifest, sha256(built.manifest), str(registry.target))
+    how = [registry.push_blob(built.config, snap.config.digest, snap.config.size)]
+    how.append(registry.push_blob(built.archive, snap.archive.digest, snap.archive.size))
+    if built.signature is not None and snap.signature is not None:
+        how.append(registry.push_blob(built.signature, snap.signature.digest,
+                                      snap.signature.size))
+    registry.push_manifest(built.manifest, snap.digest)
+    registry.push_manifest(built.manifest, built.tag)
+    return how
+
+
+def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True
+            ) -> list[Published]:
+    """Push one snapshot per spec to ``target`` and record its digest in the lockfile."""
+    from safehub.operations import lock
+
+    if not specs:
+        lockfile = hub.lockfile
+        specs = sorted(lockfile.entries) if lockfile is not None else []
+    if not specs:
+        raise SpecError("nothing to publish: no specs given and no lockfile entries",
+                        hint="safehub prefetch --oci REGISTRY/REPOSITORY owner/name:ref ...")
+    registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
+    if not isinstance(registry, Registry):
+        raise SpecError(f"--oci {target}: an OCI layout is written with `safehub oci export`",
+                        hint="give --oci REGISTRY/REPOSITORY")
+    current = hub.lockfile
+    unlocked = [s for s in specs if current is None or
+                current.get(RepoSpec.parse(s)) is None]
+    if unlocked:
+        lock(hub, unlocked)
+    done = []
+    with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
+        for text in specs:
+            built = _build(hub, text, Path(d))
+            how = _push(registry, built)
+            digest = sha256(built.manifest)
+            lockfile = Lockfile.load(hub.lockfile_path)
+            entry = lockfile.entries[built.spec]
+            lockfile.put(dataclasses.replace(entry, oci=digest))
+            lockfile.save()
+            hub.forget_lockfile()
+            done.append(Published(built.spec, built.commit, built.digest, digest,
+                                  str(registry.target), built.tag if tag else "", how))
+    return done
+
+
+def export(hub: Hub, folder: Path) -> list[Published]:
+    """Write every locked snapshot into the OCI image layout ``folder``, each rebuilt with
+    every check of a load and equal to the lockfile's ``oci`` digest where it has one."""
+    lockfile = hub.lockfile
+    if lockfile is None or not lockfile.entries:
+        raise PinError(f"nothing to export: no lockfile entries at {hub.lockfile_path}",
+                       hint="safehub prefetch --oci REGISTRY/REPOSITORY SPEC ... first")
+    layout = Layout(folder)
+    done = []
+    with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
+        for key in sorted(lockfile.entries):
+            built = _build(hub, key, Path(d))
+            digest = sha256(built.manifest)
+            want = lockfile.entries[key].oci
+            if want and digest != want:
+                raise IntegrityError(
+                    f"the snapshot of {key} rebuilt here is {digest}, but "
+                    f"{hub.lockfile_path} pins {want}",
+                    hint="the lockfile decides: check how its oci field was written, or "
+                    f"run `safehub prefetch --oci REGISTRY/REPOSITORY {key}` again")
+            snap = parse_manifest(built.manifest, digest, str(layout))
+            layout.write_blob(built.config, snap.config.digest)
+            layout.write_blob(built.archive, snap.archive.digest)
+            if built.signature is not None and snap.signature is not None:
+                layout.write_blob(built.signature, snap.signature.digest)
+            layout.write_manifest(built.manifest, built.tag)
+            done.append(Published(key, built.commit, built.digest, digest, str(layout),
+                                  built.tag))
+    return done
+
+
+def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
+    """Push every snapshot of the layout ``folder`` to ``target`` (each checked on read:
+    its manifest by digest and shape, its config's shape, every blob by digest)."""
+    layout = Layout(folder)
+    registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
+    if not isinstance(registry, Registry):
+        raise SpecError(f"{target}: import pushes to a registry", hint="give "
+                        "REGISTRY/REPOSITORY; to copy folders, copy the folder")
+    entries = layout.index()
+    if not entries:
+        raise PinError(f"{layout} has no snapshots (no index.json entries)",
+                       hint="write one with `safehub oci export --lockfile FILE DIR`")
+    done = []
+    with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
+        for entry in entries:
+            digest = str(entry.get("digest", ""))
+            manifest = layout.manifest(digest)
+            snap = parse_manifest(manifest, digest, str(layout))
+            config_bytes = layout.blob_bytes(snap.config)
+            config = _config_of(config_bytes, str(layout), digest)
+            parse_config(config_bytes, config, str(layout), digest)
+            how = [registry.push_blob(config_bytes, snap.config.digest, snap.config.size)]
+            for layer in (snap.archive, snap.signature):
+                if layer is None:
+                    continue
+                path = Path(d) / layer.digest.removeprefix("sha256:")
+                with open(path, "w+b") as f:
+                    layout.blob(layer, f)
+                how.append(registry.push_blob(path, layer.digest, layer.size))
+            registry.push_manifest(manifest, digest)
+            tag = str((entry.get("annotations") or {}).get(
+                "org.opencontainers.image.ref.name", "")) if type(
+                entry.get("annotations")) is dict else ""
+            if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", tag):
+                registry.push_manifest(manifest, tag)
+            done.append(Published(f"{config.repo}@{config.commit[:12]}", config.commit,
+                                  config.digest, digest, str(registry.target), tag, how))
+    return done
+
+
+def _config_of(data: bytes, where: str, digest: str) -> SnapshotConfig:
+    import json
+
+    try:
+        doc = json.loads(data)
+        return SnapshotConfig(str(doc["repo"]), str(doc["commit"]), str(doc["tree"]),
+                              str(doc["digest"]))
+    except (ValueError, KeyError, TypeError) as e:
+        raise IntegrityError(f"the config of {digest} in {where} is not a snapshot's",
+                             hint="export the layout again") from e

@@ -1,0 +1,204 @@
+"""safehub's OCI artifact: one hub snapshot (repo, commit) as an image manifest.
+
+The manifest's ``artifactType`` is :data:`ARTIFACT_TYPE`; its config (:data:`CONFIG_TYPE`)
+names the repo, commit, tree id and content digest; its first layer is the archive exactly
+as GitHub served it (:data:`ARCHIVE_TYPE`); a second layer, present when the policy found a
+signature outside the tree, is that signature bundle (:data:`SIGNATURE_TYPE`), with the
+URL it was found at as an annotation. Every document is canonical JSON (sorted keys, no
+spaces, ASCII, no timestamps), so two admins who push the same snapshot get the same
+manifest digest.
+
+Reading is strict: a manifest or config that is not exactly this shape is refused, and
+the config must equal the lockfile entry it is loaded for.
+
+>>> cfg = SnapshotConfig("acme/tiny", "a" * 40, "b" * 40, "sha256:" + "c" * 64)
+>>> canonical(cfg.document())[:40]
+b'{"commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaa'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from safehub.errors import IntegrityError
+
+__all__ = ["ARCHIVE_TYPE", "ARTIFACT_TYPE", "CONFIG_TYPE", "MANIFEST_TYPE", "MAX_CONFIG",
+           "MAX_MANIFEST", "SIGNATURE_TYPE", "Descriptor", "Snapshot", "SnapshotConfig",
+           "build", "canonical", "parse_config", "parse_manifest", "sha256"]
+
+MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
+ARTIFACT_TYPE = "application/vnd.safehub.snapshot.v1"
+CONFIG_TYPE = "application/vnd.safehub.snapshot.config.v1+json"
+ARCHIVE_TYPE = "application/vnd.safehub.archive.v1.zip"
+SIGNATURE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
+SIGNATURE_URL = "dev.safehub.signature.url"
+TITLE = "org.opencontainers.image.title"
+
+MAX_MANIFEST = 4 * 1024 * 1024
+"""The most bytes a manifest may have (the distribution spec's own recommendation)."""
+MAX_CONFIG = 64 * 1024
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+_SHA = re.compile(r"[0-9a-f]{40}")
+
+
+def canonical(doc: Mapping[str, Any]) -> bytes:
+    """The one byte form of a document: sorted keys, no spaces, ASCII only."""
+    return json.dumps(doc, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+@dataclass(frozen=True)
+class Descriptor:
+    """A blob as a manifest names it."""
+
+    media_type: str
+    digest: str
+    size: int
+    annotations: Mapping[str, str] | None = None
+
+    def document(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {"mediaType": self.media_type, "digest": self.digest,
+                               "size": self.size}
+        if self.annotations:
+            doc["annotations"] = dict(self.annotations)
+        return doc
+
+
+@dataclass(frozen=True)
+class SnapshotConfig:
+    """What the artifact claims to be: compared with the lockfile entry on every load."""
+
+    repo: str
+    commit: str
+    tree: str
+    digest: str
+
+    def document(self) -> dict[str, Any]:
+        return {"schema": 1, "repo": self.repo, "commit": self.commit, "tree": self.tree,
+                "digest": self.digest}
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A manifest read and checked: its digest, config descriptor and layers."""
+
+    digest: str
+    config: Descriptor
+    archive: Descriptor
+    signature: Descriptor | None
+
+
+def build(config: SnapshotConfig, archive: bytes | Descriptor,
+          signature: tuple[bytes, str] | None = None) -> tuple[bytes, bytes]:
+    """(manifest bytes, config bytes) for a snapshot; ``archive`` is its bytes or its
+    descriptor; ``signature`` is (bundle bytes, where the policy found it)."""
+    config_bytes = canonical(config.document())
+    layer = archive if isinstance(archive, Descriptor) else Descriptor(
+        ARCHIVE_TYPE, sha256(archive), len(archive))
+    layers = [Descriptor(ARCHIVE_TYPE, layer.digest, layer.size,
+                         {TITLE: f"{config.repo.replace('/', '-')}-{config.commit[:12]}.zip"})]
+    if signature is not None:
+        data, where = signature
+        layers.append(Descriptor(SIGNATURE_TYPE, sha256(data), len(data),
+                                 {SIGNATURE_URL: where, TITLE: "signature.sigstore.json"}))
+    manifest = {
+        "schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
+        "config": Descriptor(CONFIG_TYPE, sha256(config_bytes), len(config_bytes)).document(),
+        "layers": [d.document() for d in layers]}
+    return canonical(manifest), config_bytes
+
+
+def _bad(where: str, digest: str, why: str) -> IntegrityError:
+    return IntegrityError(
+        f"the manifest {digest} from {where} is not a safehub snapshot: {why}",
+        hint="the registry serves something else under that digest; nothing was installed. "
+        "Push the snapshot again with `safehub prefetch --oci REGISTRY/REPOSITORY SPEC` "
+        "where GitHub is reachable, or remove this registry from SAFEHUB_OCI")
+
+
+def _descriptor(doc: Any, types: tuple[str, ...], where: str, digest: str,
+                what: str) -> Descriptor:
+    if type(doc) is not dict or not {"mediaType", "digest", "size"} <= set(doc) or \
+            not set(doc) <= {"mediaType", "digest", "size", "annotations"}:
+        raise _bad(where, digest, f"{what} is not a descriptor (mediaType, digest, size)")
+    media, blob, size, notes = (doc["mediaType"], doc["digest"], doc["size"],
+                                doc.get("annotations", {}))
+    if media not in types:
+        raise _bad(where, digest, f"{what} has media type {str(media)[:80]!r}, expected "
+                   + " or ".join(types))
+    if type(blob) is not str or not DIGEST.fullmatch(blob):
+        raise _bad(where, digest, f"{what} has digest {str(blob)[:80]!r}, not sha256:<64 hex>")
+    if type(size) is not int or size < 0:
+        raise _bad(where, digest, f"{what} has size {size!r}, not a whole number")
+    if type(notes) is not dict or not all(type(k) is str and type(v) is str
+                                          for k, v in notes.items()):
+        raise _bad(where, digest, f"{what} has annotations that are not strings")
+    return Descriptor(media, blob, size, notes or None)
+
+
+def parse_manifest(data: bytes, digest: str, where: str) -> Snapshot:
+    """Check ``data`` is the manifest ``digest`` names and a snapshot's shape, exactly."""
+    got = sha256(data)
+    if got != digest:
+        raise IntegrityError(
+            f"{where} answered the manifest {digest} with other bytes (sha256 {got})",
+            hint="the registry is broken or hostile; nothing was installed. Remove it from "
+            "SAFEHUB_OCI or push the snapshot again")
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise _bad(where, digest, f"not JSON ({type(e).__name__})") from e
+    allowed = {"schemaVersion", "mediaType", "artifactType", "config", "layers", "annotations"}
+    if type(doc) is not dict or not set(doc) <= allowed:
+        raise _bad(where, digest, "unexpected fields " + ", ".join(
+            sorted(set(doc) - allowed)) if type(doc) is dict else "not a JSON object")
+    if doc.get("schemaVersion") != 2 or doc.get("mediaType") != MANIFEST_TYPE:
+        raise _bad(where, digest, f"mediaType {str(doc.get('mediaType'))[:80]!r} "
+                   f"(schemaVersion {doc.get('schemaVersion')!r}), expected {MANIFEST_TYPE}")
+    if doc.get("artifactType") != ARTIFACT_TYPE:
+        raise _bad(where, digest, f"artifactType {str(doc.get('artifactType'))[:80]!r}, "
+                   f"expected {ARTIFACT_TYPE}")
+    config = _descriptor(doc.get("config"), (CONFIG_TYPE,), where, digest, "the config")
+    if config.size > MAX_CONFIG:
+        raise _bad(where, digest, f"the config is {config.size:,} bytes, over the "
+                   f"{MAX_CONFIG:,}-byte cap")
+    layers = doc.get("layers")
+    if type(layers) is not list or not 1 <= len(layers) <= 2:
+        raise _bad(where, digest, "it must have one archive layer and at most one signature")
+    archive = _descriptor(layers[0], (ARCHIVE_TYPE,), where, digest, "layer 0")
+    signature = _descriptor(layers[1], (SIGNATURE_TYPE,), where, digest, "layer 1") \
+        if len(layers) == 2 else None
+    if signature is not None and not (signature.annotations or {}).get(SIGNATURE_URL):
+        raise _bad(where, digest, f"the signature layer has no {SIGNATURE_URL} annotation")
+    return Snapshot(digest, config, archive, signature)
+
+
+def parse_config(data: bytes, expected: SnapshotConfig, where: str, digest: str) -> None:
+    """Check the config blob says exactly what the lockfile entry says."""
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError) as e:
+        raise _bad(where, digest, f"its config is not JSON ({type(e).__name__})") from e
+    want = expected.document()
+    if type(doc) is not dict or set(doc) != set(want):
+        raise _bad(where, digest, "its config does not have exactly the fields "
+                   + ", ".join(sorted(want)))
+    for name, value in want.items():
+        same = (doc[name].lower() == value.lower() if name == "repo" and
+                type(doc[name]) is str else doc[name] == value)
+        if not same:
+            raise IntegrityError(
+                f"the snapshot {digest} from {where} is for {name} {str(doc[name])[:80]!r}, "
+                f"but the lockfile entry says {value!r}",
+                hint="the lockfile decides: nothing was installed. The registry serves "
+                "another snapshot under this digest (or the lockfile's oci field was "
+                "edited); push again with `safehub prefetch --oci REGISTRY/REPOSITORY SPEC`")

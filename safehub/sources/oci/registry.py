@@ -1,0 +1,345 @@
+"""The OCI distribution protocol, spoken carefully, over safehub's own transport.
+
+A :class:`Registry` is one ``REGISTRY/REPOSITORY``. Everything goes through
+:class:`~safehub.sources.transport.Transport` (HTTPS, deadlines, caps, offline): every hop
+is checked here (the registry's own host, or a host the policy lists for blob redirects);
+credentials go only to the registry's host (``host:port`` exact) or a token realm on it or
+listed. Anonymous, Basic and Bearer-token auth, the token asked for the scope needed.
+Manifests are read up to 4 MiB, blobs up to their descriptor's size, and every blob's
+sha256 is checked before it is handed on. Uploads: a blob already in the repository is not
+sent again (HEAD), one from another repository of the same registry is mounted, the rest
+go in one PUT or in chunks (PATCH).
+
+The :class:`~safehub.errors.SafehubError` each failure raises names the registry and the
+digest, and a fix that works: a FetchError for "could not download" (401, 403, 404, 429,
+5xx, stalls, hosts), an IntegrityError for "downloaded, but not what was asked for".
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import tempfile
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, TypeVar
+from urllib.parse import urlencode, urljoin, urlsplit
+
+from safehub._internal.ocirefs import split_place
+from safehub.errors import FetchError, IntegrityError, NotFoundError, SpecError
+from safehub.sources.oci.artifact import MANIFEST_TYPE, MAX_MANIFEST, Descriptor, sha256
+from safehub.sources.oci.auth import Credential, challenge, credential
+from safehub.sources.transport import HTTPError, Transport
+
+__all__ = ["Registry", "Target"]
+
+_T = TypeVar("_T")
+CHUNK = 32 * 1024 * 1024
+"""Blobs larger than this are uploaded in chunks of this size."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """``REGISTRY/REPOSITORY`` as written in ``SAFEHUB_OCI`` or ``--oci``.
+
+    >>> Target.parse("registry.example:5000/team/hub")
+    Target(registry='registry.example:5000', repository='team/hub')
+    """
+
+    registry: str
+    repository: str
+
+    @classmethod
+    def parse(cls, text: str) -> Target:
+        try:
+            registry, repository = split_place(text)
+            if registry == "oci:":
+                raise ValueError("an OCI layout folder, not a registry")
+        except ValueError as e:
+            raise SpecError(f"{text!r} is {e}", hint="write REGISTRY/REPOSITORY, such as "
+                            "registry.example.com:5000/team/hub") from None
+        return cls(registry, repository)
+
+    def __str__(self) -> str:
+        return f"{self.registry}/{self.repository}"
+
+    @property
+    def base(self) -> str:
+        return f"https://{self.registry}/v2/{self.repository}"
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    """A header's value whatever its case as the server spelled it ("" if absent)."""
+    wanted = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == wanted), "")
+
+
+def _netloc(url: str) -> str:
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    host = f"[{host}]" if ":" in host else host
+    return f"{host}:{parts.port}" if parts.port and parts.port != 443 else host
+
+
+class Registry:
+    """One repository of one registry (see the module docstring)."""
+
+    def __init__(self, transport: Transport, target: Target, *,
+                 hosts: frozenset[str] = frozenset(), push: bool = False,
+                 environ: Mapping[str, str] | None = None) -> None:
+        self.transport = transport
+        self.target = target
+        self.hosts = hosts
+        """Hosts besides the registry's that blob redirects and token realms may use."""
+        self._scope = f"repository:{target.repository}:{'pull,push' if push else 'pull'}"
+        self._environ = environ
+        self._cred: Credential | bool | None = False  # False: not read yet
+        self._auth: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.target)
+
+    # -- reading ----------------------------------------------------------------------
+
+    def manifest(self, digest: str) -> bytes:
+        """The manifest ``digest`` (at most 4 MiB; the caller checks its bytes)."""
+        url = f"{self.target.base}/manifests/{digest}"
+        what = f"manifest {digest} from {self.target}"
+        return self._authorized(what, lambda: self.transport.get(
+            url, what=what, accept=MANIFEST_TYPE, headers=self._headers, allow=self._hop,
+            max_bytes=MAX_MANIFEST, too_big=lambda: IntegrityError(
+                f"{self.target} sent more than the {MAX_MANIFEST:,}-byte cap of a manifest "
+                f"for {digest}; stopped reading", hint=_HOSTILE))).body
+
+    def blob(self, desc: Descriptor, out: IO[bytes]) -> None:
+        """Stream the blob into ``out``: at most its size, then its sha256 checked."""
+        url = f"{self.target.base}/blobs/{desc.digest}"
+        what = f"blob {desc.digest} from {self.target}"
+        try:
+            self._authorized(what, lambda: self.transport.download(
+                url, out, what=what, max_bytes=desc.size, headers=self._headers,
+                allow=self._hop, accept="application/octet-stream"))
+        except IntegrityError as e:  # the transport's cap: longer than the descriptor
+            raise IntegrityError(
+                f"{self.target} sent more than the {desc.size:,} bytes the manifest gives "
+                f"the blob {desc.digest}; download stopped", hint=_HOSTILE) from e
+        out.flush()
+        out.seek(0)
+        digest, size = hashlib.sha256(), 0
+        for chunk in iter(lambda: out.read(1 << 20), b""):
+            digest.update(chunk)
+            size += len(chunk)
+        got = "sha256:" + digest.hexdigest()
+        if got != desc.digest or size != desc.size:
+            raise IntegrityError(
+                f"{self.target} answered the blob {desc.digest} with other bytes ({size:,} "
+                f"bytes, {got})", hint=_HOSTILE)
+        out.seek(0)
+
+    def blob_bytes(self, desc: Descriptor) -> bytes:
+        with tempfile.TemporaryFile() as f:
+            self.blob(desc, f)
+            return f.read()
+
+    # -- writing ----------------------------------------------------------------------
+
+    def has_blob(self, digest: str) -> bool:
+        what = f"blob {digest} in {self.target}"
+        try:
+            self._authorized(what, lambda: self.transport.send(
+                "HEAD", f"{self.target.base}/blobs/{digest}", what=what,
+                headers=self._headers, allow=self._hop))
+        except NotFoundError:
+            return False
+        return True
+
+    def push_blob(self, data: bytes | Path, digest: str, size: int, *,
+                  mount_from: str | None = None) -> str:
+        """Upload a blob unless the repository has it; return how (present, mounted,
+        uploaded, chunked)."""
+        if self.has_blob(digest):
+            return "present"
+        what = f"upload of blob {digest} to {self.target}"
+        start = f"{self.target.base}/blobs/uploads/"
+        if mount_from and mount_from != self.target.repository:
+            reply = self._send("POST", start + "?" + urlencode(
+                {"mount": digest, "from": mount_from}), what, b"")
+            if reply.status == 201:
+                return "mounted"
+            location = self._location(reply, start, what)
+        else:
+            location = self._location(self._send("POST", start, what, b""), start, what)
+        if size > CHUNK:
+            location = self._chunks(data, size, location, what)
+            how = "chunked"
+        else:
+            how = "uploaded"
+        body: bytes | Path = b"" if how == "chunked" else data
+        sep = "&" if "?" in location else "?"
+        reply = self._send("PUT", f"{location}{sep}{urlencode({'digest': digest})}", what,
+                           body, {"Content-Type": "application/octet-stream"})
+        if reply.status != 201:
+            raise FetchError(f"{self.target} answered {reply.status} to the {what}",
+                             hint="the registry did not take the blob; retry, or check it")
+        return how
+
+    def _chunks(self, data: bytes | Path, size: int, location: str, what: str) -> str:
+        with (open(data, "rb") if isinstance(data, Path) else io.BytesIO(data)) as f:
+            offset = 0
+            while offset < size:
+                chunk = f.read(CHUNK)
+                reply = self._send("PATCH", location, what, chunk, {
+                    "Content-Type": "application/octet-stream",
+                    "Content-Range": f"{offset}-{offset + len(chunk) - 1}",
+                    "Content-Length": str(len(chunk))})
+                offset += len(chunk)
+                location = self._location(reply, location, what)
+        return location
+
+    def push_manifest(self, data: bytes, reference: str) -> str:
+        """PUT the manifest under ``reference`` (its digest, or a tag); its digest."""
+        digest = sha256(data)
+        what = f"manifest {digest} to {self.target} as {reference}"
+        reply = self._send("PUT", f"{self.target.base}/manifests/{reference}", what, data,
+                           {"Content-Type": MANIFEST_TYPE})
+        said = _header(reply.headers, "Docker-Content-Digest")
+        if said and said != digest:
+            raise IntegrityError(f"{self.target} stored the manifest {digest} as {said}",
+                                 hint="the registry rewrote the manifest; use another one")
+        return digest
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _send(self, method: str, url: str, what: str, body: bytes | Path,
+              extra: Mapping[str, str] | None = None) -> Any:
+        def headers(hop: str) -> Mapping[str, str]:
+            return {**self._headers(hop), **(extra or {})}
+
+        return self._authorized(what, lambda: self.transport.send(
+            method, url, what=what, body=body, headers=headers, allow=self._hop))
+
+    def _location(self, reply: Any, base: str, what: str) -> str:
+        location = _header(reply.headers, "Location")
+        if reply.status not in (202, 204) or not location:
+            raise FetchError(f"{self.target} answered {reply.status} without an upload "
+                             f"location to the {what}", hint="the registry is broken; retry")
+        url = urljoin(base, str(location))
+        self._hop(url)
+        if _netloc(url) != self.target.registry:
+            raise FetchError(f"{self.target} sent the {what} to another host ({url})",
+                             hint="uploads go only to the registry itself")
+        return url
+
+    def _hop(self, url: str) -> None:
+        netloc = _netloc(url)
+        host = (urlsplit(url).hostname or "").lower()
+        if netloc != self.target.registry and host not in self.hosts:
+            raise FetchError(
+                f"{self.target} redirected to {netloc}, a host not allowed for it; refused",
+                hint=f"if {host} is the registry's storage, add it to SAFEHUB_ALLOWED_HOSTS "
+                "(or the policy's allowed_hosts); credentials are never sent there")
+
+    def _headers(self, url: str) -> Mapping[str, str]:
+        if self._auth and _netloc(url) == self.target.registry:
+            return {"Authorization": self._auth}
+        return {}
+
+    def _credential(self) -> Credential | None:
+        if self._cred is False:
+            self._cred = credential(self.target.registry, self._environ)
+        return self._cred if isinstance(self._cred, Credential) else None
+
+    def _authorized(self, what: str, call: Callable[[], _T]) -> _T:
+        """``call``, then once more with credentials if the registry asks for them."""
+        for attempt in range(2):
+            try:
+                return call()
+            except HTTPError as e:
+                if e.status == 401 and attempt == 0:
+                    self._login(e, what)
+                    continue
+                raise self._refused(e, what) from e
+            except NotFoundError as e:
+                raise NotFoundError(
+                    f"{self.target} has no {what.split(' from ')[0]} (404)",
+                    hint="push it from a machine where GitHub is reachable: `safehub "
+                    f"prefetch --oci {self.target} SPEC`, or list a registry that has it "
+                    "in SAFEHUB_OCI") from e
+        raise AssertionError("unreachable")
+
+    def _login(self, e: HTTPError, what: str) -> None:
+        scheme, params = challenge(_header(e.headers, "WWW-Authenticate"))
+        cred = self._credential()
+        if scheme == "basic":
+            if cred is None:
+                raise self._refused(e, what)
+            self._auth = "Basic " + base64.b64encode(
+                f"{cred.username}:{cred.secret}".encode()).decode()
+        elif scheme == "bearer":
+            self._auth = "Bearer " + self._token(params, cred, what)
+        elif not scheme:
+            raise self._refused(e, what)
+        else:
+            raise FetchError(f"{self.target} asks for {scheme or 'no'} auth for {what}; "
+                             "safehub speaks Basic and Bearer", hint=_LOGIN.format(self.target))
+
+    def _token(self, params: Mapping[str, str], cred: Credential | None, what: str) -> str:
+        realm = params.get("realm", "")
+        parts = urlsplit(realm)
+        host = (parts.hostname or "").lower()
+        if parts.scheme != "https" or (_netloc(realm) != self.target.registry and
+                                       host not in self.hosts):
+            raise FetchError(
+                f"{self.target} sends safehub for a token to {realm[:200]!r}, which is not "
+                "the registry's host nor one the policy lists; refused (credentials stay "
+                "with the registry)",
+                hint=f"if {host or 'that host'} is the registry's own token service, add it "
+                "to SAFEHUB_ALLOWED_HOSTS")
+        query = {"scope": self._scope, **({"service": params["service"]}
+                                          if "service" in params else {})}
+        auth = {} if cred is None else {"Authorization": "Basic " + base64.b64encode(
+            f"{cred.username}:{cred.secret}".encode()).decode()}
+        sep = "&" if "?" in realm else "?"
+        try:
+            reply = self.transport.get(f"{realm}{sep}{urlencode(query)}",
+                                       what=f"a token from {host} for {what}",
+                                       headers=lambda hop: auth if _netloc(hop) == _netloc(
+                                           realm) else {}, allow=self._hop_realm(realm))
+        except HTTPError as e:
+            raise self._refused(e, what) from e
+        answer = reply.json(f"the token for {self.target}")
+        token = answer.get("token") or answer.get("access_token") if type(answer) is dict \
+            else None
+        if not isinstance(token, str) or not token:
+            raise FetchError(f"the token service of {self.target} answered no token",
+                             hint=_LOGIN.format(self.target))
+        return token
+
+    def _hop_realm(self, realm: str) -> Callable[[str], None]:
+        def check(url: str) -> None:
+            if _netloc(url) != _netloc(realm):
+                raise FetchError(f"the token service of {self.target} redirected to "
+                                 f"{_netloc(url)}; refused", hint=_LOGIN.format(self.target))
+        return check
+
+    def _refused(self, e: HTTPError, what: str) -> FetchError:
+        hints = {401: _LOGIN.format(self.target),
+                 403: f"the credential for {self.target.registry} may not read (or push) "
+                      f"{self.target.repository}: ask the registry's admins for access, or "
+                      f"log in as another user (`docker login {self.target.registry}`)",
+                 429: f"{self.target.registry} limits requests: retry later, or log in "
+                      f"(`docker login {self.target.registry}`) for a higher limit, or "
+                      "list a mirror of it first in SAFEHUB_OCI"}
+        name = {401: "unauthorized", 403: "denied", 429: "too many requests"}.get(e.status, "")
+        return FetchError(f"{self.target} answered {e.status} {name} for {what}".rstrip()
+                          + (f": {e.server_message}" if e.server_message else ""),
+                          hint=hints.get(e.status, "retry later; if it persists, ask the "
+                                         "registry's admins"))
+
+
+_LOGIN = ("log in to it: `docker login {0.registry}` (safehub reads $DOCKER_CONFIG/config.json "
+          "or ~/.docker/config.json and credential helpers)")
+_HOSTILE = ("the registry (or something between) is broken or hostile; nothing was "
+            "installed. Remove it from SAFEHUB_OCI, or push the snapshot to it again")

@@ -1,0 +1,166 @@
+"""Loads from OCI registries (``SAFEHUB_OCI``): a locked spec's archive by manifest digest.
+
+The registries are untrusted; the lockfile decides. :class:`OciSource` answers only what
+a locked load asks of a source, the archive of a locked commit, and only from the
+snapshot whose manifest digest the lockfile entry pins (``oci = "sha256:..."``): the
+manifest's bytes hash to that digest and have exactly a snapshot's shape, its config
+equals the lock entry, each layer's size and digest are checked as it streams (at most its
+descriptor's size). The pipeline then checks the archive as it checks GitHub's (the
+lockfile's content digest, the git tree). Every other question a source answers (refs,
+commits, trees) is GitHub's, so this source refuses it with the fix: lock the spec where
+GitHub is reachable. The first place that has the snapshot serves it; a place that fails
+(unreachable, refusing, hostile) is reported and the next is tried.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, BinaryIO, NoReturn, Protocol
+
+from safehub.errors import FetchError, IntegrityError, PinError, SafehubError
+from safehub.sources.interface import Progress, RefTarget
+from safehub.sources.oci.artifact import (
+    MAX_MANIFEST,
+    SIGNATURE_URL,
+    Descriptor,
+    SnapshotConfig,
+    parse_config,
+    parse_manifest,
+)
+from safehub.spec import RepoSpec
+from safehub.verify.gitattributes.subst import CommitFacts
+
+__all__ = ["OciSource", "Pin", "Place"]
+
+
+class Place(Protocol):
+    """Where snapshots are read from: a registry repository or a layout folder."""
+
+    def manifest(self, digest: str) -> bytes: ...
+
+    def blob(self, desc: Descriptor, out: IO[bytes]) -> None: ...
+
+    def blob_bytes(self, desc: Descriptor) -> bytes: ...
+
+
+@dataclass(frozen=True)
+class Pin:
+    """What a lockfile entry says of a snapshot (the source knows no lockfile)."""
+
+    spec: str
+    repo: str
+    commit: str
+    tree: str
+    digest: str
+    manifest: str
+
+    @property
+    def config(self) -> SnapshotConfig:
+        return SnapshotConfig(self.repo, self.commit, self.tree, self.digest)
+
+
+class OciSource:
+    """A :class:`~safehub.sources.interface.Source` of locked snapshots (module docstring)."""
+
+    def __init__(self, places: Sequence[Place], pins: Callable[[str], Pin | None], *,
+                 lockfile: Callable[[], str]) -> None:
+        self.places = tuple(places)
+        self._pins = pins
+        self._lockfile = lockfile
+        self.signatures: dict[str, bytes] = {}
+        """Signature bundles that came with a snapshot, by the URL the policy found them at
+        (the signature step reads them here instead of asking GitHub)."""
+
+    def _refuse(self, spec: RepoSpec | str) -> NoReturn:
+        import shlex
+
+        key = str(spec)
+        raise PinError(
+            f"{key} is not in the lockfile {self._lockfile()}, and with SAFEHUB_OCI set safehub "
+            "loads only locked specs (the registry is untrusted: the lockfile's manifest "
+            "digest decides what it may serve, and GitHub is not asked)",
+            hint=f"where GitHub is reachable run `safehub prefetch --oci REGISTRY/REPOSITORY "
+            f"{shlex.quote(key)}` (it locks the spec and pushes its snapshot), then ship the "
+            "lockfile; or unset SAFEHUB_OCI to load from GitHub")
+
+    # -- the Source protocol: everything but the archive is GitHub's -------------------
+
+    def repo_info(self, spec: RepoSpec) -> tuple[str, str]:
+        self._refuse(spec)
+
+    def ref(self, spec: RepoSpec, kind: str, name: str) -> RefTarget | None:
+        self._refuse(spec)
+
+    def expand(self, spec: RepoSpec, prefix: str) -> str | None:
+        self._refuse(spec)
+
+    def commit_tree(self, spec: RepoSpec, sha: str) -> str:
+        self._refuse(spec)
+
+    def commit(self, spec: RepoSpec, sha: str) -> CommitFacts:
+        self._refuse(spec)
+
+    def contains(self, spec: RepoSpec, ref: str, sha: str) -> str | None:
+        self._refuse(spec)
+
+    def refs(self, spec: RepoSpec, kind: str) -> Iterator[tuple[str, str]]:
+        self._refuse(spec)
+
+    def tree_listing(self, spec: RepoSpec, tree: str) -> list[Mapping[str, object]]:
+        self._refuse(spec)
+
+    def top_level_file(self, spec: RepoSpec, tree: str, name: str) -> bytes | None:
+        self._refuse(spec)
+
+    def blob(self, spec: RepoSpec, sha: str) -> bytes:
+        self._refuse(spec)
+
+    def download_archive(self, repo: str, commit: str, out: BinaryIO, *, max_bytes: int,
+                         progress: Progress | None = None) -> None:
+        """The locked snapshot's archive into ``out``, from the first place that has it."""
+        pin = self._pins(commit)
+        if pin is None:
+            self._refuse(repo)
+        failures: list[SafehubError] = []
+        for place in self.places:
+            try:
+                self._from(place, pin, out, max_bytes)
+                return
+            except SafehubError as e:
+                failures.append(e)
+                out.seek(0)
+                out.truncate()
+        if len(failures) == 1:
+            raise failures[0]
+        integrity = any(isinstance(e, IntegrityError) for e in failures)
+        listed = "\n    ".join(f"{e.message}" for e in failures)
+        cls = IntegrityError if integrity else FetchError
+        raise cls(f"no registry in SAFEHUB_OCI served the snapshot {pin.manifest} of "
+                  f"{pin.spec}:\n    {listed}", hint=failures[-1].hint)
+
+    def _from(self, place: Place, pin: Pin, out: BinaryIO, max_bytes: int) -> None:
+        where = str(place)
+        snap = parse_manifest(place.manifest(pin.manifest)[:MAX_MANIFEST + 1], pin.manifest,
+                              where)
+        parse_config(place.blob_bytes(snap.config), pin.config, where, pin.manifest)
+        if snap.archive.size > max_bytes:
+            raise IntegrityError(
+                f"the archive of {pin.spec} in {where} ({snap.archive.digest}) is "
+                f"{snap.archive.size:,} bytes, over the {max_bytes:,}-byte limit; not read",
+                hint="if it really is that large, raise SAFEHUB_MAX_ARCHIVE_BYTES")
+        signature = None
+        if snap.signature is not None:
+            from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
+
+            if snap.signature.size > MAX_SIGNATURE_BYTES:
+                raise IntegrityError(f"the signature layer of {pin.manifest} in {where} is "
+                                     "over its cap", hint="push the snapshot again")
+            signature = place.blob_bytes(snap.signature)
+        with tempfile.TemporaryFile() as staged:
+            place.blob(snap.archive, staged)
+            shutil.copyfileobj(staged, out)
+        if signature is not None and snap.signature is not None:
+            self.signatures[(snap.signature.annotations or {})[SIGNATURE_URL]] = signature

@@ -1,0 +1,239 @@
+"""Hostile registries (issue 19, item 7): each refused with a SafehubError naming the registry
+and the digest, nothing installed, and the next registry tried where one is listed.
+
+The honest snapshot is pushed to the real registry (tests/support/oci.py); a hostile
+registry is the stand-in's ``foreign`` host answering ``/v2/evil/hub/...`` with that
+snapshot's bytes, one of them altered the way the real registry never would.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import requests
+
+import safehub
+from safehub.cli import main
+from safehub.errors import FetchError, IntegrityError, NotFoundError, SafehubError
+from safehub.sources.oci.artifact import sha256
+from safehub.store.lockfile import Lockfile
+from tests.conftest import HubRepo
+from tests.support import GitHubStandIn, TLSFiles
+from tests.support.oci import PASSWORD, USER, DockerRegistry, docker_config, missing_tools
+from tests.support.transport import Drip, Reply, RequestRecord
+
+pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
+
+SPEC = "acme/models:v1.0"
+
+
+@pytest.fixture(scope="module")
+def registry(tls: TLSFiles, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[DockerRegistry]:
+    with DockerRegistry(tmp_path_factory.mktemp("registry"), tls) as reg:
+        yield reg
+
+
+@dataclass
+class Evil:
+    """The hostile registry: the honest snapshot's bytes, with ``answers`` overriding."""
+
+    server: GitHubStandIn
+    manifest: str
+    blobs: dict[str, bytes]
+    commit: str
+    config: str = ""
+    archive: str = ""
+    answers: dict[str, Reply | Callable[[RequestRecord], Reply]] = field(default_factory=dict)
+    gate: Callable[[RequestRecord], Reply | None] | None = None
+
+    @property
+    def target(self) -> str:
+        return f"{self.server.host('foreign')}:{self.server.port}/evil/hub"
+
+    def answer(self, record: RequestRecord) -> Reply:
+        name = record.path.rsplit("/", 1)[-1]
+        said = self.gate(record) if self.gate is not None else None
+        if said is not None:
+            return said
+        for key, reply in self.answers.items():
+            if key in record.path:
+                return reply(record) if callable(reply) else reply
+        if name in self.blobs:
+            return Reply(200, self.blobs[name], (("Content-Type", "application/octet-stream"),))
+        return Reply.json({"errors": [{"code": "NOT_FOUND"}]}, 404)
+
+    def cached(self) -> bool:
+        return safehub.Hub().cache.lookup(self.commit) is not None
+
+
+@pytest.fixture
+def evil(hub_repo: HubRepo, registry: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+         monkeypatch: pytest.MonkeyPatch) -> Evil:
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_config(tmp_path / "docker",
+                                                          {registry.host: (USER, PASSWORD)})))
+    assert main(["prefetch", "--oci", f"{registry.host}/team/hub", SPEC]) == 0
+    digest = Lockfile.load(Path.cwd() / "safehub.lock").entries[SPEC].oci
+
+    def get(kind: str, ref: str) -> bytes:
+        r = requests.get(f"https://{registry.host}/v2/team/hub/{kind}/{ref}",
+                         auth=(USER, PASSWORD), verify=str(server.ca_cert), timeout=30,
+                         headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+        r.raise_for_status()
+        return r.content
+
+    manifest = get("manifests", digest)
+    doc = json.loads(manifest)
+    blobs = {digest: manifest}
+    for d in (doc["config"], *doc["layers"]):
+        blobs[d["digest"]] = get("blobs", d["digest"])
+    bad = Evil(server, digest, blobs, hub_repo.sha, doc["config"]["digest"],
+               doc["layers"][0]["digest"])
+    server.intercept(lambda r: r.path.startswith("/v2/evil/"), bad.answer)
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(tmp_path / "node-cache"))
+    monkeypatch.setenv("SAFEHUB_OCI", bad.target)
+    return bad
+
+
+def refused(evil: Evil, kind: type[SafehubError] = SafehubError) -> SafehubError:
+    with pytest.raises(kind) as e:
+        safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    assert evil.target in e.value.message
+    assert not evil.cached()  # nothing installed
+    assert e.value.hint
+    return e.value
+
+
+def test_the_honest_bytes_from_the_stand_in_load(evil: Evil) -> None:
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+
+
+def test_a_blob_whose_bytes_differ_from_its_digest(evil: Evil) -> None:
+    data = bytearray(evil.blobs[evil.archive])
+    data[100] ^= 1
+    evil.answers[evil.archive] = Reply(200, bytes(data))
+    e = refused(evil, IntegrityError)
+    assert evil.archive in e.message and "other bytes" in e.message
+
+
+def test_a_manifest_that_is_not_the_lockfiles_digest(evil: Evil) -> None:
+    other = evil.blobs[evil.manifest].replace(b'"schemaVersion":2', b'"schemaVersion":2 ')
+    evil.answers["/manifests/"] = Reply(200, other)
+    e = refused(evil, IntegrityError)
+    assert evil.manifest in e.message
+
+
+def test_a_wrong_media_type_even_under_the_pinned_digest(evil: Evil, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    doc = json.loads(evil.blobs[evil.manifest])
+    doc["layers"][0]["mediaType"] = "application/vnd.oci.image.layer.v1.tar+gzip"
+    data = json.dumps(doc).encode()
+    lock = Lockfile.load(Path.cwd() / "safehub.lock")  # a lockfile that pins the bad one
+    import dataclasses
+
+    lock.put(dataclasses.replace(lock.entries[SPEC], oci=sha256(data)))
+    lock.save()
+    evil.answers["/manifests/"] = Reply(200, data)
+    e = refused(evil, IntegrityError)
+    assert "not a safehub snapshot" in e.message and "media type" in e.message
+
+
+def test_a_manifest_over_its_cap_is_refused_before_it_is_read(evil: Evil) -> None:
+    sent = [0]
+
+    def endless(record: RequestRecord) -> Reply:
+        def body() -> Iterator[bytes]:
+            for chunk in itertools.repeat(b" " * 65536):
+                sent[0] += len(chunk)
+                yield chunk
+        return Reply(200, body())
+
+    evil.answers["/manifests/"] = endless
+    e = refused(evil, IntegrityError)
+    assert "4,194,304-byte cap" in e.message and evil.manifest in e.message
+    evil.answers["/manifests/"] = Reply(200, b" " * (5 << 20))  # announced: not read at all
+    e = refused(evil, IntegrityError)
+    assert "cap of a manifest" in e.message
+
+
+def test_a_blob_longer_than_its_descriptor(evil: Evil) -> None:
+    evil.answers[evil.archive] = Reply(200, evil.blobs[evil.archive] + b"more")
+    e = refused(evil, IntegrityError)
+    assert "sent more than" in e.message and evil.archive in e.message
+
+
+def test_a_redirect_to_a_host_not_allowed_and_one_allowed(evil: Evil, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    storage = f"https://{evil.server.host('mirror')}:{evil.server.port}/storage/archive"
+    evil.server.add_static("/storage/archive", evil.blobs[evil.archive])
+    evil.answers[evil.archive] = Reply.redirect(storage, 307)
+    e = refused(evil, FetchError)
+    assert "a host not allowed" in e.message and "SAFEHUB_ALLOWED_HOSTS" in str(e.hint)
+    monkeypatch.setenv("SAFEHUB_ALLOWED_HOSTS", evil.server.host("mirror"))  # the fix
+    evil.server.clear_log()
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    to_storage = [r for r in evil.server.requests_log if r.path == "/storage/archive"]
+    assert to_storage and all(r.authorization is None for r in to_storage)
+
+
+def test_bearer_tokens_only_from_the_registrys_own_host(evil: Evil, tmp_path: Path,
+                                                      monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    host = f"{evil.server.host('foreign')}:{evil.server.port}"
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_config(tmp_path / "d2",
+                                                          {host: ("robot", "pw")})))
+
+    def gate(realm: str) -> Callable[[RequestRecord], Reply | None]:
+        def answer(record: RequestRecord) -> Reply | None:
+            if record.authorization == "Bearer good-token":
+                return None
+            return Reply(401, b"", (("WWW-Authenticate", f'Bearer realm="{realm}",'
+                                     f'service="evil",scope="repository:evil/hub:pull"'),))
+        return answer
+
+    elsewhere = f"https://{evil.server.host('mirror')}:{evil.server.port}/token"
+    evil.gate = gate(elsewhere)
+    e = refused(evil, FetchError)
+    assert "not the registry's host" in e.message
+    own = f"https://{host}/token"
+    evil.server.add_static("/token", json.dumps({"token": "good-token"}).encode())
+    evil.gate = gate(own)
+    evil.server.clear_log()
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    asked = [r for r in evil.server.requests_log if r.path.startswith("/token")]
+    assert asked and "scope=repository%3Aevil%2Fhub%3Apull" in asked[0].path
+    assert asked[0].authorization and asked[0].authorization.startswith("Basic ")
+
+
+def test_a_registry_that_drips(evil: Evil, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("SAFEHUB_TIMEOUT", "1")
+    evil.answers["/manifests/"] = Reply(200, evil.blobs[evil.manifest],
+                                        drip=Drip(chunk_size=1, delay=0.5))
+    e = refused(evil, FetchError)
+    assert "took longer than 1 s" in e.message
+
+
+@pytest.mark.parametrize(("status", "said"), [
+    (401, "docker login"), (403, "ask the registry's admins for access"),
+    (429, "retry later"), (503, "retry later")])
+def test_error_statuses_each_with_a_fix(evil: Evil, status: int, said: str) -> None:
+    evil.answers["/manifests/"] = Reply.json({"errors": []}, status)
+    e = refused(evil, FetchError)
+    assert said in str(e.hint)
+    assert str(status) in e.message
+
+
+def test_404_says_where_to_push(evil: Evil) -> None:
+    evil.answers["/manifests/"] = Reply.json({"errors": [{"code": "MANIFEST_UNKNOWN"}]}, 404)
+    e = refused(evil, NotFoundError)
+    assert evil.manifest in e.message and "safehub prefetch --oci" in str(e.hint)
+
+
+def test_the_next_registry_is_tried(evil: Evil, registry: DockerRegistry,
+                                    monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    evil.answers[evil.archive] = Reply(200, b"x" * len(evil.blobs[evil.archive]))
+    monkeypatch.setenv("SAFEHUB_OCI", f"{evil.target},{registry.host}/team/hub")
+    prepared = safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    assert (prepared.path / "hubconf.py").is_file()

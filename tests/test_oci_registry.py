@@ -1,0 +1,244 @@
+"""Fleets through a real OCI registry (issue 19): publish, load by digest, air gaps.
+
+The registry is CNCF Distribution as Debian ships it (``docker-registry serve``), with TLS
+from the tests' throwaway CA and htpasswd auth, started once for the module
+(tests/support/oci.py). Pushes go through ``safehub prefetch --oci``; loads through
+``SAFEHUB_OCI`` reach no GitHub at all (the stand-in's request log stays empty).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import safehub
+from safehub.cli import main
+from safehub.errors import PinError
+from safehub.store.lockfile import Lockfile
+from tests.conftest import HubRepo
+from tests.support import GitHubStandIn, TLSFiles
+from tests.support.oci import PASSWORD, USER, DockerRegistry, docker_config, missing_tools
+
+pytestmark = pytest.mark.skipif(missing_tools() is not None, reason=str(missing_tools()))
+
+
+@pytest.fixture(scope="module")
+def registry(tls: TLSFiles, tmp_path_factory: pytest.TempPathFactory
+             ) -> Iterator[DockerRegistry]:
+    with DockerRegistry(tmp_path_factory.mktemp("registry"), tls) as reg:
+        yield reg
+
+
+@pytest.fixture
+def logged_in(registry: DockerRegistry, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+              ) -> DockerRegistry:
+    """``docker login`` done for the registry (a DOCKER_CONFIG folder of the test's)."""
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_config(tmp_path / "docker",
+                                                          {registry.host: (USER, PASSWORD)})))
+    return registry
+
+
+def lockfile() -> Lockfile:
+    return Lockfile.load(Path.cwd() / "safehub.lock")
+
+
+def node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, oci: str, name: str = "node"
+         ) -> Path:
+    """Switch to a fresh node: its own empty cache and data, SAFEHUB_OCI set."""
+    cache = tmp_path / name / "cache"
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(cache))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / name / "data"))
+    monkeypatch.setenv("SAFEHUB_OCI", oci)
+    return cache
+
+
+def test_publish_then_load_by_digest_asks_github_nothing(
+        hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    target = f"{logged_in.host}/team/hub"
+    assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+    entry = lockfile().entries["acme/models:v1.0"]
+    assert entry.oci.startswith("sha256:") and entry.commit == hub_repo.sha
+    assert entry.oci in capsys.readouterr().out
+
+    node(tmp_path, monkeypatch, target)
+    server.clear_log()
+    prepared = safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+    assert (prepared.path / "hubconf.py").is_file()
+    assert prepared.tree.digest == entry.digest
+    assert server.requests_log == []  # zero requests to GitHub
+
+    # `safehub lock` keeps the oci field; pushing the same snapshot again is the same digest.
+    monkeypatch.delenv("SAFEHUB_OCI")
+    assert main(["lock", "acme/models:v1.0"]) == 0
+    assert lockfile().entries["acme/models:v1.0"].oci == entry.oci
+    assert main(["lock", "--upgrade", "acme/models:v1.0"]) == 0
+    assert lockfile().entries["acme/models:v1.0"].oci == entry.oci
+    assert main(["prefetch", "--oci", target, "--json", "acme/models:v1.0"]) == 0
+    assert lockfile().entries["acme/models:v1.0"].oci == entry.oci
+    assert '"present"' in capsys.readouterr().out  # blobs already there are not sent again
+
+
+def test_a_spec_not_in_the_lockfile_is_refused_with_the_fix(
+        hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    target = f"{logged_in.host}/team/hub"
+    node(tmp_path, monkeypatch, target)
+    server.clear_log()
+    with pytest.raises(PinError) as e:
+        safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+    assert "not in the lockfile" in e.value.message
+    assert "safehub prefetch --oci REGISTRY/REPOSITORY acme/models:v1.0" in str(e.value.hint)
+    assert server.requests_log == []
+    # The fix, applied literally where GitHub is reachable, makes the load work.
+    monkeypatch.delenv("SAFEHUB_OCI")
+    assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+    node(tmp_path, monkeypatch, target, "node2")
+    server.clear_log()
+    assert safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+    assert server.requests_log == []
+
+
+def test_without_credentials_the_registry_refuses_with_the_login_fix(
+        hub_repo: HubRepo, registry: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "empty-docker"))
+    assert main(["prefetch", "--oci", f"{registry.host}/team/hub", "acme/models:v1.0"]) == 1
+    err = capsys.readouterr().err
+    assert f"{registry.host}/team/hub answered 401" in err
+    assert f"docker login {registry.host}" in err
+
+
+def test_air_gap_layout_export_skopeo_copy_import_and_load(
+        hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    if shutil.which("skopeo") is None:
+        pytest.skip("skopeo is not installed (apt-get install skopeo)")
+    target = f"{logged_in.host}/team/hub"
+    assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+    digest = lockfile().entries["acme/models:v1.0"].oci
+    layout = tmp_path / "layout"
+    # Exported from the registry (SAFEHUB_OCI), checked against the lockfile's digest.
+    monkeypatch.setenv("SAFEHUB_OCI", target)
+    server.clear_log()
+    assert main(["oci", "export", "--lockfile", "safehub.lock", str(layout)]) == 0
+    assert server.requests_log == []
+    assert (layout / "blobs" / "sha256" / digest.removeprefix("sha256:")).is_file()
+
+    # A node loads straight from the folder...
+    node(tmp_path, monkeypatch, f"oci:{layout}", "gapped")
+    server.clear_log()
+    assert safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+    assert server.requests_log == []
+
+    # ... skopeo carries it into another repository by digest (what admins do) ...
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    shutil.copy(logged_in.tls.ca_cert, certs / "ca.crt")
+    copied = f"{logged_in.host}/gapped/hub"
+    subprocess.run(["skopeo", "copy", "--quiet", "--dest-cert-dir", str(certs),
+                    "--dest-creds", f"{USER}:{PASSWORD}", f"oci:{layout}:acme-models-v1.0",
+                    f"docker://{copied}:acme-models-v1.0"], check=True, capture_output=True,
+                   env={**os.environ, "HOME": str(tmp_path)})
+    node(tmp_path, monkeypatch, copied, "skopeo-node")
+    assert safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+
+    # ... and `safehub oci import` pushes a layout to a registry as well.
+    imported = f"{logged_in.host}/imported/hub"
+    assert main(["oci", "import", str(layout), imported]) == 0
+    node(tmp_path, monkeypatch, imported, "import-node")
+    assert safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+    assert server.requests_log == []
+
+
+def test_through_a_pull_through_cache_each_blob_leaves_the_origin_once(
+        hub_repo: HubRepo, tls: TLSFiles, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An anonymous origin (pushed to without credentials) and a second docker-registry in
+    proxy mode in front of it: nodes load through the cache, and the origin serves each
+    blob once. (Distribution 2.8's proxy did not pass htpasswd credentials upstream here:
+    "unauthorized: authentication required" although its challenge was Basic.)"""
+    env = {**os.environ, "SSL_CERT_FILE": str(tls.ca_cert)}  # the proxy trusts the origin
+    with DockerRegistry(tmp_path / "origin", tls, auth=False) as origin:
+        target = f"{origin.host}/team/hub"
+        monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
+        assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+        proxy = DockerRegistry(tmp_path / "proxy", tls, auth=False, proxy_of=origin)
+        proxy.start(env)
+        try:
+            server.clear_log()
+            pulled = []
+            for i in range(3):
+                before = origin.blob_gets()
+                node(tmp_path, monkeypatch, f"{proxy.host}/team/hub", f"cached-node{i}")
+                prepared = safehub.Hub().prepare("acme/models:v1.0", trust_repo=True,
+                                                 verbose=False)
+                assert (prepared.path / "hubconf.py").is_file()
+                pulled.append(origin.blob_gets() - before)
+            assert server.requests_log == []
+            # The first node's pull fills the cache (Distribution 2.8 asks the origin for
+            # each blob twice then: once to serve, once to store); later nodes reach the
+            # origin for no blob at all.
+            assert 2 <= pulled[0] <= 4 and pulled[1:] == [0, 0]
+        finally:
+            proxy.stop()
+
+
+def test_chunked_uploads_and_mounts_from_another_repository(
+        hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A blob over the chunk size goes up in PATCH chunks; one already in another repository
+    of the registry is mounted, not sent again; loads read both."""
+    from safehub.sources.oci import Registry, Target
+    from safehub.sources.oci import registry as client
+    from safehub.sources.oci.artifact import Descriptor, sha256
+    from safehub.sources.transport import Transport
+
+    monkeypatch.setattr(client, "CHUNK", 1000)
+    blob = os.urandom(2500)
+    digest = sha256(blob)
+    hub = safehub.Hub()
+    chunked = Registry(Transport(hub.settings.transport_config()),
+                       Target.parse(f"{logged_in.host}/chunks/a"), push=True)
+    assert chunked.push_blob(blob, digest, len(blob)) == "chunked"
+    assert chunked.push_blob(blob, digest, len(blob)) == "present"
+    other = Registry(Transport(hub.settings.transport_config()),
+                     Target.parse(f"{logged_in.host}/chunks/b"), push=True)
+    assert other.push_blob(blob, digest, len(blob), mount_from="chunks/a") == "mounted"
+    assert other.blob_bytes(Descriptor("application/octet-stream", digest, len(blob))) == blob
+
+
+def test_a_release_asset_signature_travels_in_the_snapshot(
+        logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path, isolated: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The policy requires a key signature found as a release asset: it is pushed as its own
+    layer, and a node verifies it from the snapshot, asking GitHub nothing."""
+    import json
+
+    import requests
+
+    from tests.test_release_assets import Released
+    from tests.test_signed_load import policy
+
+    released = Released(tmp_path, server)
+    policy(isolated, released.rule())
+    target = f"{logged_in.host}/team/signed"
+    assert main(["prefetch", "--oci", target, "acme/released:v2.0"]) == 0
+    digest = lockfile().entries["acme/released:v2.0"].oci
+    manifest = requests.get(f"https://{logged_in.host}/v2/team/signed/manifests/{digest}",
+                            auth=(USER, PASSWORD), verify=str(server.ca_cert), timeout=30,
+                            headers={"Accept": "application/vnd.oci.image.manifest.v1+json"})
+    layers = json.loads(manifest.content)["layers"]
+    assert [la["mediaType"] for la in layers] == [
+        "application/vnd.safehub.archive.v1.zip", "application/vnd.dev.sigstore.bundle.v0.3+json"]
+
+    node(tmp_path, monkeypatch, target, "signed-node")
+    server.clear_log()
+    prepared = safehub.Hub().prepare("acme/released:v2.0", trust_repo=True, verbose=False)
+    assert prepared.signature.startswith("verified (key ")
+    assert server.requests_log == []
