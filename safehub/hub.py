@@ -32,7 +32,7 @@ from safehub.errors import (
 from safehub.fetch import TreeFetcher
 from safehub.policy import Decision, Policy, load_policy
 from safehub.resolve import Resolved, Resolver, moved_fix
-from safehub.run import guards, runtime, torchhub
+from safehub.run import environment, guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.sources.github import GitHub
 from safehub.sources.interface import Source
@@ -124,7 +124,7 @@ class Hub:
                                    lambda: str(self.lockfile_path))
         self.fetcher = TreeFetcher(s, self.cache, self.verified, self.source, terminal_progress)
         self.signatures = SignatureCheck(SignatureRecords(s.data_dir), web_url=s.web_url,
-                                         fetch=self._fetch_signature)
+                                         fetch=_signature_fetcher(self))
         self.trust_step = Trust(self.consents, noninteractive=s.noninteractive,
                                 surface=surface)
 
@@ -231,19 +231,6 @@ class Hub:
         r = admitted.resolved
         return Subject(r.spec.repo, r.spec.key, r.ref, r.commit, tree.digest, signature)
 
-    def _fetch_signature(self, url: str) -> bytes | None:
-        from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
-
-        if self.settings.oci and self._source is not None:  # what came with the snapshot
-            return getattr(self._source, "signatures", {}).get(url)
-        github = self.github()
-        try:
-            return self.transport().get(url, what="signature", accept="application/octet-stream",
-                                        headers=github.headers,
-                                        max_bytes=MAX_SIGNATURE_BYTES).body
-        except NotFoundError:
-            return None
-
     # -- the drop-in functions ------------------------------------------------------------
 
     def load(self, repo_or_dir: str | os.PathLike[str], model: str, *args: Any,
@@ -274,6 +261,7 @@ class Hub:
         """Prepare, then run the repo's code (step 9) under the guards; audit (step 10)."""
         target, source, entrypoint, force_reload, verbose = _call_args(
             repo_or_dir, source, entrypoint, force_reload, verbose)
+        environment.gate(self.policy)
         if source == "local":
             return self._run_local(Path(target), entrypoint, run)
         check_trust_repo(trust_repo)
@@ -477,3 +465,22 @@ def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) ->
                                     f"{spec.repo}:COMMIT"),
                           fixes.run(f"safehub untrust {spec.repo}", "to forget every commit "
                                     "of the repo")))
+
+
+def _signature_fetcher(hub: Hub) -> Callable[[str], bytes | None]:
+    """How the signature step fetches a signature by URL: from the snapshot it came with
+    (an OCI source), else over the transport with GitHub's headers; None if not found."""
+    def fetch(url: str) -> bytes | None:
+        from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
+
+        if hub.settings.oci and hub._source is not None:  # what came with the snapshot
+            return getattr(hub._source, "signatures", {}).get(url)
+        try:
+            return hub.transport().get(url, what="signature",
+                                       accept="application/octet-stream",
+                                       headers=hub.github().headers,
+                                       max_bytes=MAX_SIGNATURE_BYTES).body
+        except NotFoundError:
+            return None
+
+    return fetch

@@ -28,7 +28,7 @@ from safehub.errors import (
     SignatureError,
     SpecError,
 )
-from safehub.run.runtime import own_work
+from safehub.run import environment, runtime
 from safehub.spec import RepoSpec
 from safehub.store.lockfile import LockEntry, Lockfile, spec_key
 from safehub.store.records import WeightPins
@@ -90,6 +90,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     base: dict[str, Any] = {"spec": str(spec), "repo": spec.key, "entrypoint": entrypoint,
                             "policy_files": list(hub.policy.files)}
     try:
+        environment.gate(hub.policy)
         admitted = hub.admission.admit(spec, entrypoint=entrypoint)
     except SafehubError as e:
         if isinstance(e, OfflineError):  # the load's own fix, for this spec
@@ -433,8 +434,7 @@ class CacheEntryInfo(_Report):
 
 
 def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
-    """Every cached commit, with the repo it was verified for, the repos whose records
-    name it and the lockfile specs pinned to it (``safehub cache ls``)."""
+    """Every cached commit: its repo, the repos naming it, locked specs (``cache ls``)."""
     repos = hub.cache.repos_by_commit()
     try:
         lockfile = hub.lockfile
@@ -469,7 +469,7 @@ def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
         if prefixes and not any(entry.commit.startswith(p) for p in prefixes):
             continue
         try:
-            with own_work():  # safehub reads the files to check them
+            with runtime.own_work():  # safehub reads the files to check them
                 entry.verify()
             results.append(CacheCheck(entry.commit, True))
         except SafehubError as e:

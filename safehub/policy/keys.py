@@ -95,6 +95,7 @@ class Key:
 _MODE = Choice(values=("enforce", "warn"), order=("warn", "enforce"))
 _UNKNOWN = Choice(values=("deny", "prompt", "allow"), order=("allow", "prompt", "deny"))
 _RUNTIME = Choice(values=("observe", "enforce", "off"), order=("off", "observe", "enforce"))
+_HOOK = Choice(values=("optional", "required"), order=("optional", "required"))
 _SHADOWING = Choice(values=("refuse", "warn"), order=("warn", "refuse"))
 _PIN = Choice(values=("none", "commit"))
 _SIGNATURE = Choice(values=("none", "if-present", "required"))
@@ -142,6 +143,9 @@ _DECLARED: tuple[Key, ...] = (
         "come from (subfolders included, symlinks resolved); unset: any folder, unless "
         "`unknown_repos = \"deny\"`; every file that sets it must admit the folder",
         "each", project=False),
+    Key("safehub", "environment_hook", _HOOK, "optional", "`required`: a load refuses in a "
+        "Python environment without the hook `safehub install --environment` writes (then "
+        "every Python process of it routes torch.hub, `-E` and `-I` included)", "strictest"),
     Key("safehub", "confine", Bool(), False, "`safehub run` confines its command with the "
         "kernel's Landlock (as `--confine`) and refuses to start it unconfined; as "
         "`SAFEHUB_CONFINE=1`", "any-true", env="SAFEHUB_CONFINE"),

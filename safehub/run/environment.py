@@ -20,12 +20,16 @@ import os
 import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import atomic_write
 from safehub.errors import PolicyDenied, SafehubError
 
-__all__ = ["FILE_NAME", "LINE", "Hook", "hook", "install", "require", "uninstall"]
+if TYPE_CHECKING:
+    from safehub.policy import Policy
+
+__all__ = ["FILE_NAME", "LINE", "Hook", "gate", "hook", "install", "require", "uninstall"]
 
 FILE_NAME = "safehub-torchhub.pth"
 LINE = ('import sys; exec("try:\\n import safehub.run.autoinstall as _safehub\\n'
@@ -100,6 +104,14 @@ def uninstall(folder: Path | None = None) -> bool:
                            hint=fixes.say("run it as the user who owns this environment")
                            ) from e
     return True
+
+
+def gate(policy: Policy) -> None:
+    """A policy's ``environment_hook = "required"``: no load (nor ``check``) in an
+    environment without the hook."""
+    setting = policy.setting("environment_hook")
+    if setting.value == "required":
+        require(setting.source)
 
 
 def require(source: str, folder: Path | None = None) -> None:
