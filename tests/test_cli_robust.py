@@ -298,6 +298,15 @@ CASES = [
     C("cache clear ../..", 2, "hex"),
     # -- run, demo, docs (``run`` passes everything after it on: no --json) ----------------
     C("run", 2, "safehub run -- python", json=False),
+    # -- the environment hook (what it writes is tests/test_environment_hook.py's) ----------
+    C("install", 2, "required: --environment"),
+    C("uninstall", 2, "required: --environment"),
+    # -- oci ---------------------------------------------------------------------------------
+    C("oci", 2, "required: ACTION"),
+    C("oci export", 2, "required: DIR"),
+    C("oci export empty", 2, "is a file"),
+    C("oci import", 2, "required: DIR, REGISTRY/REPOSITORY"),
+    C("oci import adir", 2, "required: REGISTRY/REPOSITORY"),
     C("run --", 2, "safehub run -- python", json=False),
     C("run -- /nonexistent/prog", 2, "/nonexistent/prog", json=False),
     C("run -- adir", 2, "adir", json=False),

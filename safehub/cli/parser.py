@@ -101,7 +101,7 @@ JSON_FIELDS: dict[str, str] = {
     "trust": "repo, ref, commit, digest",
     "untrust": "removed",
     "lock": "lockfile, changes | --check: lockfile, ok, entries",
-    "prefetch": "cache, mirror, entries, published (--oci)",
+    "prefetch": "cache, mirror, entries, [--oci] published",
     "oci export": "folder, entries",
     "oci import": "target, entries",
     "verify": "target, signer, files, uncovered, commit, digest, valid",

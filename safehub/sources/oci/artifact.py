@@ -13,7 +13,7 @@ the config must equal the lockfile entry it is loaded for.
 
 >>> cfg = SnapshotConfig("acme/tiny", "a" * 40, "b" * 40, "sha256:" + "c" * 64)
 >>> canonical(cfg.document())[:40]
-b'{"commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaa'
+b'{"commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaa'
 """
 
 from __future__ import annotations
