@@ -250,12 +250,7 @@ class Programs(ValueType):
         items = _need_list(value, "program names") if type(value) is list else None
         if items is None:
             raise Fault(f"must be true, false or a list of program names, not {_kind(value)}")
-        for v in items:
-            try:
-                check_entry(_need_str(v, "a program name"))
-            except ValueError as e:
-                raise Fault(str(e)) from None
-        return tuple(items)
+        return _programs(items)
 
 
 @dataclass(frozen=True)
@@ -265,13 +260,17 @@ class ProgramList(ValueType):
     name: str = "list of program names or absolute paths"
 
     def check(self, value: Any) -> tuple[str, ...]:
-        items = _need_list(value, "program names")
-        for v in items:
-            try:
-                check_entry(_need_str(v, "a program name"))
-            except ValueError as e:
-                raise Fault(str(e)) from None
-        return tuple(items)
+        return _programs(_need_list(value, "program names"))
+
+
+def _programs(items: list[Any]) -> tuple[str, ...]:
+    """Program entries by the one rule of ``safehub._internal.programs``."""
+    for v in items:
+        try:
+            check_entry(_need_str(v, "a program name"))
+        except ValueError as e:
+            raise Fault(str(e)) from None
+    return tuple(items)
 
 
 @dataclass(frozen=True)
