@@ -257,3 +257,31 @@ def test_a_release_asset_signature_travels_in_the_snapshot(
     prepared = safehub.Hub().prepare("acme/released:v2.0", trust_repo=True, verbose=False)
     assert prepared.signature.startswith("verified (key ")
     assert server.requests_log == []
+
+
+def test_plain_http_only_for_a_loopback_registry_a_policy_names(
+        hub_repo: HubRepo, tls: TLSFiles, server: GitHubStandIn, tmp_path: Path,
+        isolated: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_signed_load import policy
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
+    with DockerRegistry(tmp_path / "plain", tls, plain=True) as plain:
+        target = f"http://{plain.host}/team/hub"
+        # Not named by a policy: refused, with the fix.
+        assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 2
+        assert "add oci = " in capsys.readouterr().err
+        monkeypatch.setenv("SAFEHUB_OCI", target)
+        with pytest.raises(safehub.SpecError, match="only a policy file"):
+            safehub.Hub()
+        monkeypatch.delenv("SAFEHUB_OCI")
+        # Named by the policy: pushed, and nodes with that policy load over plain HTTP.
+        policy(isolated, f'[safehub]\noci = ["{target}"]\n\n[[allow]]\nrepo = "acme/*"\n')
+        monkeypatch.setenv("SAFEHUB_OCI", "")  # the policy's list
+        assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+        node(tmp_path, monkeypatch, "", "plain-node")
+        monkeypatch.delenv("SAFEHUB_OCI")
+        server.clear_log()
+        prepared = safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+        assert (prepared.path / "hubconf.py").is_file()
+        assert server.requests_log == []
