@@ -45,7 +45,7 @@ class Target:
     """``REGISTRY/REPOSITORY`` as written in ``SAFEHUB_OCI`` or ``--oci``.
 
     >>> Target.parse("registry.example:5000/team/hub")
-    Target(registry='registry.example:5000', repository='team/hub')
+    Target(registry='registry.example:5000', repository='team/hub', plain=False)
     """
 
     registry: str
