@@ -165,6 +165,10 @@ def _oci_places(raw: Any, where: str) -> tuple[str, ...]:
     items = raw.split(",") if isinstance(raw, str) else list(raw or ())
     places = tuple(item.strip() for item in items if item.strip())
     for item in places:
+        if item.startswith("http://") and not where.startswith("oci in "):
+            raise SpecError(f"{where}: {item!r} speaks plain HTTP, which only a policy file "
+                            "may ask for (oci = [\"http://127.0.0.1:PORT/REPO\"] in [safehub])",
+                            hint="give the registry TLS, or name it in a policy file")
         try:
             split_place(item)
         except ValueError as e:

@@ -140,8 +140,18 @@ def _push(registry: Registry, built: _Built) -> list[str]:
 
 def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True
             ) -> list[Published]:
-    """Push one snapshot per spec to ``target`` and record its digest in the lockfile."""
+    """Push one snapshot per spec to ``target`` and record its digest in the lockfile.
+
+    The pipeline runs against GitHub (or its mirror) as a load without ``SAFEHUB_OCI``
+    does, whatever the registries this machine's loads would read.
+    """
+    from safehub.hub import Hub as _Hub
     from safehub.operations import lock
+
+    _plain_only_if_listed(hub, target)
+    if hub.settings.oci:
+        hub = _Hub(hub.settings.with_changes(oci=()), policy=hub.policy, surface="cli",
+                   transport=hub.transport())
 
     if not specs:
         lockfile = hub.lockfile
@@ -209,6 +219,7 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
     """Push every snapshot of the layout ``folder`` to ``target`` (each checked on read:
     its manifest by digest and shape, its config's shape, every blob by digest)."""
     layout = Layout(folder)
+    _plain_only_if_listed(hub, target)
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
         raise SpecError(f"{target}: import pushes to a registry", hint="give "
@@ -243,6 +254,13 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
             done.append(Published(f"{config.repo}@{config.commit[:12]}", config.commit,
                                   config.digest, digest, str(registry.target), tag, how))
     return done
+
+
+def _plain_only_if_listed(hub: Hub, target: str) -> None:
+    if target.startswith("http://") and target not in hub.settings.oci:
+        raise SpecError(f"{target} speaks plain HTTP, which only a registry a policy file "
+                        "names may do", hint=f'add oci = ["{target}"] to [safehub] in a policy '
+                        "file, or give the registry TLS")
 
 
 def _config_of(data: bytes, where: str, digest: str) -> SnapshotConfig:

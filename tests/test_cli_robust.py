@@ -222,6 +222,15 @@ CASES = [
     C("prefetch acme/nosuch", 1, "acme/nosuch"),
     C("prefetch --lockfile bad.lock", 1, "not valid TOML"),
     C("prefetch --lockfile good.lock", 1, "offline", SAFEHUB_OFFLINE="1"),
+    C("prefetch {spec} --oci https://reg.example/x", 2, "REGISTRY/REPOSITORY"),
+    C("prefetch {spec} --oci oci:adir", 2, "oci export"),
+    # -- oci export and import (issue 19) ---------------------------------------------------
+    C("oci export", 2, "DIR"),
+    C("oci export empty", 2, "is a file"),
+    C("oci export out --lockfile bad.lock", 1, "not valid TOML"),
+    C("oci import nosuch reg.example/x", 2, "no such folder"),
+    C("oci import adir https://reg.example/x", 2, "REGISTRY/REPOSITORY"),
+    C("oci import adir reg.example/x", 1, "no snapshots"),
     # -- verify ------------------------------------------------------------------------------
     C("verify", 2, "required: target"),
     C("verify nosuch", 2, "no folder"),
@@ -303,8 +312,6 @@ CASES = [
     C("uninstall", 2, "required: --environment"),
     # -- oci ---------------------------------------------------------------------------------
     C("oci", 2, "required: ACTION"),
-    C("oci export", 2, "required: DIR"),
-    C("oci export empty", 2, "is a file"),
     C("oci import", 2, "required: DIR, REGISTRY/REPOSITORY"),
     C("oci import adir", 2, "required: REGISTRY/REPOSITORY"),
     C("run --", 2, "safehub run -- python", json=False),

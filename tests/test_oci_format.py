@@ -86,12 +86,18 @@ def test_the_config_must_equal_the_lock_entry() -> None:
 
 
 @pytest.mark.parametrize("text", ["https://reg.example/x", "reg.example", "reg.example/UPPER",
-                                  "reg example/x", "oci:"])
+                                  "reg example/x", "oci:", "http://reg.example/x"])
 def test_places_are_written_registry_slash_repository_or_oci_dir(text: str) -> None:
     with pytest.raises(SpecError):
         Settings.from_env({"SAFEHUB_OCI": text})
     with pytest.raises(SpecError):
         Target.parse(text)
+
+
+def test_plain_http_is_for_loopback_and_only_from_a_policy() -> None:
+    assert Target.parse("http://127.0.0.1:5000/x").plain
+    with pytest.raises(SpecError, match="only a policy file"):
+        Settings.from_env({"SAFEHUB_OCI": "http://127.0.0.1:5000/x"})
 
 
 def test_settings_read_safehub_oci_in_order() -> None:

@@ -156,6 +156,19 @@ def test_air_gap_layout_export_skopeo_copy_import_and_load(
     assert server.requests_log == []
 
 
+def stored(registry: DockerRegistry, count: int) -> None:
+    """Wait (bounded) until ``registry`` has committed ``count`` blobs to its storage: a
+    proxy stores what it served in the background."""
+    import threading
+    import time
+
+    blobs = registry.root / "data/docker/registry/v2/blobs"
+    deadline = time.monotonic() + 60
+    while len(list(blobs.rglob("data"))) < count:
+        assert time.monotonic() < deadline, "the cache never stored the blobs"
+        threading.Event().wait(0.05)
+
+
 def test_through_a_pull_through_cache_each_blob_leaves_the_origin_once(
         hub_repo: HubRepo, tls: TLSFiles, server: GitHubStandIn, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
@@ -180,10 +193,12 @@ def test_through_a_pull_through_cache_each_blob_leaves_the_origin_once(
                                                  verbose=False)
                 assert (prepared.path / "hubconf.py").is_file()
                 pulled.append(origin.blob_gets() - before)
+                if i == 0:
+                    stored(proxy, 3)  # the manifest, the config, the archive
             assert server.requests_log == []
-            # The first node's pull fills the cache (Distribution 2.8 asks the origin for
-            # each blob twice then: once to serve, once to store); later nodes reach the
-            # origin for no blob at all.
+            # The first node's pull fills the cache (Distribution 2.8 may ask the origin for
+            # a blob twice then: once to serve, once to store); once the cache has stored
+            # them, later nodes reach the origin for no blob at all.
             assert 2 <= pulled[0] <= 4 and pulled[1:] == [0, 0]
         finally:
             proxy.stop()
@@ -242,3 +257,31 @@ def test_a_release_asset_signature_travels_in_the_snapshot(
     prepared = safehub.Hub().prepare("acme/released:v2.0", trust_repo=True, verbose=False)
     assert prepared.signature.startswith("verified (key ")
     assert server.requests_log == []
+
+
+def test_plain_http_only_for_a_loopback_registry_a_policy_names(
+        hub_repo: HubRepo, tls: TLSFiles, server: GitHubStandIn, tmp_path: Path,
+        isolated: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from tests.test_signed_load import policy
+
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
+    with DockerRegistry(tmp_path / "plain", tls, plain=True) as plain:
+        target = f"http://{plain.host}/team/hub"
+        # Not named by a policy: refused, with the fix.
+        assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 2
+        assert "add oci = " in capsys.readouterr().err
+        monkeypatch.setenv("SAFEHUB_OCI", target)
+        with pytest.raises(safehub.SpecError, match="only a policy file"):
+            safehub.Hub()
+        monkeypatch.delenv("SAFEHUB_OCI")
+        # Named by the policy: pushed, and nodes with that policy load over plain HTTP.
+        policy(isolated, f'[safehub]\noci = ["{target}"]\n\n[[allow]]\nrepo = "acme/*"\n')
+        monkeypatch.setenv("SAFEHUB_OCI", "")  # the policy's list
+        assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 0
+        node(tmp_path, monkeypatch, "", "plain-node")
+        monkeypatch.delenv("SAFEHUB_OCI")
+        server.clear_log()
+        prepared = safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
+        assert (prepared.path / "hubconf.py").is_file()
+        assert server.requests_log == []

@@ -6,6 +6,11 @@ scheme) or ``oci:DIR`` (an OCI image layout folder).
 ('registry.example:5000', 'team/hub')
 >>> split_place("oci:/srv/layout")
 ('oci:', '/srv/layout')
+>>> split_place("http://127.0.0.1:5000/team/hub")
+('http://127.0.0.1:5000', 'team/hub')
+
+``http://`` is accepted for a loopback host only (and only from a policy file: see
+:mod:`safehub.config`), for a registry that speaks no TLS on this machine.
 """
 
 from __future__ import annotations
@@ -27,10 +32,16 @@ def split_place(text: str) -> tuple[str, str]:
         if not text[4:]:
             raise ValueError("oci: needs a folder (oci:DIR)")
         return "oci:", text[4:]
-    registry, _, repository = text.partition("/")
+    plain = text.startswith("http://")
+    registry, _, repository = text.removeprefix("http://").partition("/")
+    if plain:
+        host = registry.lower().rpartition(":")[0] if ":" in registry else registry.lower()
+        if host.strip("[]") not in ("localhost", "::1") and not host.startswith("127."):
+            raise ValueError("plain http:// only for a registry on this machine (loopback)")
+        text = text.removeprefix("http://")
     if "://" in text or not _HOST.fullmatch(registry.lower()) or \
             not _REPOSITORY.fullmatch(repository):
         raise ValueError("not REGISTRY/REPOSITORY (such as registry.example.com/team/hub: the "
                          "host and :port, then the repository path in lower case, without "
                          "https://) nor oci:DIR")
-    return registry.lower(), repository
+    return ("http://" if plain else "") + registry.lower(), repository

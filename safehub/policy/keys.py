@@ -131,8 +131,9 @@ _DECLARED: tuple[Key, ...] = (
         env="SAFEHUB_ALLOWED_HOSTS"),
     Key("safehub", "oci", OciPlaces(), None, "OCI registries (or `oci:DIR` layouts) locked "
         "specs load from by the lockfile's manifest digest, first that has it; GitHub is not "
-        "asked, unlocked specs are refused; as `SAFEHUB_OCI`", "latest", project=False,
-        env="SAFEHUB_OCI"),
+        "asked, unlocked specs are refused; as `SAFEHUB_OCI`; only here may a loopback "
+        "registry without TLS be named, `http://127.0.0.1:PORT/REPO`", "latest",
+        project=False, env="SAFEHUB_OCI"),
     Key("safehub", "tree_fallback", Bool(), True, "`false` forbids the per-file check "
         "used when `.gitattributes` makes an archive differ from the commit's tree",
         "any-false"),

@@ -69,6 +69,9 @@ class TransportConfig:
     offline: bool = False
     offline_source: str = "SAFEHUB_OFFLINE=1"
     """Where offline mode was switched on, for the error message."""
+    plain_http: frozenset[str] = frozenset()
+    """Loopback ``host:port`` a policy names explicitly as a plain-HTTP registry: the only
+    places ``http://`` is spoken to."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +310,9 @@ class Transport:
             host = (parts.hostname or "").lower()
         except ValueError as e:
             raise FetchError(f"refused to fetch {what}: malformed URL {url!r} ({e})") from e
-        if parts.scheme != "https":
+        plain = parts.scheme == "http" and _loopback(host) and \
+            parts.netloc.lower() in self.config.plain_http
+        if parts.scheme != "https" and not plain:
             raise FetchError(
                 f"refused to fetch {what} over {parts.scheme or 'no scheme'}: {url}",
                 hint="safehub only uses https://; for a private CA set REQUESTS_CA_BUNDLE",

@@ -53,8 +53,9 @@ class DockerRegistry:
     """One ``docker-registry serve`` process (see the module docstring)."""
 
     def __init__(self, root: Path, tls: TLSFiles, *, auth: bool = True,
-                 proxy_of: DockerRegistry | None = None) -> None:
+                 proxy_of: DockerRegistry | None = None, plain: bool = False) -> None:
         self.root, self.tls, self.auth, self.proxy_of = root, tls, auth, proxy_of
+        self.plain = plain  # no TLS (and then no auth: htpasswd needs TLS)
         self.port = 0
         self.log: list[str] = []
         self._proc: subprocess.Popen[str] | None = None
@@ -67,10 +68,11 @@ class DockerRegistry:
     def _config(self) -> str:
         lines = ["version: 0.1", "log:", "  level: info", "  accesslog:", "    disabled: false",
                  "storage:", "  filesystem:", f"    rootdirectory: {self.root / 'data'}",
-                 "  delete:", "    enabled: true", "http:", f"  addr: 127.0.0.1:{self.port}",
-                 "  tls:", f"    certificate: {self.tls.server_cert}",
-                 f"    key: {self.tls.server_key}"]
-        if self.auth:
+                 "  delete:", "    enabled: true", "http:", f"  addr: 127.0.0.1:{self.port}"]
+        if not self.plain:
+            lines += ["  tls:", f"    certificate: {self.tls.server_cert}",
+                      f"    key: {self.tls.server_key}"]
+        if self.auth and not self.plain:
             htpasswd = subprocess.run(["htpasswd", "-nbB", USER, PASSWORD], check=True,
                                       capture_output=True, text=True).stdout
             (self.root / "htpasswd").write_text(htpasswd)

@@ -12,8 +12,8 @@ Reading is strict: a manifest or config that is not exactly this shape is refuse
 the config must equal the lockfile entry it is loaded for.
 
 >>> cfg = SnapshotConfig("acme/tiny", "a" * 40, "b" * 40, "sha256:" + "c" * 64)
->>> canonical(cfg.document())[:40]
-b'{"commit":"aaaaaaaaaaaaaaaaaaaaaaaaaaaaa'
+>>> canonical(cfg.document())[:24]
+b'{"commit":"aaaaaaaaaaaaa'
 """
 
 from __future__ import annotations

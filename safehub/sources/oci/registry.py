@@ -22,7 +22,7 @@ import hashlib
 import io
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 from urllib.parse import urlencode, urljoin, urlsplit
@@ -45,11 +45,13 @@ class Target:
     """``REGISTRY/REPOSITORY`` as written in ``SAFEHUB_OCI`` or ``--oci``.
 
     >>> Target.parse("registry.example:5000/team/hub")
-    Target(registry='registry.example:5000', repository='team/hub')
+    Target(registry='registry.example:5000', repository='team/hub', plain=False)
     """
 
     registry: str
     repository: str
+    plain: bool = False
+    """A loopback registry without TLS that a policy names as ``http://HOST:PORT/REPO``."""
 
     @classmethod
     def parse(cls, text: str) -> Target:
@@ -60,14 +62,16 @@ class Target:
         except ValueError as e:
             raise SpecError(f"{text!r} is {e}", hint="write REGISTRY/REPOSITORY, such as "
                             "registry.example.com:5000/team/hub") from None
+        if registry.startswith("http://"):
+            return cls(registry.removeprefix("http://"), repository, plain=True)
         return cls(registry, repository)
 
     def __str__(self) -> str:
-        return f"{self.registry}/{self.repository}"
+        return f"{'http://' if self.plain else ''}{self.registry}/{self.repository}"
 
     @property
     def base(self) -> str:
-        return f"https://{self.registry}/v2/{self.repository}"
+        return f"{'http' if self.plain else 'https'}://{self.registry}/v2/{self.repository}"
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
@@ -80,7 +84,8 @@ def _netloc(url: str) -> str:
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
     host = f"[{host}]" if ":" in host else host
-    return f"{host}:{parts.port}" if parts.port and parts.port != 443 else host
+    default = 80 if parts.scheme == "http" else 443
+    return f"{host}:{parts.port}" if parts.port and parts.port != default else host
 
 
 class Registry:
@@ -89,6 +94,9 @@ class Registry:
     def __init__(self, transport: Transport, target: Target, *,
                  hosts: frozenset[str] = frozenset(), push: bool = False,
                  environ: Mapping[str, str] | None = None) -> None:
+        if target.plain:  # the one host this client may speak plain HTTP to
+            transport = Transport(replace(transport.config, plain_http=frozenset(
+                {*transport.config.plain_http, target.registry})))
         self.transport = transport
         self.target = target
         self.hosts = hosts
