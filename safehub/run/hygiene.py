@@ -246,7 +246,9 @@ def shadowing(tree: Path, repo: str = "") -> list[Shadow]:
     """
     names = _module_names(tree)
     modules = sys.modules
-    key = (tree, repo, id(names), tuple(sys.path), tuple(id(modules.get(n)) for n in names))
+    # hubconf is left out of the key too: torch imports it afresh on every load
+    key = (tree, repo, id(names), tuple(sys.path),
+           tuple(id(modules.get(n)) for n in names if n not in _SKIPPED))
     hit = _SHADOWS.get(key)
     if hit is None:
         if len(_SHADOWS) > 64:
