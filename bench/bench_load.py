@@ -234,6 +234,8 @@ def imports(bench: Bench, size: int) -> dict[str, Any]:
     not, with each one's own import time (microseconds, from -X importtime)."""
     spec = f"bench/hub{size}:v1.0"
     seen: dict[str, dict[str, int]] = {}
+    for which in ("torch", "safehub"):  # warm: the cold runs may have emptied the caches
+        _spawn_timed([sys.executable, "-c", FRESH, which, spec], bench.child_env(size))
     for which in ("torch", "safehub"):
         _, err, _, _ = _spawn_timed([sys.executable, "-X", "importtime", "-c", FRESH, which,
                                      spec], bench.child_env(size))
