@@ -74,6 +74,14 @@ def _fixes_for_the_user() -> Iterator[None]:
     except RepoMovedError as e:
         raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
                              old=e.old, new=e.new, hint=moved_fix(e.new, nested=True)) from e
+    except PinError as e:
+        if not (e.hint or "").startswith(("load it", "if it is a fork's commit, load it")):
+            raise  # a fix of the lockfile or the policy: the user's to apply
+        raise PinError(f"{e.message} (asked for by the code of the repo being loaded)",
+                       hint="the call is in the repo's code, so what it asks for cannot be "
+                       "changed here and no setting makes this commit the repo's own: do "
+                       "not load the outer repo at this commit, or ask its authors to fix "
+                       "the call") from e
 
 
 class Hub:

@@ -213,3 +213,29 @@ def test_port_goes_with_serve(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--port", "8443"]) == 2
     assert "safehub demo --serve --port 8443" in capsys.readouterr().err
     assert main(["demo", "--serve", "--port", "0"]) == 2
+
+
+def test_a_port_in_use_is_said_with_the_fix(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        assert main(["demo", "--serve", "--port", str(port)]) == 2
+    err = capsys.readouterr().err
+    assert f"cannot serve on port {port}" in err and "leave --port out" in err
+
+
+def test_serve_in_a_process_of_its_own_ends_cleanly_on_sigterm(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from tests.docs_support import demo_serve
+
+    with demo_serve(dict(os.environ), tmp_path) as served:
+        root = Path(served.exports["SAFEHUB_CACHE_DIR"]).parent
+        assert root.is_dir()
+        served.process.send_signal(signal.SIGTERM)
+        rest, _ = served.process.communicate(timeout=60)
+    assert "stopped" in rest and served.process.returncode == 0 and not root.exists()

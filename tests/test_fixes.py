@@ -399,3 +399,16 @@ def test_a_renamed_repo_loaded_by_a_repos_own_code(
     apply_kind(error, "add")
     assert load("acme/outer:v1.0", "outer", "intel/midas:v1.0", trust_repo=True) == (
         ("nested",), {})
+
+
+def test_a_fork_commit_loaded_by_a_repos_own_code(
+        make_hub_repo, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("CI", "true")
+    make_hub_repo("acme", "outer", {"hubconf.py": NESTING})
+    inner = make_hub_repo("intel", "midas")
+    fork = make_hub_repo("mallory", "midas", fork_of=inner, tag=None)
+    evil = fork.commit({"evil.py": "x = 1\n"})
+    error = refused(lambda: load("acme/outer:v1.0", "outer", f"intel/midas:{evil}",
+                                 trust_repo=True), safehub.PinError)
+    assert "load it" not in (error.hint or "") and "repo's code" in (error.hint or "")
+    assert "asked for by the code of the repo" in error.message

@@ -13,7 +13,7 @@ from typing import Any
 
 from safehub.cli import text
 from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
-from safehub.errors import PolicyError
+from safehub.errors import PolicyError, SafehubError
 from safehub.run import environment
 
 __all__ = ["FLAVOURS", "demo", "docs", "environment_hook", "policy_init", "policy_show",
@@ -179,7 +179,7 @@ def policy_init(args: argparse.Namespace) -> int:
     if _machine_wide(target) and not args.yes:
         refuses = _refuses(body, target)
         if not _confirmed(target, refuses):
-            install = ("safehub policy init --for admin --yes"
+            install = (f"safehub policy init --for {args.flavour} --yes"
                        + (f" --path {shlex.quote(str(target))}" if args.path else ""))
             emit(args, {"written": None, "path": str(target), "flavour": args.flavour,
                         "machine_wide": True, "refuses": refuses, "policy": body,
@@ -226,14 +226,29 @@ def docs(args: argparse.Namespace) -> int:
 
 
 def demo(args: argparse.Namespace) -> int:
-    if args.serve:
-        from safehub.demo.serve import serve
+    import shutil
 
-        serve(args.port or 0)
-        return EXIT_OK
-    if args.port is not None:
+    if args.port is not None and not args.serve:
         raise Usage("--port goes with --serve: safehub demo --serve --port 8443",
                     "safehub demo")
+    if shutil.which("git") is None:
+        raise SafehubError("safehub demo builds its repos with git, which is not on PATH",
+                           hint="install git (for example: apt-get install git), then run "
+                           "it again")
+    if args.serve:
+        import errno
+
+        from safehub.demo.serve import serve
+
+        try:
+            serve(args.port or 0)
+        except OSError as e:
+            if e.errno not in (errno.EADDRINUSE, errno.EACCES):
+                raise
+            raise Usage(f"cannot serve on port {args.port}: {e.strerror}; pick another with "
+                        "--port N, or leave --port out for any free port",
+                        "safehub demo") from e
+        return EXIT_OK
     from safehub.demo import run_demo
 
     return EXIT_OK if run_demo() else EXIT_REFUSED

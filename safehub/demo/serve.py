@@ -236,22 +236,30 @@ def _say(line: str) -> None:
     print(line, flush=True)  # a reader of a pipe sees each line as it is printed
 
 
-def _stop_on_sigterm() -> None:
-    """SIGTERM ends the server as Ctrl-C does (so its temp folder is removed)."""
+@contextlib.contextmanager
+def _stop_on_sigterm() -> Iterator[None]:
+    """While serving, SIGTERM ends the server as Ctrl-C does (so its temp folder is
+    removed); the handler that was there before comes back afterwards."""
     import signal
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def serve(port: int, say: Callable[[str], None] = _say,
           stop: threading.Event | None = None) -> None:
     """Serve until Ctrl-C (or ``stop`` is set), after printing what to paste and try."""
-    _stop_on_sigterm()
-    with serving(port) as served:
+    with _stop_on_sigterm(), serving(port) as served, \
+            contextlib.suppress(KeyboardInterrupt):  # from the first line printed on
         say(f"safehub demo hub on {served.env['SAFEHUB_GITHUB_API_URL']} "
             f"(files in {served.root}; removed when it stops)\n"
             "In another shell, paste these lines (they point safehub at this hub, with a "
@@ -259,6 +267,5 @@ def serve(port: int, say: Callable[[str], None] = _say,
         say(served.exports())
         say("\nthen try the README's Quickstart, or:\n" + served.tries())
         say("\nCtrl-C stops it.")
-        with contextlib.suppress(KeyboardInterrupt):
-            (stop or threading.Event()).wait()
+        (stop or threading.Event()).wait()
     say("safehub demo hub stopped; its files are removed")
