@@ -51,20 +51,24 @@ print(f"{wall:.3f} {cpu:.3f} {(time.perf_counter() - t) * 1e3:.3f}", flush=True)
 """
 
 
-def run_loaders(n: int, spec: str, env: dict[str, str],
-                cwd: Path) -> list[tuple[float, float, float]]:
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, spec], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=cwd) for _ in range(n)]
+def _release(procs: list[subprocess.Popen[str]]) -> None:
+    """Wait until every child says it is ready, then let them all go at once."""
     for p in procs:
         assert p.stdout is not None
-        line = p.stdout.readline().strip()
-        if line != "ready":
+        if p.stdout.readline().strip() != "ready":
             raise RuntimeError(p.communicate()[1])
     for p in procs:
         assert p.stdin is not None
         p.stdin.write("go\n")
         p.stdin.flush()
+
+
+def run_loaders(n: int, spec: str, env: dict[str, str],
+                cwd: Path) -> list[tuple[float, float, float]]:
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, spec], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                              env=env, cwd=cwd) for _ in range(n)]
+    _release(procs)
     times = []
     for p in procs:
         out, err = p.communicate(timeout=900)
@@ -180,14 +184,7 @@ def oci_nodes(n: int, specs: list[str], env: dict[str, str], cwd: Path, root: Pa
         procs.append(subprocess.Popen([sys.executable, "-c", OCI_CHILD, *specs], cwd=cwd,
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, env=node_env))
-    for p in procs:
-        assert p.stdout is not None
-        if p.stdout.readline().strip() != "ready":
-            raise RuntimeError(p.communicate()[1])
-    for p in procs:
-        assert p.stdin is not None
-        p.stdin.write("go\n")
-        p.stdin.flush()
+    _release(procs)
     times = []
     for p in procs:
         out, err = p.communicate(timeout=1800)
