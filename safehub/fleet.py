@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from safehub.errors import IntegrityError, PinError, SpecError
 from safehub.sources.oci import Layout, Registry, place
 from safehub.sources.oci.artifact import (
+    ARTIFACT_TYPE,
     Descriptor,
     SnapshotConfig,
     build,
@@ -37,7 +38,7 @@ from safehub.store.lockfile import Lockfile, spec_key
 if TYPE_CHECKING:
     from safehub.hub import Hub
 
-__all__ = ["Published", "export", "import_layout", "publish"]
+__all__ = ["Published", "Signing", "export", "import_layout", "publish"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +52,8 @@ class Published:
     target: str
     tag: str
     blobs: list[str] = dataclasses.field(default_factory=list)
+    signature: str = ""
+    """The referrer carrying the fleet signature, when one was made (its manifest digest)."""
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -126,6 +129,28 @@ def _signature_outside_tree(hub: Hub, admitted: Any, tree: Path) -> tuple[bytes,
     return found.data, found.where
 
 
+@dataclass(frozen=True)
+class Signing:
+    """How ``--sign-key`` / ``--sign-keyless`` sign each snapshot's manifest digest."""
+
+    key: Path | None = None
+    keyless: bool = False
+
+    def referrer(self, built: _Built, offline: bool) -> tuple[bytes, bytes]:
+        """(referrer manifest, bundle) signing the snapshot ``built``."""
+        from safehub.sources.oci.artifact import MANIFEST_TYPE
+        from safehub.sources.oci.referrers import build_referrer
+        from safehub.verify.signatures import snapshot
+
+        digest = sha256(built.manifest)
+        config = _config_of(built.config, "the snapshot built here", digest)
+        payload = snapshot.statement(digest, config.document())
+        bundle = (snapshot.sign_keyless(payload, offline=offline) if self.key is None
+                  else snapshot.sign_with_key(self.key, payload))
+        subject = Descriptor(MANIFEST_TYPE, digest, len(built.manifest))
+        return build_referrer(bundle, subject), bundle
+
+
 def _push(registry: Registry, built: _Built) -> list[str]:
     snap = parse_manifest(built.manifest, sha256(built.manifest), str(registry.target))
     how = [registry.push_blob(built.config, snap.config.digest, snap.config.size)]
@@ -138,8 +163,8 @@ def _push(registry: Registry, built: _Built) -> list[str]:
     return how
 
 
-def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True
-            ) -> list[Published]:
+def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
+            sign: Signing | None = None) -> list[Published]:
     """Push one snapshot per spec to ``target`` and record its digest in the lockfile.
 
     The pipeline runs against GitHub (or its mirror) as a load without ``SAFEHUB_OCI``
@@ -172,19 +197,26 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for text in specs:
             built = _build(hub, text, Path(d))
-            how = _push(registry, built)
             digest = sha256(built.manifest)
+            # Signed before anything is pushed: a signature that cannot be made leaves the
+            # registry and the lockfile as they were.
+            signature = sign.referrer(built, hub.settings.offline) if sign else None
+            how = _push(registry, built)
+            signed = ""
+            if signature is not None:
+                how.append(registry.push_referrer(*signature, digest))
+                signed = sha256(signature[0])
             lockfile = Lockfile.load(hub.lockfile_path)
             entry = lockfile.entries[built.spec]
             lockfile.put(dataclasses.replace(entry, oci=digest))
             lockfile.save()
             hub.forget_lockfile()
             done.append(Published(built.spec, built.commit, built.digest, digest,
-                                  str(registry.target), built.tag if tag else "", how))
+                                  str(registry.target), built.tag if tag else "", how, signed))
     return done
 
 
-def export(hub: Hub, folder: Path) -> list[Published]:
+def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Published]:
     """Write every locked snapshot into the OCI image layout ``folder``, each rebuilt with
     every check of a load and equal to the lockfile's ``oci`` digest where it has one."""
     lockfile = hub.lockfile
@@ -210,8 +242,13 @@ def export(hub: Hub, folder: Path) -> list[Published]:
             if built.signature is not None and snap.signature is not None:
                 layout.write_blob(built.signature, snap.signature.digest)
             layout.write_manifest(built.manifest, built.tag)
+            signed = ""
+            if sign is not None:
+                referrer, bundle = sign.referrer(built, hub.settings.offline)
+                layout.write_referrer(referrer, bundle, digest)
+                signed = sha256(referrer)
             done.append(Published(key, built.commit, built.digest, digest, str(layout),
-                                  built.tag))
+                                  built.tag, signature=signed))
     return done
 
 
@@ -231,6 +268,8 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
     done = []
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for entry in entries:
+            if entry.get("artifactType") != ARTIFACT_TYPE:
+                continue  # a fallback tag's index: its signatures go with their snapshot
             digest = str(entry.get("digest", ""))
             manifest = layout.manifest(digest)
             snap = parse_manifest(manifest, digest, str(layout))
@@ -251,9 +290,29 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
                 entry.get("annotations")) is dict else ""
             if re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}", tag):
                 registry.push_manifest(manifest, tag)
+            signed = _carry_referrers(layout, registry, digest, how)
             done.append(Published(f"{config.repo}@{config.commit[:12]}", config.commit,
-                                  config.digest, digest, str(registry.target), tag, how))
+                                  config.digest, digest, str(registry.target), tag, how,
+                                  signed))
     return done
+
+
+def _carry_referrers(layout: Layout, registry: Registry, digest: str, how: list[str]) -> str:
+    """Push the signatures the layout keeps for the snapshot ``digest`` (each one checked
+    to sign it; the others are not carried); the last one's digest."""
+    from safehub.errors import SafehubError
+    from safehub.sources.oci.referrers import parse_referrer
+
+    signed = ""
+    for candidate in layout.referrers(digest):
+        try:
+            referrer = layout.manifest(candidate)
+            bundle = layout.blob_bytes(parse_referrer(referrer, candidate, digest, str(layout)))
+        except SafehubError:
+            continue
+        how.append(registry.push_referrer(referrer, bundle, digest))
+        signed = candidate
+    return signed
 
 
 def _plain_only_if_listed(hub: Hub, target: str) -> None:

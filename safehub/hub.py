@@ -392,8 +392,12 @@ def _oci_source(hub: Hub) -> Source:
                 return Pin(e.spec, e.repo or e.repo_key, e.commit, e.tree, e.digest, e.oci)
         return None
 
+    from safehub.policy.oci import fleet_signers
+    from safehub.verify.signatures.snapshot import checkers
+
     return OciSource(places(settings.oci, hub.transport(), hosts=settings.extra_hosts), pin,
-                     lockfile=lambda: str(hub.lockfile_path))
+                     lockfile=lambda: str(hub.lockfile_path),
+                     fleet=checkers(fleet_signers(hub.policy)))
 
 
 _LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}

@@ -80,6 +80,7 @@ STAND_INS: dict[str, str] = {
     "1.1.1.1:443": "a loopback address and port nothing listens on",
     "registry.example.com": "a docker-registry 2.8 started by the test (TLS, htpasswd)",
     "/srv/hub-layout": "tmp_path/root/srv/hub-layout",
+    "/srv/keys": "tmp_path/root/srv/keys",
 }
 
 #: Commands (a prefix of the line, as the doc writes it) that are not run, and why.
@@ -105,7 +106,8 @@ LAYOUT: dict[str, list[tuple[str, str]]] = {
     "docs/confine.md": [("bash", "not run"), ("toml", "checked"), ("bash", "run")],
     "docs/digest.md": [("", "checked"), ("", "checked")],
     "docs/fleet.md": [("bash", "run"), ("bash", "run"), ("bash", "not run"), ("bash", "run"),
-                      ("bash", "run"), *[("bash", "run")] * 5],
+                      ("bash", "run"), ("bash", "run"), ("toml", "checked"),
+                      *[("bash", "run")] * 5],
     "docs/pinning.md": [("bash", "run"), ("toml", "checked")],
     "docs/policy.md": [("", "checked"), ("toml", "checked"), ("toml", "checked"),
                        ("toml", "checked"), ("json", "checked"),
@@ -242,7 +244,7 @@ def docs(server: GitHubStandIn, make_hub_repo, tmp_path: Path,  # type: ignore[n
         "/job/": f"{world.work}/",
         **{shown: str(root / shown.lstrip("/")) for shown in (
             "/shared/hub", "/shared/safehub-cache", "/srv/mirror", "/srv/hub-mirror",
-            "/srv/models", "/srv/hub-layout")},
+            "/srv/models", "/srv/hub-layout", "/srv/keys")},
     })
     yield world
     assert server.server_errors == []
@@ -528,7 +530,7 @@ def node(docs: Docs, name: str) -> Shell:
 
 @needs_torch
 def test_fleet(docs: Docs) -> None:
-    lock, prefetch, node_env, mirror, mirror_env = page("docs/fleet.md")[5:]
+    lock, prefetch, node_env, mirror, mirror_env = page("docs/fleet.md")[7:]
     git(docs.work, "init", "-q")  # the project is a git checkout
 
     docs.run(lock)
@@ -569,7 +571,7 @@ def test_fleet_registry(docs: Docs, tls: TLSFiles, tmp_path: Path) -> None:
 
     if missing_tools():
         pytest.skip(str(missing_tools()))
-    publish, node_env, _auth, export, other_side = page("docs/fleet.md")[:5]
+    publish, node_env, _auth, export, other_side, sign, require = page("docs/fleet.md")[:7]
     git(docs.work, "init", "-q")
     with DockerRegistry(tmp_path / "registry", tls) as registry:
         docs.values["registry.example.com"] = registry.host
@@ -598,6 +600,26 @@ def test_fleet_registry(docs: Docs, tls: TLSFiles, tmp_path: Path) -> None:
         loaded = gapped.run("safehub prefetch myorg/models:v2.1")[-1]
         assert loaded.code == 0 and docs.sha("myorg/models")[:12] in loaded.out, loaded
         assert docs.server.requests_log == []
+
+        # Fleet signatures: a node that requires one refuses the unsigned snapshot, and
+        # loads it once the publisher signed it as the page says.
+        from tests.test_signatures import new_key
+
+        keys = docs.path("/srv/keys")
+        keys.mkdir(parents=True)
+        (keys / "fleet.pub").write_bytes(new_key(keys / "fleet.pem"))
+        signed_node = node(docs, "signed-node")
+        signed_node.env["DOCKER_CONFIG"] = you.env["DOCKER_CONFIG"]
+        docs.run(node_env, signed_node)
+        site = Path(signed_node.env["XDG_CONFIG_DIRS"]) / "safehub/policy.toml"
+        site.parent.mkdir(parents=True, exist_ok=True)
+        site.write_text(docs.mapped(require.text) + '\n[[allow]]\nrepo = "myorg/*"\n')
+        validate(docs, require)
+        refused = signed_node.run("safehub prefetch myorg/models:v2.1")[-1]
+        assert refused.code == 1 and "--sign-key KEY myorg/models:v2.1" in refused.err, refused
+        docs.run(sign)
+        loaded = signed_node.run("safehub prefetch myorg/models:v2.1")[-1]
+        assert loaded.code == 0, loaded
 
 
 # -- docs/pinning.md -------------------------------------------------------------------------------

@@ -615,7 +615,7 @@ def test_docs_key_tables_come_from_the_declaration() -> None:
     from safehub.policy.keys import markdown_table
 
     docs = (Path(__file__).parents[1] / "docs/policy.md").read_text()
-    for scope in ("safehub", "allow", "deny", "signer"):
+    for scope in ("safehub", "oci", "allow", "deny", "signer"):
         assert markdown_table(scope) in docs, scope
 
 

@@ -14,7 +14,16 @@ __all__ = ["cmd_oci_export", "cmd_oci_import", "cmd_prefetch"]
 
 def _published(rows: Any) -> str:
     return "\n".join(f"{r.spec} {r.commit[:12]} -> {r.target}@{r.manifest}"
-                     + (f" (tag {r.tag})" if r.tag else "") for r in rows)
+                     + (f" (tag {r.tag})" if r.tag else "")
+                     + (f", signed by {r.signature}" if r.signature else "") for r in rows)
+
+
+def _signing(args: argparse.Namespace) -> Any:
+    from safehub.fleet import Signing
+
+    if getattr(args, "sign_key", None):
+        return Signing(key=Path(args.sign_key))
+    return Signing(keyless=True) if getattr(args, "sign_keyless", False) else None
 
 
 def cmd_prefetch(args: argparse.Namespace) -> int:
@@ -23,7 +32,13 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
 
     the_hub = hub(args)
     specs = _specs_from(args)
-    pushed = fleet.publish(the_hub, specs, args.oci) if args.oci else []
+    sign = _signing(args)
+    if sign is not None and not args.oci:
+        from safehub.errors import SpecError
+
+        raise SpecError("--sign-key and --sign-keyless sign OCI snapshots: they need --oci",
+                        hint="safehub prefetch --oci REGISTRY/REPOSITORY --sign-key KEY SPEC")
+    pushed = fleet.publish(the_hub, specs, args.oci, sign=sign) if args.oci else []
     if args.oci:
         specs = [r.spec for r in pushed]
     mirror = Path(args.mirror) if args.mirror else None
@@ -38,7 +53,7 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
 def cmd_oci_export(args: argparse.Namespace) -> int:
     from safehub import fleet
 
-    rows = fleet.export(hub(args), Path(args.folder))
+    rows = fleet.export(hub(args), Path(args.folder), sign=_signing(args))
     emit(args, {"folder": args.folder, "entries": [r.to_json() for r in rows]},
          _published(rows))
     return EXIT_OK

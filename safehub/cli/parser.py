@@ -107,7 +107,7 @@ JSON_FIELDS: dict[str, str] = {
     "verify": "target, signer, files, uncovered, commit, digest, valid",
     "sign": "signature",
     "policy show": "files, mode, warn_files, unknown_repos, settings, local_dirs, confine, "
-                   "rules, searched, cache, ignored, environment_hook",
+                   "oci, rules, searched, cache, ignored, environment_hook",
     "policy validate": "ok, files",
     "policy init": "written, path, flavour, machine_wide, [not written] refuses, "
                    "[not written] policy, [not written] install",
@@ -288,6 +288,18 @@ def _pinning(add: _Adder) -> None:
                          help="also push one verified OCI snapshot per spec there and record "
                          "its manifest digest in the lockfile (locking unlocked specs); nodes "
                          "load it with SAFEHUB_OCI")
+        _fleet_signing(pre, "with --oci: ")
+
+
+def _fleet_signing(parser: argparse.ArgumentParser, when: str) -> None:
+    how = parser.add_mutually_exclusive_group()
+    how.add_argument("--sign-key", metavar="PEM", type=_file,
+                     help=f"{when}sign each snapshot's manifest digest with this EC private "
+                     "key, attached as an OCI referrer and under the sha256-<hex> tag (what "
+                     "a node's [oci] signature = \"required\" checks)")
+    how.add_argument("--sign-keyless", action="store_true",
+                     help=f"{when}sign keyless with Sigstore instead (the ambient OIDC "
+                     "identity of a CI job, or SIGSTORE_ID_TOKEN; needs the network)")
 
 
 def _signing(add: _Adder) -> None:
@@ -369,6 +381,7 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                  "set, else GitHub) and must equal the lockfile's oci digest.", "json",
                  "cache", "lockfile", parent=osub, key="oci export")
     export.add_argument("folder", metavar="DIR", type=_folder_to_be, help="the layout folder")
+    _fleet_signing(export, "")
     imp = add("import", "push an OCI image layout's snapshots to a registry", "", "json",
               "cache", parent=osub, key="oci import")
     imp.add_argument("folder", metavar="DIR", type=_folder, help="the layout folder")

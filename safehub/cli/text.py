@@ -196,6 +196,12 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
         for i, layer in enumerate(layers):
             how = "" if i == 0 else ", narrows"
             lines.append(f"  [confine] {name} = {layer['value']!r}  (from {layer['from']}{how})")
+    for table in data.get("oci", ()):
+        who = [*(f"{x['identity']} ({x['issuer']})" for x in table.get("signers", ())),
+               *(f"key {k}" for k in table.get("keys", ()))]
+        lines.append(f"  [oci] signature = {table.get('signature', 'none')!r}"
+                     + (f" by one of: {', '.join(who)}" if who else "")
+                     + f"  (from {table['from']})")
     hook = data.get("environment_hook")
     if hook:
         lines.append(f"environment hook: {hook['state']} ({hook['path']})")

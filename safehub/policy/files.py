@@ -197,6 +197,7 @@ def describe(policy: Policy) -> dict[str, Any]:
         "confine": {name: [{"from": source, "value": _plain(value)}
                            for source, value in policy.confine_layers(name)]
                     for name in KEYS["confine"]},
+        "oci": [{"from": f.source, **_plain(f.oci)} for f in policy.layers if f.oci is not None],
         "rules": [
             {"kind": r.kind, "from": r.source, "index": r.index + 1,
              "admits": r.admits if r.kind == "allow" else None,

@@ -99,6 +99,7 @@ _HOOK = Choice(values=("optional", "required"), order=("optional", "required"))
 _SHADOWING = Choice(values=("refuse", "warn"), order=("warn", "refuse"))
 _PIN = Choice(values=("none", "commit"))
 _SIGNATURE = Choice(values=("none", "if-present", "required"))
+_FLEET_SIGNATURE = Choice(values=("none", "required"))
 
 _DECLARED: tuple[Key, ...] = (
     # [safehub]
@@ -160,6 +161,20 @@ _DECLARED: tuple[Key, ...] = (
         "may only narrow it", "narrow"),
     Key("confine", "connect_ports", Ports(), (443,), "TCP ports the command may connect "
         "to (Landlock ABI 4); a later file may only narrow it", "narrow"),
+    # [oci]: the fleet signature a snapshot from a registry must carry (docs/fleet.md)
+    Key("oci", "signature", _FLEET_SIGNATURE, "none", "`required`: a snapshot "
+        "loaded through `oci` / `SAFEHUB_OCI` must carry a signature over its manifest "
+        "digest (an OCI referrer or the `sha256-<hex>` fallback tag) that these signers "
+        "accept, on top of the lockfile's digest; each file's table is one more signer set "
+        "that must accept it", "strictest", project=False),
+    Key("oci", "signers", Tables(scope="signer"), (), "Sigstore keyless identities whose "
+        "fleet signature counts", "signer-set", project=False,
+        values_doc="list of `{issuer, identity, repository?, ref?, workflow?, trigger?}`"),
+    Key("oci", "keys", PathList(item=PathValue(exists=True, pem="public key")), (),
+        "public key files whose fleet signature counts (relative to the policy file)",
+        "signer-set", project=False),
+    Key("oci", "trust_config", PathValue(exists=True), None, "a Sigstore ClientTrustConfig "
+        "or trusted root JSON for a private Sigstore", "signer-set", project=False),
     # [[allow]]
     Key("allow", "repo", GlobValue(repo=True), None, "which repos the rule covers; ASCII, "
         "compared case-insensitively", "match", required=True,
@@ -218,13 +233,13 @@ _DECLARED: tuple[Key, ...] = (
     Key("signer", "trigger", GlobValue(), None, "GitHub Actions claim: event", "match"),
 )
 
-SCOPES = ("safehub", "confine", "allow", "deny", "signer")
+SCOPES = ("safehub", "confine", "oci", "allow", "deny", "signer")
 KEYS: Mapping[str, Mapping[str, Key]] = {
     scope: {k.name: k for k in _DECLARED if k.scope == scope} for scope in SCOPES
 }
 #: Where each scope sits in a file, for error messages.
-TABLE_NAMES = {"safehub": "[safehub]", "confine": "[confine]", "allow": "[[allow]]",
-               "deny": "[[deny]]", "signer": "[[allow.signers]]"}
+TABLE_NAMES = {"safehub": "[safehub]", "confine": "[confine]", "oci": "[oci]",
+               "allow": "[[allow]]", "deny": "[[deny]]", "signer": "[[allow.signers]]"}
 
 
 def markdown_table(scope: str, *, with_default: bool = True) -> str:

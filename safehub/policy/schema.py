@@ -78,6 +78,8 @@ class FileSpec:
     deny: tuple[Table, ...] = ()
     confine: Table | None = None
     """The ``[confine]`` table, if the file has one."""
+    oci: Table | None = None
+    """The ``[oci]`` table (the fleet signature), if the file has one."""
 
     @property
     def warns(self) -> bool:
@@ -169,8 +171,19 @@ def _signature_needs_someone(rule: Table) -> None:
                     "keys or certificates, to say whose signature counts")
 
 
+def _fleet_signature_needs_someone(table: Table) -> None:
+    anyone = table.signers or table.keys
+    if table.signature == "none" and anyone:
+        raise Fault("signers or keys are given but signature = 'none'; set "
+                    "signature = 'required'")
+    if table.signature != "none" and not anyone:
+        raise Fault("signature = 'required' needs at least one entry in signers or keys, "
+                    "to say whose fleet signature counts")
+
+
 _TABLE_CHECKS: dict[str, tuple[Callable[[Table], None], ...]] = {
     "allow": (_signature_needs_someone,),
+    "oci": (_fleet_signature_needs_someone,),
 }
 
 
@@ -197,19 +210,20 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
         return value
 
     section: Table | None = Table("safehub", {k.name: k.default for k in KEYS["safehub"].values()})
-    confine: Table | None = None
+    single: dict[str, Table | None] = {"confine": None, "oci": None}
     rules: dict[str, list[Table]] = {"allow": [], "deny": []}
     if type(data) is not dict:
         faults.add("(top level)", "must be a TOML document")
     else:
         for name in data:
-            if name not in ("safehub", "confine", "allow", "deny"):
-                faults.add(name, "unknown table; allowed: [safehub], [confine], [[allow]], "
-                           "[[deny]]")
+            if name not in ("safehub", "confine", "oci", "allow", "deny"):
+                faults.add(name, "unknown table; allowed: [safehub], [confine], [oci], "
+                           "[[allow]], [[deny]]")
         if "safehub" in data:
             section = _table("safehub", data["safehub"], "safehub", faults, resolve)
-        if "confine" in data:
-            confine = _table("confine", data["confine"], "confine", faults, resolve)
+        for name in single:
+            if name in data:
+                single[name] = _table(name, data[name], name, faults, resolve)
         for scope in ("allow", "deny"):
             raw = data.get(scope, [])
             if type(raw) is not list:
@@ -226,7 +240,7 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
         error.faults = tuple(faults.items)
         raise error
     return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]),
-                    confine)
+                    single["confine"], single["oci"])
 
 
 def _path(kind: PathValue, value: str, base: Path, project: bool) -> str:
@@ -308,7 +322,7 @@ def pydantic_model() -> Any:
         return annotation, (... if key.required else key.default)
 
     models: dict[str, Any] = {}
-    for scope in ("signer", "safehub", "confine", "deny", "allow"):
+    for scope in ("signer", "safehub", "confine", "oci", "deny", "allow"):
         validators: dict[str, Any] = {}
         for check in _TABLE_CHECKS.get(scope, ()):
             def after(self: Any, check: Callable[[Table], None] = check,
@@ -322,7 +336,7 @@ def pydantic_model() -> Any:
     section, allow, deny = models["safehub"], models["allow"], models["deny"]
     _MODELS["file"] = create_model(
         "PolicyFile", __config__=config, safehub=(section, section()),
-        confine=(models["confine"] | None, None),
+        confine=(models["confine"] | None, None), oci=(models["oci"] | None, None),
         allow=(list.__class_getitem__(allow), []), deny=(list.__class_getitem__(deny), []))
     return _MODELS["file"]
 

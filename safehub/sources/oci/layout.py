@@ -25,10 +25,16 @@ from safehub.sources.oci.artifact import (
     canonical,
     sha256,
 )
+from safehub.sources.oci.referrers import (
+    EMPTY,
+    INDEX_TYPE,
+    candidates,
+    fallback_tag,
+    with_referrer,
+)
 
 __all__ = ["INDEX_TYPE", "Layout"]
 
-INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
 REF_NAME = "org.opencontainers.image.ref.name"
 _HINT = ("the folder holds other bytes than the lockfile pins; nothing was installed. Export "
          "it again with `safehub oci export --lockfile FILE DIR`")
@@ -104,14 +110,19 @@ class Layout:
         else:
             atomic_write(path, data)
 
-    def write_manifest(self, data: bytes, tag: str | None = None) -> str:
-        """Add a manifest (and its index entry, named ``tag``); its digest."""
+    def write_manifest(self, data: bytes, tag: str | None = None, *,
+                       media_type: str = MANIFEST_TYPE,
+                       artifact_type: str | None = ARTIFACT_TYPE) -> str:
+        """Add a manifest (and its index entry, named ``tag``, which then names only it);
+        its digest."""
         digest = sha256(data)
         self.write_blob(data, digest)
         atomic_write(self.root / "oci-layout", canonical({"imageLayoutVersion": "1.0.0"}))
-        entries = [m for m in self.index() if m.get("digest") != digest]
-        entry: dict[str, Any] = {"mediaType": MANIFEST_TYPE, "digest": digest,
-                                 "size": len(data), "artifactType": ARTIFACT_TYPE}
+        entries = [m for m in self.index() if m.get("digest") != digest and not (
+            tag and type(m.get("annotations")) is dict and m["annotations"].get(REF_NAME) == tag)]
+        entry: dict[str, Any] = {"mediaType": media_type, "digest": digest, "size": len(data)}
+        if artifact_type:
+            entry["artifactType"] = artifact_type
         if tag:
             entry["annotations"] = {REF_NAME: tag}
         entries.append(entry)
@@ -119,6 +130,31 @@ class Layout:
         atomic_write(self.root / "index.json", canonical(
             {"schemaVersion": 2, "mediaType": INDEX_TYPE, "manifests": entries}))
         return digest
+
+    def write_referrer(self, referrer: bytes, bundle: bytes, subject: str) -> str:
+        """Attach a signature manifest to ``subject`` under its fallback tag, as a registry
+        without the referrers API keeps it (and as ``skopeo copy`` of that tag writes it)."""
+        self.write_blob(EMPTY, sha256(EMPTY))
+        self.write_blob(bundle, sha256(bundle))
+        self.write_blob(referrer, sha256(referrer))
+        tag = fallback_tag(subject)
+        old = self._tagged(tag)
+        self.write_manifest(with_referrer(old, referrer), tag, media_type=INDEX_TYPE,
+                            artifact_type=None)
+        return f"tag {tag}"
+
+    def referrers(self, digest: str) -> list[str]:
+        """The manifests the fallback tag of ``digest`` lists (candidates only)."""
+        found = self._tagged(fallback_tag(digest))
+        return [] if found is None else candidates(found, str(self))
+
+    def _tagged(self, tag: str) -> bytes | None:
+        for m in self.index():
+            notes = m.get("annotations")
+            if type(notes) is dict and notes.get(REF_NAME) == tag and \
+                    m.get("mediaType") == INDEX_TYPE:
+                return self.manifest(str(m.get("digest", "")))
+        return None
 
     def index(self) -> list[dict[str, Any]]:
         """The index's manifest descriptors (candidates only: each is checked by digest)."""

@@ -31,6 +31,13 @@ from safehub._internal.ocirefs import split_place
 from safehub.errors import FetchError, IntegrityError, NotFoundError, SpecError
 from safehub.sources.oci.artifact import MANIFEST_TYPE, MAX_MANIFEST, Descriptor, sha256
 from safehub.sources.oci.auth import Credential, challenge, credential
+from safehub.sources.oci.referrers import (
+    EMPTY,
+    INDEX_TYPE,
+    candidates,
+    fallback_tag,
+    with_referrer,
+)
 from safehub.sources.transport import HTTPError, Transport
 
 __all__ = ["Registry", "Target"]
@@ -111,15 +118,32 @@ class Registry:
 
     # -- reading ----------------------------------------------------------------------
 
-    def manifest(self, digest: str) -> bytes:
+    def manifest(self, digest: str, *, accept: str = MANIFEST_TYPE, path: str = "manifests"
+                 ) -> bytes:
         """The manifest ``digest`` (at most 4 MiB; the caller checks its bytes)."""
-        url = f"{self.target.base}/manifests/{digest}"
-        what = f"manifest {digest} from {self.target}"
+        url = f"{self.target.base}/{path}/{digest}"
+        what = f"{'manifest' if path == 'manifests' else path} {digest} from {self.target}"
         return self._authorized(what, lambda: self.transport.get(
-            url, what=what, accept=MANIFEST_TYPE, headers=self._headers, allow=self._hop,
+            url, what=what, accept=accept, headers=self._headers, allow=self._hop,
             max_bytes=MAX_MANIFEST, too_big=lambda: IntegrityError(
                 f"{self.target} sent more than the {MAX_MANIFEST:,}-byte cap of a manifest "
                 f"for {digest}; stopped reading", hint=_HOSTILE))).body
+
+    def referrers(self, digest: str) -> list[str]:
+        """The manifests listed as signatures of ``digest``: the referrers API's answer and
+        the fallback tag's index together (candidates only: the caller checks each)."""
+        found: list[str] = []
+        for path, reference in (("referrers", digest), ("manifests", fallback_tag(digest))):
+            try:
+                listed = self.manifest(reference, accept=INDEX_TYPE, path=path)
+            except NotFoundError:
+                continue
+            except FetchError as e:  # a registry without the API may say 400 or 405
+                if path != "referrers" or getattr(e.__cause__, "status", 0) not in (400, 405):
+                    raise
+                continue
+            found += [d for d in candidates(listed, str(self.target)) if d not in found]
+        return found
 
     def blob(self, desc: Descriptor, out: IO[bytes]) -> None:
         """Stream the blob into ``out``: at most its size, then its sha256 checked."""
@@ -206,17 +230,39 @@ class Registry:
                 location = self._location(reply, location, what)
         return location
 
-    def push_manifest(self, data: bytes, reference: str) -> str:
+    def push_manifest(self, data: bytes, reference: str, *, media_type: str = MANIFEST_TYPE
+                      ) -> str:
         """PUT the manifest under ``reference`` (its digest, or a tag); its digest."""
+        return self._put_manifest(data, reference, media_type)[0]
+
+    def _put_manifest(self, data: bytes, reference: str, media_type: str
+                      ) -> tuple[str, Mapping[str, str]]:
         digest = sha256(data)
         what = f"manifest {digest} to {self.target} as {reference}"
         reply = self._send("PUT", f"{self.target.base}/manifests/{reference}", what, data,
-                           {"Content-Type": MANIFEST_TYPE})
+                           {"Content-Type": media_type})
         said = _header(reply.headers, "Docker-Content-Digest")
         if said and said != digest:
             raise IntegrityError(f"{self.target} stored the manifest {digest} as {said}",
                                  hint="the registry rewrote the manifest; use another one")
-        return digest
+        return digest, reply.headers
+
+    def push_referrer(self, referrer: bytes, bundle: bytes, subject: str) -> str:
+        """Attach a signature manifest to ``subject``: its blobs, the manifest by digest,
+        and, where the registry does not say it indexed it (no ``OCI-Subject`` header), the
+        fallback tag's index updated; how it went (``referrers API`` or the tag)."""
+        self.push_blob(EMPTY, sha256(EMPTY), len(EMPTY))
+        self.push_blob(bundle, sha256(bundle), len(bundle))
+        _, headers = self._put_manifest(referrer, sha256(referrer), MANIFEST_TYPE)
+        if _header(headers, "OCI-Subject") == subject:
+            return "referrers API"
+        tag = fallback_tag(subject)
+        try:
+            index: bytes | None = self.manifest(tag, accept=INDEX_TYPE)
+        except NotFoundError:
+            index = None
+        self._put_manifest(with_referrer(index, referrer), tag, INDEX_TYPE)
+        return f"tag {tag}"
 
     # -- plumbing ---------------------------------------------------------------------
 

@@ -18,9 +18,9 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, BinaryIO, NoReturn, Protocol
+from typing import IO, Any, BinaryIO, NoReturn, Protocol
 
-from safehub.errors import FetchError, IntegrityError, PinError, SafehubError
+from safehub.errors import FetchError, IntegrityError, PinError, SafehubError, SignatureError
 from safehub.sources.interface import Progress, RefTarget
 from safehub.sources.oci.artifact import (
     MAX_MANIFEST,
@@ -45,6 +45,8 @@ class Place(Protocol):
 
     def blob_bytes(self, desc: Descriptor) -> bytes: ...
 
+    def referrers(self, digest: str) -> list[str]: ...
+
 
 @dataclass(frozen=True)
 class Pin:
@@ -66,13 +68,20 @@ class OciSource:
     """A :class:`~safehub.sources.interface.Source` of locked snapshots (module docstring)."""
 
     def __init__(self, places: Sequence[Place], pins: Callable[[str], Pin | None], *,
-                 lockfile: Callable[[], str]) -> None:
+                 lockfile: Callable[[], str],
+                 fleet: Sequence[tuple[str, Callable[[bytes, str, Mapping[str, Any]], str]]]
+                 = ()) -> None:
         self.places = tuple(places)
         self._pins = pins
         self._lockfile = lockfile
+        self._fleet = tuple(fleet)
+        """Each ``[oci]`` signer set (its rule and file, its check): each must accept one of
+        a snapshot's signatures."""
         self.signatures: dict[str, bytes] = {}
         """Signature bundles that came with a snapshot, by the URL the policy found them at
         (the signature step reads them here instead of asking GitHub)."""
+        self.fleet_signers: dict[str, str] = {}
+        """Who signed each snapshot loaded, by manifest digest (when ``[oci]`` requires it)."""
 
     def _refuse(self, spec: RepoSpec | str) -> NoReturn:
         import shlex
@@ -146,6 +155,8 @@ class OciSource:
         snap = parse_manifest(place.manifest(pin.manifest)[:MAX_MANIFEST + 1], pin.manifest,
                               where)
         parse_config(place.blob_bytes(snap.config), pin.config, where, pin.manifest)
+        if self._fleet:
+            self.fleet_signers[pin.manifest] = self._fleet_signature(place, pin)
         if snap.archive.size > max_bytes:
             raise IntegrityError(
                 f"the archive of {pin.spec} in {where} ({snap.archive.digest}) is "
@@ -164,3 +175,40 @@ class OciSource:
             shutil.copyfileobj(staged, out)
         if signature is not None and snap.signature is not None:
             self.signatures[(snap.signature.annotations or {})[SIGNATURE_URL]] = signature
+
+    def _fleet_signature(self, place: Place, pin: Pin) -> str:
+        """Who signed the snapshot, for each ``[oci]`` signer set one of its referrers that
+        signs it and that the set accepts. Each candidate is fetched by its own digest."""
+        import shlex
+
+        from safehub.sources.oci.referrers import fallback_tag, parse_referrer
+
+        where, tag = str(place), fallback_tag(pin.manifest)
+        bundles: list[tuple[str, bytes]] = []
+        why: list[str] = []
+        for digest in place.referrers(pin.manifest):
+            try:
+                layer = parse_referrer(place.manifest(digest)[:MAX_MANIFEST + 1], digest,
+                                       pin.manifest, where)
+                bundles.append((digest, place.blob_bytes(layer)))
+            except SafehubError as e:
+                why.append(f"{digest}: {e.message}")
+        signers = []
+        for source, check in self._fleet:
+            refused = list(why)
+            for digest, bundle in bundles:
+                try:
+                    signers.append(check(bundle, pin.manifest, pin.config.document()))
+                    break
+                except SafehubError as e:
+                    refused.append(f"{digest}: {e.message}")
+            else:
+                found = "; ".join(refused) or f"it has none (no referrer, no fallback tag {tag})"
+                raise SignatureError(
+                    f"the snapshot {pin.manifest} of {pin.spec} in {where} carries no "
+                    f"signature that {source} accepts: {found}",
+                    hint="sign it where it is published: `safehub prefetch --oci "
+                    f"REGISTRY/REPOSITORY --sign-key KEY {shlex.quote(pin.spec)}` (or "
+                    f"--sign-keyless); a copy must carry the referrers or the tag {tag} "
+                    "(`skopeo sync` copies tags)")
+        return ", ".join(dict.fromkeys(signers))
