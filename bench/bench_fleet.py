@@ -250,12 +250,89 @@ def oci_bench(n: int, big_mb: int) -> int:
                             f"{p95(times):.0f} ms; GitHub requests {server.count()}; origin "
                             f"blob GETs {origin.blob_gets() - before} (6 blobs)")
             proxy.stop()
+            rows += beside(n, specs, work, project, origin.host, node_env, server)
             rows += big_snapshot(big_mb, work, origin, server, node_env, tls)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, loopback):", *rows]))
     return 0
+
+
+TORCH_CHILD = """
+import os, sys, time
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import torch.hub
+from _loopback import point_torch_hub_from_env
+point_torch_hub_from_env()
+print("ready", flush=True)
+sys.stdin.readline()
+t = time.perf_counter()
+for spec in sys.argv[1:]:
+    torch.hub.load(spec, "tiny", trust_repo=True, verbose=False)
+print(f"{(time.perf_counter() - t) * 1e3:.3f}", flush=True)
+"""
+
+
+def _nodes(n: int, code: str, specs: list[str], envs: list[dict[str, str]], cwd: Path
+           ) -> list[float]:
+    procs = [subprocess.Popen([sys.executable, "-c", code, *specs], cwd=cwd,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True, env=envs[i]) for i in range(n)]
+    _release(procs)
+    times = []
+    for p in procs:
+        out, err = p.communicate(timeout=1800)
+        if p.returncode != 0:
+            raise RuntimeError(err)
+        times.append(float(out.strip().splitlines()[-1]))
+    return times
+
+
+def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
+           node_env: dict[str, str], server: object) -> list[str]:
+    """The same N nodes x 3 specs: with the fleet signature required, from a shared
+    read-only cache folder, and torch.hub cold from the GitHub stand-in."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from safehub.cli import main as cli
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (work / "fleet.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    (work / "fleet.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    (work / "require.toml").write_text(
+        f'[oci]\nsignature = "required"\nkeys = ["{work / "fleet.pub"}"]\n')
+    shared = work / "shared-cache"
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        assert cli(["prefetch", "--oci", f"{host}/bench/signed", "--sign-key",
+                    str(work / "fleet.pem"), *specs]) == 0
+        assert cli(["prefetch", "--cache-dir", str(shared), "--read-only", *specs]) == 0
+    rows = []
+    cases = (
+        ("cold from the registry, fleet signature required", OCI_CHILD, lambda i: {
+            **node_env, "SAFEHUB_OCI": f"{host}/bench/signed",
+            "SAFEHUB_POLICY": str(work / "require.toml"),
+            "SAFEHUB_CACHE_DIR": str(work / f"signed/n{i}/cache"),
+            "XDG_DATA_HOME": str(work / f"signed/n{i}/data")}),
+        ("from a shared read-only cache folder (prefetch --read-only), offline", OCI_CHILD,
+         lambda i: {**node_env, "SAFEHUB_CACHE_DIR": str(shared), "SAFEHUB_OFFLINE": "1",
+                    "XDG_DATA_HOME": str(work / f"shared/n{i}/data")}),
+        ("torch.hub.load cold from the GitHub stand-in (each node its own hub dir)",
+         TORCH_CHILD, lambda i: {**os.environ, "BENCH_DIR": str(HERE),
+                                 "TORCH_HOME": str(work / f"torch/n{i}")}),
+    )
+    for label, code, env in cases:
+        server.clear_log()  # type: ignore[attr-defined]
+        times = _nodes(n, code, specs, [env(i) for i in range(n)], project)
+        rows.append(f"{n} nodes x 3 specs {label}: {len(times)}/{n} succeeded, median "
+                    f"{statistics.median(times):.0f} ms, p95 {p95(times):.0f} ms; GitHub "
+                    f"requests {server.count()}")  # type: ignore[attr-defined]
+    return rows
 
 
 def big_snapshot(megabytes: int, work: Path, origin: object, server: object,

@@ -75,6 +75,22 @@ class Evil:
 @pytest.fixture
 def evil(hub_repo: HubRepo, registry: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
          monkeypatch: pytest.MonkeyPatch) -> Evil:
+    return _evil(hub_repo, registry, server, tmp_path, monkeypatch)
+
+
+@pytest.fixture
+def big_evil(make_hub_repo, registry: DockerRegistry, server: GitHubStandIn,  # type: ignore[no-untyped-def]
+             tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Evil:
+    """As ``evil``, for a repo whose archive spans several of the transport's 256 KiB reads
+    (an incompressible 1 MB file), so a cut answer leaves whole reads behind."""
+    import random
+
+    repo = make_hub_repo("acme", "models", {"weights.bin": random.Random(0).randbytes(1 << 20)})
+    return _evil(repo, registry, server, tmp_path, monkeypatch)
+
+
+def _evil(hub_repo: HubRepo, registry: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+          monkeypatch: pytest.MonkeyPatch) -> Evil:
     monkeypatch.setenv("DOCKER_CONFIG", str(docker_config(tmp_path / "docker",
                                                           {registry.host: (USER, PASSWORD)})))
     assert main(["prefetch", "--oci", f"{registry.host}/team/hub", SPEC]) == 0
@@ -237,3 +253,37 @@ def test_the_next_registry_is_tried(evil: Evil, registry: DockerRegistry,
     monkeypatch.setenv("SAFEHUB_OCI", f"{evil.target},{registry.host}/team/hub")
     prepared = safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
     assert (prepared.path / "hubconf.py").is_file()
+
+
+@pytest.mark.parametrize("server_does", ["honours the range", "ignores the range",
+                                         "answers another range"])
+def test_a_blob_cut_short_is_resumed_with_range_or_fetched_again(
+        big_evil: Evil, server_does: str) -> None:
+    """Item 3's resumable pulls: the archive's first answer is cut halfway; the retry asks
+    for the rest (``Range: bytes=N-``, N the bytes of the whole reads kept) and appends a
+    206 that continues it. A server that answers the range with the whole blob, or with a
+    range starting elsewhere, is read from the first byte again; the digest decides."""
+    evil = big_evil
+    body = evil.blobs[evil.archive]
+    cut = len(body) // 2
+    asked: list[str | None] = []
+
+    def answer(record: RequestRecord) -> Reply:
+        asked.append(record.header("Range"))
+        if len(asked) == 1:
+            return Reply(200, body, cut_after=cut)
+        wanted = record.header("Range")
+        start = int(wanted.removeprefix("bytes=").rstrip("-")) if wanted else 0
+        if wanted and server_does == "honours the range":
+            return Reply(206, body[start:], (("Content-Range", f"bytes {start}-"
+                                              f"{len(body) - 1}/{len(body)}"),))
+        if wanted and server_does == "answers another range":
+            return Reply(206, body[10:], (("Content-Range", f"bytes 10-{len(body) - 1}/"
+                                           f"{len(body)}"),))
+        return Reply(200, body)
+
+    evil.answers[f"/blobs/{evil.archive}"] = answer
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    # Resumed after the whole reads that arrived before the cut (256 KiB each).
+    assert asked[0] is None and asked[1] == f"bytes={cut // (256 * 1024) * 256 * 1024}-"
+    assert asked[2:] == ([None] if server_does == "answers another range" else [])

@@ -23,13 +23,10 @@ with requests' ``Session.get`` (tests inject failures through it).
 from __future__ import annotations
 
 import contextvars
-import errno
-import ipaddress
 import json
-import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -37,15 +34,21 @@ from urllib.parse import urljoin, urlsplit
 
 from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
 from safehub.limits import DEFAULTS
+from safehub.sources.network import (
+    DIRECT,
+    host_of,
+    is_loopback,
+    proxy_for,
+    proxy_hosts,
+    unreachable_cause,
+)
 
-__all__ = ["HTTPError", "Reply", "Transport", "TransportConfig"]
+__all__ = ["HTTPError", "Reply", "Transport", "TransportConfig", "proxy_hosts"]
 
 _USER_AGENT = "safehub/0.1"
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 256 * 1024
-_UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
-                          errno.EADDRNOTAVAIL})
 
 Headers = Callable[[str], Mapping[str, str]]
 Progress = Callable[[int, "int | None"], None]
@@ -106,73 +109,24 @@ class HTTPError(FetchError):
         self.url = url
 
 
+def _range_start(headers: Mapping[str, str]) -> int | None:
+    """The first byte of a ``Content-Range: bytes N-M/T`` answer (None if not one).
+
+    >>> _range_start({"Content-Range": "bytes 100-199/200"}), _range_start({})
+    (100, None)
+    """
+    text = next((v for k, v in headers.items() if k.lower() == "content-range"), "")
+    unit, _, rest = text.strip().partition(" ")
+    first = rest.partition("-")[0]
+    return int(first) if unit == "bytes" and first.isdigit() and len(first) < 19 else None
+
+
 class _Retryable(Exception):
     """A transient failure: retried, then reported as a FetchError."""
 
 
 class _Cancelled(Exception):
     """The caller gave up on this attempt (deadline)."""
-
-
-def _host(url: str) -> str:
-    try:
-        return (urlsplit(url).hostname or "").lower()
-    except ValueError:
-        return ""
-
-
-#: Request-level proxies that override the environment's (requests drops ``None`` keys).
-_DIRECT = {"http": None, "https": None, "all": None}
-
-
-def _loopback(host: str) -> bool:
-    """A name or address of this machine: never sent through a proxy (a proxy cannot reach
-    the caller's loopback, and ``NO_PROXY`` rarely names it)."""
-    if host == "localhost" or host.endswith(".localhost"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-def _proxy_for(url: str) -> str | None:
-    """The proxy the environment sends ``url`` through, if any (credentials removed)."""
-    if _loopback(_host(url)):
-        return None
-    import requests.utils
-
-    try:
-        proxy = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
-    except (ValueError, OSError):
-        return None
-    if not proxy:
-        return None
-    try:
-        parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    except ValueError:
-        return "a proxy"
-
-
-def proxy_hosts(urls: Iterable[str]) -> tuple[str, ...]:
-    """The hosts of the proxies the environment sends ``urls`` through (the one reading of
-    ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...: requests' own)."""
-    found = {_host(proxy) for proxy in map(_proxy_for, urls) if proxy and "://" in proxy}
-    return tuple(sorted(found))
-
-
-def _cause(exc: BaseException) -> BaseException | None:
-    """The socket-level reason behind a requests/urllib3 error, if it is unreachability."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, socket.gaierror) or (
-                isinstance(current, OSError) and current.errno in _UNREACHABLE):
-            return current
-        current = current.__cause__ or current.__context__
-    return None
 
 
 class Transport:
@@ -223,28 +177,49 @@ class Transport:
     def download(self, url: str, out: IO[bytes], *, what: str, max_bytes: int,
                  headers: Headers | None = None, allow: HopCheck | None = None,
                  progress: Progress | None = None,
-                 accept: str = "application/octet-stream, application/zip") -> int:
+                 accept: str = "application/octet-stream, application/zip",
+                 resume: bool = False) -> int:
         """Stream ``url`` into ``out`` (rewound on each retry); return the byte count.
 
         A body larger than ``max_bytes`` is an :class:`IntegrityError`; a body cut short is
-        retried, then a :class:`FetchError`.
+        retried, then a :class:`FetchError`. With ``resume``, a retry after a cut asks for
+        the rest only (``Range: bytes=N-``) and appends it when the server answers 206 with
+        a ``Content-Range`` starting at N; any other answer starts over from the first
+        byte. The caller checks the whole (a blob's digest).
         """
         count = [0]
 
         def attempt(write_ok: Callable[[], bool]) -> int:
-            out.seek(0)
+            start = count[0] if resume else 0
+            out.seek(start)
             out.truncate()
-            count[0] = 0
+            count[0] = start
+
+            def ranged(hop: str) -> Mapping[str, str]:
+                given = dict(headers(hop)) if headers else {}
+                return {**given, "Range": f"bytes={start}-"} if start else given
+
+            def answered(status: int, got: Mapping[str, str]) -> int:
+                """How many bytes of ``out`` the answer continues (0: it starts over)."""
+                if start and status == 206 and _range_start(got) == start:
+                    return start
+                out.seek(0)
+                out.truncate()
+                count[0] = 0
+                if status == 206:  # a range that does not continue ours: ask for it all
+                    raise _Retryable(f"the answer for {what} was a range that does not "
+                                     f"continue the download at byte {start}")
+                return 0
 
             def write(chunk: bytes) -> None:
                 out.write(chunk)
                 count[0] += len(chunk)
 
-            self._stream(url, what, accept, headers, allow, max_bytes, write, progress,
+            self._stream(url, what, accept, ranged, allow, max_bytes, write, progress,
                          write_ok, too_big=lambda: IntegrityError(
                              f"{what} is larger than the {max_bytes:,}-byte limit; download "
                              "stopped", hint="if it really is that large, raise "
-                             "SAFEHUB_MAX_ARCHIVE_BYTES"))
+                             "SAFEHUB_MAX_ARCHIVE_BYTES"), answered=answered)
             out.flush()
             return count[0]
 
@@ -276,16 +251,17 @@ class Transport:
                     method, url, data=data, allow_redirects=False, stream=True,
                     headers=dict(headers(url)) if headers else {},
                     timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
-                    **({"proxies": _DIRECT} if _loopback(_host(url)) else {}))
+                    **({"proxies": DIRECT} if is_loopback(host_of(url)) else {}))
             except requests.exceptions.SSLError as e:
-                raise FetchError(f"TLS to {_host(url)} failed for {what}: {e}",
+                raise FetchError(f"TLS to {host_of(url)} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
-                if _cause(e) is not None:
-                    raise UnreachableError(f"cannot connect to {_host(url)} for {what} "
-                                           f"({_cause(e)})", hint="check the address, the "
-                                           "network or the proxy") from e
-                raise _Retryable(f"could not reach {_host(url)} for {what}: {e}") from e
+                if unreachable_cause(e) is not None:
+                    raise UnreachableError(
+                        f"cannot connect to {host_of(url)} for {what} "
+                        f"({unreachable_cause(e)})",
+                        hint="check the address, the network or the proxy") from e
+                raise _Retryable(f"could not reach {host_of(url)} for {what}: {e}") from e
             finally:
                 if opened is not None:
                     opened.close()
@@ -310,7 +286,7 @@ class Transport:
             host = (parts.hostname or "").lower()
         except ValueError as e:
             raise FetchError(f"refused to fetch {what}: malformed URL {url!r} ({e})") from e
-        plain = parts.scheme == "http" and _loopback(host) and \
+        plain = parts.scheme == "http" and is_loopback(host) and \
             parts.netloc.lower() in self.config.plain_http
         if parts.scheme != "https" and not plain:
             raise FetchError(
@@ -329,8 +305,12 @@ class Transport:
     def _stream(self, url: str, what: str, accept: str, headers: Headers | None,
                 allow: HopCheck | None, cap: int, sink: Callable[[bytes], None],
                 progress: Progress | None, write_ok: Callable[[], bool], *,
-                too_big: Callable[[], Exception]) -> tuple[str, bool, dict[str, str]]:
-        """One attempt: follow hops, then stream the body into ``sink``."""
+                too_big: Callable[[], Exception],
+                answered: Callable[[int, Mapping[str, str]], int] | None = None
+                ) -> tuple[str, bool, dict[str, str]]:
+        """One attempt: follow hops, then stream the body into ``sink``. ``answered`` is
+        told the final status and headers and says how many bytes the body comes after
+        (a resumed range): the cap counts them too."""
         import requests
 
         if self.config.offline:
@@ -348,43 +328,44 @@ class Transport:
                     url, headers={"Accept": accept, **(headers(url) if headers else {})},
                     allow_redirects=False, stream=True,
                     timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
-                    **({"proxies": _DIRECT} if _loopback(_host(url)) else {}))
+                    **({"proxies": DIRECT} if is_loopback(host_of(url)) else {}))
             except requests.exceptions.SSLError as e:
-                raise FetchError(f"TLS to {_host(url)} failed for {what}: {e}",
+                raise FetchError(f"TLS to {host_of(url)} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
-                reason = _cause(e)
+                reason = unreachable_cause(e)
                 if reason is not None:
-                    proxy = _proxy_for(url)
+                    proxy = proxy_for(url)
                     via = f" through the proxy {proxy} (from HTTPS_PROXY/ALL_PROXY)" \
                         if proxy else ""
                     raise UnreachableError(
-                        f"the network is unreachable: cannot connect to {_host(url)}{via} "
+                        f"the network is unreachable: cannot connect to {host_of(url)}{via} "
                         f"for {what} ({reason})",
-                        hint=(f"check that the proxy {proxy} runs, or add {_host(url)} to "
+                        hint=(f"check that the proxy {proxy} runs, or add {host_of(url)} to "
                               "NO_PROXY. " if proxy else "check the network or proxy. ") +
                         "Without a network, a cold load needs "
                         "the code on this machine already: a mirror (SAFEHUB_GITHUB_URL), a "
                         "cache filled by `safehub prefetch`, or a lockfile with "
                         "SAFEHUB_OFFLINE=1 and a filled cache",
                     ) from e
-                raise _Retryable(f"could not reach {_host(url)} for {what}: {e}") from e
+                raise _Retryable(f"could not reach {host_of(url)} for {what}: {e}") from e
             with resp:
                 status = resp.status_code
                 if status in _REDIRECT_STATUS and "Location" in resp.headers:
                     try:
                         url = urljoin(url, resp.headers["Location"])
                     except ValueError as e:
-                        raise FetchError(f"{_host(url)} redirected {what} to a malformed "
+                        raise FetchError(f"{host_of(url)} redirected {what} to a malformed "
                                          f"Location {resp.headers['Location']!r}") from e
                     redirected = True
                     continue
                 self._raise_for_status(resp, what)
+                before = answered(status, resp.headers) if answered is not None else 0
                 declared = resp.headers.get("Content-Length", "")
                 total = int(declared) if declared.isdigit() and len(declared) < 19 else None
-                if total is not None and total > cap:
+                if total is not None and before + total > cap:
                     raise too_big()
-                done = 0
+                done, cap = 0, cap - before
                 try:
                     for chunk in resp.iter_content(_CHUNK):
                         if not write_ok():
@@ -412,10 +393,10 @@ class Transport:
         message = _server_message(resp)
         shown = f": {message}" if message else ""
         if status in _RETRY_STATUS:
-            raise _Retryable(f"{_host(resp.url)} answered {status} for {what}{shown}")
+            raise _Retryable(f"{host_of(resp.url)} answered {status} for {what}{shown}")
         if status == 404:
-            raise NotFoundError(f"{what} not found (404 from {_host(resp.url)}){shown}")
-        raise HTTPError(f"{_host(resp.url)} answered {status} for {what}{shown}",
+            raise NotFoundError(f"{what} not found (404 from {host_of(resp.url)}){shown}")
+        raise HTTPError(f"{host_of(resp.url)} answered {status} for {what}{shown}",
                         status=status, headers=resp.headers, server_message=message,
                         url=resp.url)
 
@@ -423,54 +404,13 @@ class Transport:
         cfg = self.config
         for i in range(cfg.retries + 1):
             try:
-                return self._within_deadline(what, attempt)
+                return _within_deadline(cfg.deadline, what, attempt)
             except _Retryable as e:
                 if i == cfg.retries:
                     raise FetchError(f"{e} (gave up after {cfg.retries + 1} attempts)",
                                      hint="check the network or proxy, or retry later") from e
                 self._sleep(cfg.backoff * (2**i))
         raise AssertionError("unreachable")
-
-    def _within_deadline(self, what: str, attempt: Callable[[Callable[[], bool]], Any]) -> Any:
-        """Run one attempt in a worker thread and give up on it at the deadline.
-
-        A server can drip bytes (or headers) forever below any per-read timeout; the
-        worker is abandoned, and never writes again once the caller has moved on.
-        """
-        lock = threading.Lock()
-        cancelled = False
-        box: dict[str, Any] = {}
-        done = threading.Event()
-
-        def write_ok() -> bool:
-            with lock:
-                return not cancelled
-
-        def run() -> None:
-            try:
-                box["value"] = attempt(write_ok)
-            except BaseException as e:  # handed to the caller
-                box["error"] = e
-            finally:
-                done.set()
-
-        context = contextvars.copy_context()  # the caller's context (runtime guard state)
-        worker = threading.Thread(target=context.run, args=(run,), daemon=True,
-                                  name="safehub-http")
-        worker.start()
-        if not done.wait(self.config.deadline):
-            with lock:
-                cancelled = True
-            raise FetchError(
-                f"{what} took longer than {self.config.deadline:g} s; gave up",
-                hint="the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
-                "the most one request may take",
-            )
-        if "error" in box:
-            if isinstance(box["error"], _Cancelled):
-                raise FetchError(f"{what} was cancelled")
-            raise box["error"]
-        return box["value"]
 
 
 def _server_message(resp: Any) -> str:
@@ -481,3 +421,46 @@ def _server_message(resp: Any) -> str:
     except Exception:  # only a nicety for the error message
         return ""
     return message[:300] if isinstance(message, str) else ""
+
+
+def _within_deadline(deadline: float, what: str,
+                     attempt: Callable[[Callable[[], bool]], Any]) -> Any:
+    """Run one attempt in a worker thread and give up on it at the deadline.
+
+    A server can drip bytes (or headers) forever below any per-read timeout; the
+    worker is abandoned, and never writes again once the caller has moved on.
+    """
+    lock = threading.Lock()
+    cancelled = False
+    box: dict[str, Any] = {}
+    done = threading.Event()
+
+    def write_ok() -> bool:
+        with lock:
+            return not cancelled
+
+    def run() -> None:
+        try:
+            box["value"] = attempt(write_ok)
+        except BaseException as e:  # handed to the caller
+            box["error"] = e
+        finally:
+            done.set()
+
+    context = contextvars.copy_context()  # the caller's context (runtime guard state)
+    worker = threading.Thread(target=context.run, args=(run,), daemon=True,
+                              name="safehub-http")
+    worker.start()
+    if not done.wait(deadline):
+        with lock:
+            cancelled = True
+        raise FetchError(
+            f"{what} took longer than {deadline:g} s; gave up",
+            hint="the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
+            "the most one request may take",
+        )
+    if "error" in box:
+        if isinstance(box["error"], _Cancelled):
+            raise FetchError(f"{what} was cancelled")
+        raise box["error"]
+    return box["value"]

@@ -152,7 +152,7 @@ class Registry:
         try:
             self._authorized(what, lambda: self.transport.download(
                 url, out, what=what, max_bytes=desc.size, headers=self._headers,
-                allow=self._hop, accept="application/octet-stream"))
+                allow=self._hop, accept="application/octet-stream", resume=True))
         except IntegrityError as e:  # the transport's cap: longer than the descriptor
             raise IntegrityError(
                 f"{self.target} sent more than the {desc.size:,} bytes the manifest gives "

@@ -1,0 +1,81 @@
+"""What the environment says about reaching a host: loopback, proxies, unreachability.
+
+The transport asks this module whether a host is this machine's (never proxied), which
+proxy the environment sends a URL through (requests' own reading of ``HTTPS_PROXY``,
+``ALL_PROXY``, ``NO_PROXY``), and whether a failure means the network is unreachable
+(fail at once) rather than flaky (retry).
+"""
+
+from __future__ import annotations
+
+import errno
+import ipaddress
+import socket
+from collections.abc import Iterable
+from urllib.parse import urlsplit
+
+__all__ = ["DIRECT", "host_of", "is_loopback", "proxy_for", "proxy_hosts", "unreachable_cause"]
+
+_UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
+                          errno.EADDRNOTAVAIL})
+
+
+def host_of(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+#: Request-level proxies that override the environment's (requests drops ``None`` keys).
+DIRECT = {"http": None, "https": None, "all": None}
+
+
+def is_loopback(host: str) -> bool:
+    """A name or address of this machine: never sent through a proxy (a proxy cannot reach
+    the caller's loopback, and ``NO_PROXY`` rarely names it)."""
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment sends ``url`` through, if any (credentials removed)."""
+    if is_loopback(host_of(url)):
+        return None
+    import requests.utils
+
+    try:
+        proxy = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
+    except (ValueError, OSError):
+        return None
+    if not proxy:
+        return None
+    try:
+        parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
+        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    except ValueError:
+        return "a proxy"
+
+
+def proxy_hosts(urls: Iterable[str]) -> tuple[str, ...]:
+    """The hosts of the proxies the environment sends ``urls`` through (the one reading of
+    ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...: requests' own)."""
+    found = {host_of(proxy) for proxy in map(proxy_for, urls) if proxy and "://" in proxy}
+    return tuple(sorted(found))
+
+
+def unreachable_cause(exc: BaseException) -> BaseException | None:
+    """The socket-level reason behind a requests/urllib3 error, if it is unreachability."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, socket.gaierror) or (
+                isinstance(current, OSError) and current.errno in _UNREACHABLE):
+            return current
+        current = current.__cause__ or current.__context__
+    return None
