@@ -439,3 +439,35 @@ def test_a_registry_with_the_referrers_api_is_read_and_a_hostile_one_is_passed_o
     assert not fleet.cached()
     fleet.node("fallback-node", f"{stand_in}/hostile,{fleet.target}")
     assert fleet.load()
+
+
+@needs_registry
+def test_the_signature_comes_through_a_pull_through_cache(
+        hub_repo: HubRepo, tls: TLSFiles, server: GitHubStandIn, tmp_path: Path,
+        isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A second docker-registry in proxy mode in front of an anonymous origin: the fallback
+    tag and the referrer come through it like any tag and manifest."""
+    import os
+
+    env = {**os.environ, "SSL_CERT_FILE": str(tls.ca_cert)}  # the proxy trusts the origin
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
+    with DockerRegistry(tmp_path / "origin", tls, auth=False) as origin:
+        fleet = Fleet(origin, server, tmp_path, isolated, monkeypatch, hub_repo)
+        assert main(["prefetch", "--oci", f"{origin.host}/team/hub", "--sign-key",
+                     str(fleet.key), SPEC]) == 0
+        proxy = DockerRegistry(tmp_path / "proxy", tls, auth=False, proxy_of=origin)
+        proxy.start(env)
+        try:
+            fleet.require(fleet.pub)
+            fleet.node("proxied-node", f"{proxy.host}/team/hub")
+            assert fleet.load()
+            assert server.requests_log == []
+            # Through the cache, another key's requirement still refuses.
+            other = tmp_path / "other.pub"
+            other.write_bytes(new_key(tmp_path / "other.pem"))
+            fleet.require(other)
+            fleet.node("proxied-node-2", f"{proxy.host}/team/hub")
+            with pytest.raises(SignatureError, match="matches no key"):
+                fleet.load()
+        finally:
+            proxy.stop()
