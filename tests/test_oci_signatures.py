@@ -384,7 +384,7 @@ def test_signing_flags_need_oci_and_keyless_offline_is_refused(
     assert main(["prefetch", "--oci", fleet.target, "--sign-key", str(fleet.key),
                  "--sign-keyless", SPEC]) == 2
     capsys.readouterr()
-    fleet.monkeypatch.setenv("SIGSTORE_ID_TOKEN", "")
+    fleet.monkeypatch.setenv("SIGSTORE_IDENTITY_TOKEN", "")
     # Without an OIDC identity (no CI credential here), keyless signing says what it needs.
     assert main(["prefetch", "--oci", fleet.target, "--sign-keyless", SPEC]) == 1
     err = capsys.readouterr().err

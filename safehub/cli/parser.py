@@ -299,7 +299,7 @@ def _fleet_signing(parser: argparse.ArgumentParser, when: str) -> None:
                      "a node's [oci] signature = \"required\" checks)")
     how.add_argument("--sign-keyless", action="store_true",
                      help=f"{when}sign keyless with Sigstore instead (the ambient OIDC "
-                     "identity of a CI job, or SIGSTORE_ID_TOKEN; needs the network)")
+                     "identity of a CI job, or SIGSTORE_IDENTITY_TOKEN; needs the network)")
 
 
 def _signing(add: _Adder) -> None:

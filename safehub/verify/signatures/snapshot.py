@@ -90,9 +90,9 @@ def sign_with_key(private_key: Path, payload: bytes, *, password: str | None = N
 
 def sign_keyless(payload: bytes, *, offline: bool) -> bytes:
     """A keyless bundle over ``payload``: a Fulcio certificate for the ambient OIDC identity
-    (a CI job's, or ``SIGSTORE_ID_TOKEN``) and a Rekor entry, on public Sigstore."""
+    (a CI job's, or ``SIGSTORE_IDENTITY_TOKEN``) and a Rekor entry, on public Sigstore."""
     hint = ("sign with a key instead (`--sign-key KEY`), or run where an OIDC identity is "
-            "available to Sigstore (a CI job with `id-token: write`, or SIGSTORE_ID_TOKEN) "
+            "available to Sigstore (a CI job with `id-token: write`, or SIGSTORE_IDENTITY_TOKEN) "
             "and Sigstore is reachable")
     if offline:
         raise SignatureError("keyless signing needs Sigstore's servers, and offline mode "
@@ -106,11 +106,11 @@ def sign_keyless(payload: bytes, *, offline: bool) -> bytes:
     from sigstore.sign import SigningContext
 
     try:
-        raw = os.environ.get("SIGSTORE_ID_TOKEN") or detect_credential()
+        raw = os.environ.get("SIGSTORE_IDENTITY_TOKEN") or detect_credential()
     except IdentityError as e:
         raise SignatureError(f"no OIDC identity for keyless signing ({e})", hint=hint) from e
     if not raw:
-        raise SignatureError("no OIDC identity for keyless signing: no SIGSTORE_ID_TOKEN and "
+        raise SignatureError("no OIDC identity for keyless signing: no SIGSTORE_IDENTITY_TOKEN and "
                              "no ambient CI credential", hint=hint)
     try:
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
