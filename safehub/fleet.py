@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING, Any
 from safehub.errors import IntegrityError, PinError, SpecError
 from safehub.sources.oci import Layout, Registry, place
 from safehub.sources.oci.artifact import (
-    ARTIFACT_TYPE,
+    MANIFEST_TYPE,
+    SIGNATURE_TYPE,
     Descriptor,
     SnapshotConfig,
     build,
@@ -138,7 +139,6 @@ class Signing:
 
     def referrer(self, built: _Built, offline: bool) -> tuple[bytes, bytes]:
         """(referrer manifest, bundle) signing the snapshot ``built``."""
-        from safehub.sources.oci.artifact import MANIFEST_TYPE
         from safehub.sources.oci.referrers import build_referrer
         from safehub.verify.signatures import snapshot
 
@@ -268,10 +268,13 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
     done = []
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for entry in entries:
-            if entry.get("artifactType") != ARTIFACT_TYPE:
-                continue  # a fallback tag's index: its signatures go with their snapshot
+            if entry.get("mediaType", MANIFEST_TYPE) != MANIFEST_TYPE or \
+                    entry.get("artifactType") == SIGNATURE_TYPE:
+                continue  # a fallback tag's index, a signature: they go with their snapshot
             digest = str(entry.get("digest", ""))
             manifest = layout.manifest(digest)
+            if _signature_manifest(manifest):
+                continue  # listed without its artifactType (skopeo writes index.json so)
             snap = parse_manifest(manifest, digest, str(layout))
             config_bytes = layout.blob_bytes(snap.config)
             config = _config_of(config_bytes, str(layout), digest)
@@ -295,6 +298,16 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
                                   config.digest, digest, str(registry.target), tag, how,
                                   signed))
     return done
+
+
+def _signature_manifest(data: bytes) -> bool:
+    import json
+
+    try:
+        doc = json.loads(data)
+    except (ValueError, RecursionError):
+        return False  # refused as a snapshot, with the reason
+    return type(doc) is dict and doc.get("artifactType") == SIGNATURE_TYPE
 
 
 def _carry_referrers(layout: Layout, registry: Registry, digest: str, how: list[str]) -> str:

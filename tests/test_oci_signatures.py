@@ -364,6 +364,21 @@ def test_the_signature_survives_a_copy_an_air_gap_and_an_import(
     fleet.node("mirror-node", f"{fleet.registry.host}/mirror/signed")
     assert fleet.load()
 
+    # skopeo into a layout (its own index.json, without artifactType): a node loads from
+    # it, and `oci import` carries its signature on.
+    copied = tmp_path / "skopeo-layout"
+    for source, tag in ((f"@{digest}", "snapshot"), (f":{fallback_tag(digest)}",
+                                                     fallback_tag(digest))):
+        subprocess.run(["skopeo", "copy", "--all", "--src-creds", auth, "--src-cert-dir",
+                        str(certs), src + source, f"oci:{copied}:{tag}"], check=True,
+                       capture_output=True, timeout=300)
+    fleet.node("skopeo-layout-node", f"oci:{copied}")
+    assert fleet.load()
+    fleet.monkeypatch.delenv("SAFEHUB_OCI")
+    assert main(["oci", "import", str(copied), f"{fleet.registry.host}/from-skopeo/signed"]) == 0
+    fleet.node("from-skopeo-node", f"{fleet.registry.host}/from-skopeo/signed")
+    assert fleet.load()
+
     layout = tmp_path / "layout"
     fleet.monkeypatch.delenv("SAFEHUB_OCI")
     assert main(["oci", "export", "--sign-key", str(fleet.key), str(layout)]) == 0
