@@ -314,12 +314,12 @@ def _carry_referrers(layout: Layout, registry: Registry, digest: str, how: list[
     """Push the signatures the layout keeps for the snapshot ``digest`` (each one checked
     to sign it; the others are not carried); the last one's digest."""
     from safehub.errors import SafehubError
-    from safehub.sources.oci.referrers import parse_referrer
+    from safehub.sources.oci.referrers import MAX_REFERRER, parse_referrer
 
     signed = ""
     for candidate in layout.referrers(digest):
         try:
-            referrer = layout.manifest(candidate)
+            referrer = layout.manifest(candidate, max_bytes=MAX_REFERRER)
             bundle = layout.blob_bytes(parse_referrer(referrer, candidate, digest, str(layout)))
         except SafehubError:
             continue

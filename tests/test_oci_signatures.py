@@ -428,7 +428,9 @@ def test_a_registry_with_the_referrers_api_is_read_and_a_hostile_one_is_passed_o
     elsewhere = "sha256:" + "f" * 64
     foreign = build_referrer(b"{}", Descriptor(MANIFEST_TYPE, elsewhere, 10))
     stored[sha256(foreign)] = foreign
-    listed = {"honest": [honest[0]], "hostile": [sha256(foreign)]}
+    huge = "sha256:" + "9" * 64  # a candidate whose manifest is over the 64 KiB cap
+    stored[huge] = b" " * (65 * 1024)
+    listed = {"honest": [huge, honest[0]], "hostile": [sha256(foreign)]}
 
     def answer(record: RequestRecord) -> Reply:
         kind, rest = record.path.split("/v2/api/", 1)[1].split("/", 1)

@@ -71,9 +71,9 @@ class Layout:
                                  f"{cap:,}-byte cap; not read", hint=_HINT)
         return f
 
-    def manifest(self, digest: str) -> bytes:
-        with self._open(digest, MAX_MANIFEST, "manifest") as f:
-            return f.read(MAX_MANIFEST + 1)
+    def manifest(self, digest: str, *, max_bytes: int = MAX_MANIFEST) -> bytes:
+        with self._open(digest, max_bytes, "manifest") as f:
+            return f.read(max_bytes + 1)
 
     def blob(self, desc: Descriptor, out: IO[bytes]) -> None:
         h, size = hashlib.sha256(), 0

@@ -30,7 +30,7 @@ from safehub.sources.oci.artifact import (
     sha256,
 )
 
-__all__ = ["EMPTY", "EMPTY_TYPE", "INDEX_TYPE", "MAX_BUNDLE", "MAX_CANDIDATES",
+__all__ = ["EMPTY", "EMPTY_TYPE", "INDEX_TYPE", "MAX_BUNDLE", "MAX_CANDIDATES", "MAX_REFERRER",
            "build_referrer", "candidates", "fallback_tag", "parse_referrer", "with_referrer"]
 
 INDEX_TYPE = "application/vnd.oci.image.index.v1+json"
@@ -38,6 +38,8 @@ EMPTY_TYPE = "application/vnd.oci.empty.v1+json"
 EMPTY = b"{}"
 MAX_BUNDLE = 1024 * 1024
 """The most bytes a signature bundle may have (a keyless one is a few KiB)."""
+MAX_REFERRER = 64 * 1024
+"""The most bytes a signature's manifest may have (safehub's are under 1 KiB)."""
 MAX_CANDIDATES = 32
 """The most referrers looked at for one snapshot (each costs a request or two)."""
 _NOTES = {"dev.sigstore.bundle.content": "dsse-envelope",

@@ -118,15 +118,16 @@ class Registry:
 
     # -- reading ----------------------------------------------------------------------
 
-    def manifest(self, digest: str, *, accept: str = MANIFEST_TYPE, path: str = "manifests"
-                 ) -> bytes:
-        """The manifest ``digest`` (at most 4 MiB; the caller checks its bytes)."""
+    def manifest(self, digest: str, *, accept: str = MANIFEST_TYPE, path: str = "manifests",
+                 max_bytes: int = MAX_MANIFEST) -> bytes:
+        """The manifest ``digest`` (at most ``max_bytes``, 4 MiB by default; the caller
+        checks its bytes)."""
         url = f"{self.target.base}/{path}/{digest}"
         what = f"{'manifest' if path == 'manifests' else path} {digest} from {self.target}"
         return self._authorized(what, lambda: self.transport.get(
             url, what=what, accept=accept, headers=self._headers, allow=self._hop,
-            max_bytes=MAX_MANIFEST, too_big=lambda: IntegrityError(
-                f"{self.target} sent more than the {MAX_MANIFEST:,}-byte cap of a manifest "
+            max_bytes=max_bytes, too_big=lambda: IntegrityError(
+                f"{self.target} sent more than the {max_bytes:,}-byte cap of a manifest "
                 f"for {digest}; stopped reading", hint=_HOSTILE))).body
 
     def referrers(self, digest: str) -> list[str]:

@@ -39,7 +39,7 @@ __all__ = ["OciSource", "Pin", "Place"]
 class Place(Protocol):
     """Where snapshots are read from: a registry repository or a layout folder."""
 
-    def manifest(self, digest: str) -> bytes: ...
+    def manifest(self, digest: str, *, max_bytes: int = ...) -> bytes: ...
 
     def blob(self, desc: Descriptor, out: IO[bytes]) -> None: ...
 
@@ -181,15 +181,15 @@ class OciSource:
         signs it and that the set accepts. Each candidate is fetched by its own digest."""
         import shlex
 
-        from safehub.sources.oci.referrers import fallback_tag, parse_referrer
+        from safehub.sources.oci.referrers import MAX_REFERRER, fallback_tag, parse_referrer
 
         where, tag = str(place), fallback_tag(pin.manifest)
         bundles: list[tuple[str, bytes]] = []
         why: list[str] = []
         for digest in place.referrers(pin.manifest):
             try:
-                layer = parse_referrer(place.manifest(digest)[:MAX_MANIFEST + 1], digest,
-                                       pin.manifest, where)
+                layer = parse_referrer(place.manifest(digest, max_bytes=MAX_REFERRER),
+                                       digest, pin.manifest, where)
                 bundles.append((digest, place.blob_bytes(layer)))
             except SafehubError as e:
                 why.append(f"{digest}: {e.message}")
