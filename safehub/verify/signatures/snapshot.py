@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub.errors import SignatureError
+from safehub.verify.signatures.dsse import ecdsa_hash, pae
 from safehub.verify.signatures.manifest import IN_TOTO_PAYLOAD, fail
 from safehub.verify.signatures.signers import SignerSet
 
@@ -43,14 +44,9 @@ def statement(manifest: str, predicate: Mapping[str, Any]) -> bytes:
     return json.dumps(doc, sort_keys=True, separators=(",", ":")).encode()
 
 
-def _pae(payload_type: str, payload: bytes) -> bytes:
-    t = payload_type.encode()
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
-
-
 def sign_with_key(private_key: Path, payload: bytes, *, password: str | None = None) -> bytes:
     """A key bundle (DSSE, ECDSA) over ``payload``, in the shape the verifier reads."""
-    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
     try:
@@ -69,8 +65,7 @@ def sign_with_key(private_key: Path, payload: bytes, *, password: str | None = N
         raise SignatureError(f"{private_key} is not an EC private key ({type(key).__name__})",
                              hint="make one with `openssl ecparam -name prime256v1 -genkey "
                              "-noout -out key.pem`")
-    algorithm = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}.get(
-        key.curve.key_size)
+    algorithm = ecdsa_hash(key)
     if algorithm is None:
         raise SignatureError(f"{private_key}: unsupported curve {key.curve.name}",
                              hint="use P-256, P-384 or P-521")
@@ -78,7 +73,7 @@ def sign_with_key(private_key: Path, payload: bytes, *, password: str | None = N
 
     public = key.public_key().public_bytes(serialization.Encoding.PEM,
                                            serialization.PublicFormat.SubjectPublicKeyInfo)
-    sig = key.sign(_pae(IN_TOTO_PAYLOAD, payload), ec.ECDSA(algorithm))
+    sig = key.sign(pae(IN_TOTO_PAYLOAD, payload), ec.ECDSA(algorithm))
     bundle = {
         "mediaType": BUNDLE_MEDIA_TYPE,
         "verificationMaterial": {"publicKey": {"hint": hashlib.sha256(public).hexdigest()}},

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from safehub.errors import SignatureError
+from safehub.verify.signatures.dsse import ecdsa_hash, pae
 from safehub.verify.signatures.manifest import (
     GIT_METADATA,
     Signed,
@@ -80,12 +81,6 @@ def _trusted_root(trust_config: str | None) -> Any:
     return TrustedRoot.from_file(str(shipped))
 
 
-def _pae(payload_type: str, payload: bytes) -> bytes:
-    """DSSE pre-authentication encoding."""
-    t = payload_type.encode()
-    return b"DSSEv1 %d %s %d %s" % (len(t), t, len(payload), payload)
-
-
 def _public_key(key_path: Path) -> Any:
     """The public key in ``key_path``: a file that holds none is named, not the bundle."""
     from cryptography.hazmat.primitives import serialization
@@ -100,22 +95,20 @@ def _public_key(key_path: Path) -> Any:
 
 def _verify_with_key(envelope: dict[str, Any], key_path: Path) -> None:
     from cryptography.exceptions import InvalidSignature
-    from cryptography.hazmat.primitives import hashes
     from cryptography.hazmat.primitives.asymmetric import ec
 
     key = _public_key(key_path)
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise fail(f"{key_path} is not an elliptic-curve public key",
                     hint="model-signing keys are ECDSA P-256, P-384 or P-521")
-    algorithm = {256: hashes.SHA256(), 384: hashes.SHA384(), 521: hashes.SHA512()}.get(
-        key.curve.key_size)
+    algorithm = ecdsa_hash(key)
     if algorithm is None:
         raise fail(f"{key_path}: unsupported curve {key.curve.name}")
     payload = base64.b64decode(envelope["payload"], validate=True)
-    pae = _pae(str(envelope["payloadType"]), payload)
+    signed = pae(str(envelope["payloadType"]), payload)
     for sig in envelope.get("signatures", []):
         try:
-            key.verify(base64.b64decode(sig["sig"], validate=True), pae, ec.ECDSA(algorithm))
+            key.verify(base64.b64decode(sig["sig"], validate=True), signed, ec.ECDSA(algorithm))
             return
         except (InvalidSignature, ValueError, KeyError, TypeError):
             continue
