@@ -25,7 +25,7 @@ from safehub.sources.interface import Source
 from safehub.sources.transport import Progress
 from safehub.store.cache import Cache, CachedTree, Verdict
 from safehub.store.cache.tree import Survey, dir_scan, survey, tamper
-from safehub.store.lockfile import LockEntry
+from safehub.store.lockfile import Locked
 from safehub.store.records import VerifiedRecords
 from safehub.verify.archive import check_tree, drop_empty_dirs, extract
 
@@ -73,8 +73,8 @@ class TreeFetcher:
         self._source = source
         self._progress = progress
 
-    def tree(self, resolved: Resolved, lock: LockEntry | None, *, force: bool = False,
-             verbose: bool = True, lockfile: str = "", lazy: bool = False) -> CachedTree:
+    def tree(self, resolved: Resolved, locked: Locked | None, *, force: bool = False,
+             verbose: bool = True, lazy: bool = False) -> CachedTree:
         """The verified tree of ``resolved.commit`` (downloaded and installed if needed).
 
         ``lazy``: the caller checks each file as the repo's code opens it (the runtime
@@ -82,18 +82,18 @@ class TreeFetcher:
         unchanged; otherwise every entry's stat data is compared.
         """
         if not force:
-            hit = self.cache_hit(resolved, lock, lockfile=lockfile, lazy=lazy)
+            hit = self.cache_hit(resolved, locked, lazy=lazy)
             if hit is not None:
                 return hit
         commit = resolved.commit
         with self.cache.lock(commit):
             if not force:
-                hit = self.cache_hit(resolved, lock, lockfile=lockfile, lazy=lazy)
+                hit = self.cache_hit(resolved, locked, lazy=lazy)
                 if hit is not None:  # another process installed it meanwhile
                     return hit
             stage = self.cache.staging(commit)
             try:
-                verdict = self._download_and_verify(resolved, lock, stage, verbose, lockfile)
+                verdict = self._download_and_verify(resolved, locked, stage, verbose)
                 tree = self.cache.install(stage, verdict, replace=force)
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
@@ -108,15 +108,15 @@ class TreeFetcher:
         _SEEN[(str(tree.path), tree.digest)] = found
         return dataclasses.replace(tree, sealed=found.sealed, ident=found.ident)
 
-    def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *, lockfile: str = "",
+    def cache_hit(self, resolved: Resolved, locked: Locked | None, *,
                   lazy: bool = False) -> CachedTree | None:
         hit = self.cache.lookup(resolved.commit)
         if hit is not None:
-            hit = self.check_cached(hit, resolved, lock, lockfile=lockfile, lazy=lazy)
+            hit = self.check_cached(hit, resolved, locked, lazy=lazy)
         return hit
 
-    def check_cached(self, hit: CachedTree, resolved: Resolved, lock: LockEntry | None, *,
-                     lockfile: str = "", lazy: bool = False) -> CachedTree:
+    def check_cached(self, hit: CachedTree, resolved: Resolved, locked: Locked | None, *,
+                     lazy: bool = False) -> CachedTree:
         """Serve a cached tree only if it is what this user (or the lockfile) verified.
 
         Fast path: the folders' stat scan (``lazy``) or every entry's stat scan equals this
@@ -145,15 +145,15 @@ class TreeFetcher:
                     f"verified {known.digest} for that commit before: the cache was rewritten",
                     hint="nothing ran; inspect the cache, then "
                     + fixes.run(f"safehub cache clear {hit.commit}"))
-            if known is None and lock is None and hit.tree != resolved.tree:
+            if known is None and locked is None and hit.tree != resolved.tree:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
                     f"commit's tree is {resolved.tree}",
                     hint="nothing ran; " + fixes.run(f"safehub cache clear {hit.commit}"))
-        if lock is not None and hit.digest != lock.digest:
+        if locked is not None and hit.digest != locked.entry.digest:
             raise IntegrityError(
-                f"the cached tree of {hit.commit} has digest {hit.digest}, but {lockfile} "
-                f"pins {lock.digest}",
+                f"the cached tree of {hit.commit} has digest {hit.digest}, but {locked.file} "
+                f"pins {locked.entry.digest}",
                 hint="nothing ran; " + fixes.either(
                     fixes.run(f"safehub cache clear {hit.commit}"),
                     fixes.say("check how the lockfile was made")))
@@ -170,8 +170,8 @@ class TreeFetcher:
                 resolved.url_name, resolved.commit, out,
                 max_bytes=self.settings.limits.max_archive_bytes, progress=progress)
 
-    def _download_and_verify(self, resolved: Resolved, lock: LockEntry | None, stage: Path,
-                             verbose: bool, lockfile: str) -> Verdict:
+    def _download_and_verify(self, resolved: Resolved, locked: Locked | None, stage: Path,
+                             verbose: bool) -> Verdict:
         spec, commit = resolved.spec, resolved.commit
         zip_path = stage / "archive.zip"
         if verbose:
@@ -181,7 +181,8 @@ class TreeFetcher:
         ext = extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)
         os.unlink(zip_path)
-        if lock is not None:
+        if locked is not None:
+            lock = locked.entry
             # The lockfile's digest was taken when the commit was verified against its
             # tree; the same digest means the very same files. No API call is needed. The
             # digest does not cover folders: the archive must have only the folders the
@@ -189,7 +190,7 @@ class TreeFetcher:
             if ext.digest != lock.digest:
                 raise IntegrityError(
                     f"the archive of {lock.spec} at {commit} has digest {ext.digest}, but "
-                    f"{lockfile} pins {lock.digest}",
+                    f"{locked.file} pins {lock.digest}",
                     hint="the server or mirror sent other content; nothing ran. Check the "
                     "mirror, or how the lockfile was made")
             if ext.tree_id == lock.tree:

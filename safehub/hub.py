@@ -39,7 +39,7 @@ from safehub.sources.interface import Source
 from safehub.sources.transport import Transport
 from safehub.spec import RepoSpec, plain_text
 from safehub.store.cache import Cache, CachedTree
-from safehub.store.lockfile import Lockfile
+from safehub.store.lockfile import Locked, Lockfile
 from safehub.store.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.trust import Subject, Trust, check_trust_repo
 from safehub.verify.signatures.check import SignatureCheck, SignatureStatus
@@ -59,6 +59,8 @@ class Prepared:
     decision: Decision
     trusted_by: str
     signature: str = ""
+    lock: Locked | None = None
+    """The spec's lockfile entry and its file, as admission found it (looked up once)."""
 
     @property
     def path(self) -> Path:
@@ -129,7 +131,7 @@ class Hub:
         self._no_lockfile = False
         self.resolver = Resolver(self.cache, self.source, self.policy.names)
         self.admission = Admission(self.policy, self.resolver, lambda: self.lockfile,
-                                   lambda: str(self.lockfile_path))
+                                   lambda: self.lockfile_path)
         self.fetcher = TreeFetcher(s, self.cache, self.verified, self.source, terminal_progress)
         self.signatures = SignatureCheck(SignatureRecords(s.data_dir), web_url=s.web_url,
                                          fetch=_signature_fetcher(self))
@@ -203,9 +205,7 @@ class Hub:
                 spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
             note.ref, note.commit = admitted.resolved.ref, admitted.commit
             tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
-                                     force=force_reload, verbose=verbose,
-                                     lockfile=str(self.lockfile_path),
-                                     lazy=True)
+                                     force=force_reload, verbose=verbose, lazy=True)
         except OfflineError as e:
             raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
         note.digest = tree.digest
@@ -222,7 +222,8 @@ class Hub:
         note.reasons = list(decision.reasons)
         if decision.violations:
             note.extra["trusted_by"] = trusted_by
-        return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status)
+        return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status,
+                        admitted.lock)
 
     def signature(self, admitted: Admitted, tree: CachedTree) -> SignatureStatus:
         """Step 7: the signature the policy asks for (verdicts cached per user)."""
@@ -295,7 +296,7 @@ class Hub:
         """Run the repo's code under the weights guard, the runtime guard and nested-load
         routing; record what it did on the audit line."""
         weights = guards.weights_guard(
-            prepared.spec, prepared.decision, self.admission.lock_entry(prepared.spec),
+            prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
             data_dir=self.settings.data_dir, transport=self.weights_transport())
         handlers = {**weights.handlers(),
                     **{name: self._nested(name) for name in ("load", "list", "help")}}
@@ -372,9 +373,9 @@ class Hub:
         spec = RepoSpec.parse(repo)
         commit = None
         if spec.ref is not None:
-            lock = self.admission.lock_entry(spec)
-            hit = self.resolver.cached(spec) if lock is None else None
-            commit = lock.commit if lock else hit.commit if hit else spec.ref
+            locked = self.admission.locked(spec)
+            hit = self.resolver.cached(spec) if locked is None else None
+            commit = locked.entry.commit if locked else hit.commit if hit else spec.ref
             commit = _trusted_commit(commit, self.consents.list(spec.key), spec)
         return self.consents.remove(spec.key, commit)
 

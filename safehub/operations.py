@@ -102,8 +102,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     r, decision = admitted.resolved, admitted.decision
     entry = hub.cache.lookup(r.commit)
     if entry is not None:
-        entry = hub.fetcher.check_cached(entry, r, admitted.lock,
-                                         lockfile=str(hub.lockfile_path))
+        entry = hub.fetcher.check_cached(entry, r, admitted.lock)
     wanted = decision.requirements.signature
     signature = f"not checked (signature = {wanted!r}: the tree is not cached)"
     if wanted == "none":
@@ -244,8 +243,7 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
 
 
 def _tree(hub: Hub, admitted: Admitted) -> Any:
-    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False,
-                            lockfile=str(hub.lockfile_path))
+    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False)
 
 
 @dataclass(frozen=True)

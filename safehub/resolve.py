@@ -35,7 +35,7 @@ from safehub.errors import NotFoundError, PinError, RepoMovedError
 from safehub.sources.interface import Source
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 from safehub.store.cache import Cache, CommitProof, RefRecord
-from safehub.store.lockfile import LockEntry, spec_key
+from safehub.store.lockfile import Locked, spec_key
 
 __all__ = ["MAX_COMPARES", "Resolved", "Resolver", "resolve_online"]
 
@@ -174,18 +174,18 @@ class Resolver:
         self._source = source
         self.may_follow = may_follow
 
-    def resolve(self, spec: RepoSpec, lock: LockEntry | None, *, force: bool = False,
-                lockfile: str = "") -> Resolved:
+    def resolve(self, spec: RepoSpec, locked: Locked | None, *, force: bool = False
+                ) -> Resolved:
         """The lockfile's answer, else the cache's, else the API's (recorded)."""
-        if lock is not None and not force:
-            where = f"locked in {lockfile}" if lockfile else "locked"
+        if locked is not None and not force:
+            lock, where = locked.entry, f"locked in {locked.file}"
             moved_to = None
             if lock.repo and lock.repo.lower() != spec.key:
                 # The lockfile says the code comes from another repo (a rename when it was
                 # locked): the same rule as a rename found online, and its rules apply.
                 if not self.may_follow(lock.repo.lower()):
                     raise RepoMovedError(
-                        f"{lockfile or 'the lockfile'} locks {spec} to code from {lock.repo}, "
+                        f"{locked.file} locks {spec} to code from {lock.repo}, "
                         f"and no [[allow]] rule names {lock.repo}",
                         old=spec.key, new=lock.repo, hint=moved_fix(lock.repo))
                 moved_to = RepoSpec.parse(lock.repo if spec.ref is None
@@ -205,9 +205,9 @@ class Resolver:
                 resolved = hit or self.online(spec)          # resolved it meanwhile
                 if hit is None:
                     self._record(spec, resolved)
-        if lock is not None and resolved.commit != lock.commit:
+        if locked is not None and resolved.commit != locked.entry.commit:
             raise PinError(
-                f"{spec} is locked to commit {lock.commit}, but {resolved.ref} now names "
+                f"{spec} is locked to commit {locked.entry.commit}, but {resolved.ref} now names "
                 f"{resolved.commit}: the ref moved. Nothing new was run",
                 hint=fixes.either(
                     fixes.run(f"safehub lock --upgrade {shlex.quote(spec_key(spec))}",
