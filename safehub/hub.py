@@ -205,7 +205,8 @@ class Hub:
                 spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
             note.ref, note.commit = admitted.resolved.ref, admitted.commit
             tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
-                                     force=force_reload, verbose=verbose, lazy=True)
+                                     force=force_reload, verbose=verbose,
+                                     checked_on_open=True)
         except OfflineError as e:
             raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
         note.digest = tree.digest

@@ -30,6 +30,7 @@ from safehub.errors import (
 )
 from safehub.run import environment, runtime
 from safehub.spec import RepoSpec
+from safehub.store.cache import integrity
 from safehub.store.lockfile import LockEntry, Lockfile, spec_key
 from safehub.store.records import WeightPins
 from safehub.trust import Subject
@@ -468,7 +469,7 @@ def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
             continue
         try:
             with runtime.own_work():  # safehub reads the files to check them
-                entry.verify()
+                integrity.rehash(entry)
             results.append(CacheCheck(entry.commit, True))
         except SafehubError as e:
             results.append(CacheCheck(entry.commit, False, e.message))

@@ -17,7 +17,7 @@ import safehub
 from safehub import operations
 from safehub.cli import main
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
-from safehub.store.cache import scan_digest
+from safehub.store.cache.integrity import scan_entries
 from safehub.store.lockfile import Lockfile
 from tests.conftest import HUBCONF, HubRepo, child_pythonpath, needs_torch, runs
 from tests.helpers_load import cli, policy
@@ -207,7 +207,7 @@ def test_read_only_shared_cache_read_by_32_processes(
     assert entry is not None
     recorded = safehub.Hub().verified.get(hub_repo.sha)
     assert recorded is not None  # prefetch verified it: sealing kept the recorded scan valid
-    assert recorded.scans[str(entry.path)] == scan_digest(entry.path)
+    assert recorded.scans[str(entry.path)] == scan_entries(entry.path)
     assert not (shared / "v1").stat().st_mode & 0o222
     before = _snapshot(shared)
     env = {**os.environ, "SAFEHUB_CACHE_DIR": str(shared), "SAFEHUB_OFFLINE": "1",

@@ -48,7 +48,7 @@ from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
 from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list, within
 from safehub.run.torchhub import hub_dir
-from safehub.store.cache import opened
+from safehub.store.cache import integrity
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
@@ -200,7 +200,7 @@ class RuntimeGuard:
             return
         _hook.install()
         _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
-        refusal = opened.check_read(str(self.tree / "hubconf.py"), self.repo)
+        refusal = integrity.check_opened(str(self.tree / "hubconf.py"), self.repo)
         if refusal is not None:
             raise refusal
 
