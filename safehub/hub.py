@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
 from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
-from safehub.audit import AuditLog, Note
+from safehub.audit import AuditLog
 from safehub.config import Settings, say_ignored
 from safehub.errors import (
     HubconfError,
@@ -30,8 +30,9 @@ from safehub.errors import (
     SpecError,
 )
 from safehub.fetch import TreeFetcher
-from safehub.policy import Decision, Policy, load_policy
-from safehub.resolve import Resolved, Resolver, moved_fix
+from safehub.outcome import Audited, Outcome, Prepared, local_verdict
+from safehub.policy import Policy, load_policy
+from safehub.resolve import Resolver, moved_fix
 from safehub.run import environment, guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.sources.github import GitHub
@@ -39,7 +40,7 @@ from safehub.sources.interface import Source
 from safehub.sources.transport import Transport
 from safehub.spec import RepoSpec, plain_text
 from safehub.store.cache import Cache, CachedTree
-from safehub.store.lockfile import Locked, Lockfile
+from safehub.store.lockfile import Lockfile
 from safehub.store.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.trust import Subject, Trust, check_trust_repo
 from safehub.verify.signatures.check import SignatureCheck, SignatureStatus
@@ -47,24 +48,6 @@ from safehub.verify.signatures.check import SignatureCheck, SignatureStatus
 __all__ = ["Hub", "Prepared"]
 
 _RELOCATE = "point SAFEHUB_CACHE_DIR at a folder you can write"
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A repo that passed every check: where its verified tree is and why it may run."""
-
-    spec: RepoSpec
-    resolved: Resolved
-    tree: CachedTree
-    decision: Decision
-    trusted_by: str
-    signature: str = ""
-    lock: Locked | None = None
-    """The spec's lockfile entry and its file, as admission found it (looked up once)."""
-
-    @property
-    def path(self) -> Path:
-        return self.tree.path
 
 
 @contextlib.contextmanager
@@ -194,35 +177,35 @@ class Hub:
         """Run every check on ``repo`` and return its verified tree; nothing is imported."""
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(repo)                                               # 1. parse
-        with self.audit.note(spec.key, spec.ref, entrypoint) as note, runtime.own_work():
-            return self._prepare(spec, note, entrypoint, trust_repo, force_reload, verbose)
+        asked = Outcome.asked(spec, entrypoint)
+        with Audited(self.audit, asked) as line, runtime.own_work():             # 10. audit
+            return line.follow(self._steps(asked, spec, trust_repo, force_reload, verbose))
 
-    def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
-                 force_reload: bool, verbose: bool, nested: bool = False) -> Prepared:
-        """Steps 2 to 8 (the audit note is filled in; its caller writes it)."""
+    def _steps(self, asked: Outcome, spec: RepoSpec, trust_repo: Any, force_reload: bool,
+               verbose: bool, nested: bool = False) -> Generator[Outcome, None, Prepared]:
+        """Steps 2 to 8, each yielding what the load has produced so far (the audit line
+        is built from the last one, whether the next step succeeds or raises)."""
         try:
             admitted = self.admission.admit(                              # 2, 3, 4
-                spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
-            note.ref, note.commit = admitted.resolved.ref, admitted.commit
+                spec, entrypoint=asked.entrypoint,
+                resolution="fresh" if force_reload else "normal")
+            yield (done := replace(asked, admitted=admitted))
             tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
                                      force=force_reload, verbose=verbose,
                                      checked_on_open=True)
         except OfflineError as e:
             raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
-        note.digest = tree.digest
+        yield (done := replace(done, tree=tree))
         signature = self.signature(admitted, tree)                        # 7
+        yield (done := replace(done, signature=signature))
         decision = admitted.decision
         if signature.failed:  # mode = "warn": a violation like any other, asks consent
             decision = replace(decision, verdict="prompt",
                                violations=(*decision.violations, signature.failed))
-        note.extra["signature"] = signature.status
         trusted_by = self.trust_step.decide(                              # 8. trust
             self._subject(admitted, tree, signature.status), decision, trust_repo,
             nested=nested)
-        note.decision = "warn" if decision.violations else trusted_by
-        note.reasons = list(decision.reasons)
-        if decision.violations:
-            note.extra["trusted_by"] = trusted_by
+        yield replace(done, decision=decision, trusted_by=trusted_by)
         return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status,
                         admitted.lock)
 
@@ -276,26 +259,30 @@ class Hub:
             return self._run_local(Path(target), entrypoint, run)
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(target)                                             # 1. parse
-        with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
+        asked = Outcome.asked(spec, entrypoint)
+        with Audited(self.audit, asked) as line:                                 # 10. audit
             with runtime.own_work():  # safehub's own work, nested or not
-                prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
-                                         verbose, nested)
-            return self._delegate(prepared, note, run, nested)                    # 9. delegate
+                prepared = line.follow(self._steps(asked, spec, trust_repo, force_reload,
+                                                   verbose, nested))
+            return line.follow(self._delegate(prepared, line.outcome, run, nested))  # 9
 
     def _run_local(self, folder: Path, entrypoint: str | None,
                    run: Callable[[Path], Any]) -> Any:
         """A folder on this machine: code you vouch for, run as torch.hub runs it (no fetch,
         no consent), if the policy's ``local_dirs`` admit it; audited like any load."""
         real = os.path.realpath(folder)
-        with self.audit.note(real, None, entrypoint) as note:
-            note.extra["source"] = "local"
-            note.decision, note.reasons = _local_verdict(self.admission, self._ran, real)
+        with Audited(self.audit, Outcome.local_folder(real, entrypoint)) as line:
+            line.follow(self._local(line.outcome, real))
             return run(folder)
 
-    def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any],
-                  nested: bool = False) -> Any:
+    def _local(self, asked: Outcome, real: str) -> Generator[Outcome, None, None]:
+        yield replace(asked, local=local_verdict(self.admission, self._ran, real))
+
+    def _delegate(self, prepared: Prepared, done: Outcome, run: Callable[[Path], Any],
+                  nested: bool = False) -> Generator[Outcome, None, Any]:
         """Run the repo's code under the weights guard, the runtime guard and nested-load
-        routing; record what it did on the audit line."""
+        routing; yields the outcome with the guard's report (what the code did, for the
+        audit line), returns what the code returned."""
         weights = guards.weights_guard(
             prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
             data_dir=self.settings.data_dir, transport=self.weights_transport())
@@ -312,6 +299,7 @@ class Hub:
         self._ran[real] = prepared.spec.repo
         if not nested:  # the load the caller asked for, not one its repo made
             self.last_report = guard.report
+        yield replace(done, runtime=guard.report)
         try:
             with torchhub.handling(handlers), guard.active():
                 return run(prepared.path)
@@ -324,8 +312,6 @@ class Hub:
                                   f"{r.commit[:12]}"),
                 hint=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
                                "to see its entrypoints")) from e
-        finally:
-            note.extra["runtime"] = guard.report.to_json()
 
     def _nested(self, name: str) -> Callable[..., Any]:
         """torch.hub.load/list/help called by a repo's code while it runs (with torch's
@@ -419,18 +405,6 @@ def load_lockfile(path: Path) -> Lockfile:
         _LOCKFILES.clear()
         _LOCKFILES[key] = hit
     return hit
-
-
-def _local_verdict(admission: Admission, ran: dict[str, str], real: str
-                   ) -> tuple[str, list[str]]:
-    """The audit verdict on a local folder: inside a verified tree whose code ran (a repo
-    loading its own folder), else the policy's ``local_dirs`` (a denial raises)."""
-    verified = next((repo for tree, repo in ran.items()
-                     if real == tree or real.startswith(tree + os.sep)), None)
-    if verified is not None:
-        return "allow", [f"in the verified tree of {verified}"]
-    decision = admission.decide_local(real)
-    return ("warn" if decision.violations else "local"), list(decision.reasons)
 
 
 def _call_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
