@@ -255,13 +255,16 @@ def _as_torch_hub(name: str, func: _Func) -> _Func:
     ``torch.hub.NAME``, so a refusal's fix names that call, not safehub's."""
     import functools
 
+    from safehub._internal.fixes import reworded
+
     @functools.wraps(func)
     def routed(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except SafehubError as e:
-            if e.hint:
-                e.hint = e.hint.replace(f"safehub.{name}", f"torch.hub.{name}")
+            if e.fix is not None:
+                e.fix = reworded(e.fix, lambda text: text.replace(f"safehub.{name}",
+                                                                  f"torch.hub.{name}"))
             raise
     return routed
 

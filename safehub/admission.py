@@ -98,7 +98,7 @@ class Admission:
         self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
         if missing is not None and locked is None:
             where = shlex.quote(str(self._lockfile_path()))  # the file named, wherever from
-            raise PinError(missing.message, hint=fixes.either(
+            raise PinError(missing.message, fix=fixes.either(
                 fixes.run(f"safehub lock {shlex.quote(spec_key(spec))} --lockfile {where}"),
                 fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None
         if resolution == "online":
@@ -116,8 +116,8 @@ def _held(decision: Decision, what: str, warn_violations: bool = True) -> Decisi
     place a decision becomes one), and ``mode = "warn"`` violations are warned about."""
     if decision.verdict == "deny":
         denied = PolicyDenied(f"policy refuses {what}: " + "; ".join(decision.reasons),
-                              hint=decision.fix or "see `safehub policy show` for the rules "
-                              "that apply")
+                              fix=decision.fix or fixes.say("see `safehub policy show` for "
+                                                            "the rules that apply"))
         denied.reasons = decision.reasons
         raise denied
     if decision.violations and warn_violations:

@@ -111,20 +111,21 @@ class TreeFetcher:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} has digest {hit.digest}, but you "
                     f"verified {known.digest} for that commit before: the cache was rewritten",
-                    hint="nothing ran; inspect the cache, then "
-                    + fixes.run(f"safehub cache clear {hit.commit}"))
+                    fix=fixes.noted(fixes.run(f"safehub cache clear {hit.commit}"),
+                                    "nothing ran; inspect the cache, then "))
             if known is None and locked is None and hit.tree != resolved.tree:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
                     f"commit's tree is {resolved.tree}",
-                    hint="nothing ran; " + fixes.run(f"safehub cache clear {hit.commit}"))
+                    fix=fixes.noted(fixes.run(f"safehub cache clear {hit.commit}"),
+                                    "nothing ran; "))
         if locked is not None and hit.digest != locked.entry.digest:
             raise IntegrityError(
                 f"the cached tree of {hit.commit} has digest {hit.digest}, but {locked.file} "
                 f"pins {locked.entry.digest}",
-                hint="nothing ran; " + fixes.either(
-                    fixes.run(f"safehub cache clear {hit.commit}"),
-                    fixes.say("check how the lockfile was made")))
+                fix=fixes.noted(fixes.either(fixes.run(f"safehub cache clear {hit.commit}"),
+                                             fixes.say("check how the lockfile was made")),
+                                "nothing ran; "))
         if fast is not None:
             return dataclasses.replace(hit, sealed=fast, ident=ident)
         return self._remember(hit)

@@ -32,7 +32,7 @@ from safehub.errors import (
 from safehub.fetch import TreeFetcher
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.policy import Policy, load_policy
-from safehub.resolve import Resolver, moved_fix
+from safehub.resolve import CALLERS_FIXES, Resolver, moved_fix
 from safehub.run import environment, guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.sources.github import GitHub
@@ -58,9 +58,9 @@ def _fixes_for_the_user() -> Iterator[None]:
         yield
     except RepoMovedError as e:
         raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
-                             old=e.old, new=e.new, hint=moved_fix(e.new, nested=True)) from e
+                             old=e.old, new=e.new, fix=moved_fix(e.new, nested=True)) from e
     except PinError as e:
-        if not (e.hint or "").startswith(("load it", "if it is a fork's commit, load it")):
+        if e.fix not in CALLERS_FIXES:
             raise  # a fix of the lockfile or the policy: the user's to apply
         raise PinError(f"{e.message} (asked for by the code of the repo being loaded)",
                        hint="the call is in the repo's code, so what it asks for cannot be "
@@ -194,7 +194,7 @@ class Hub:
                                      force=force_reload, verbose=verbose,
                                      checked_on_open=True)
         except OfflineError as e:
-            raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
+            raise OfflineError(e.message, fix=self.settings.offline_fix(str(spec))) from e
         yield (done := replace(done, tree=tree))
         signature = self.signature(admitted, tree)                        # 7
         yield (done := replace(done, signature=signature))
@@ -310,7 +310,7 @@ class Hub:
             raise HubconfError(
                 e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "
                                   f"{r.commit[:12]}"),
-                hint=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
+                fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
                                "to see its entrypoints")) from e
 
     def _nested(self, name: str) -> Callable[..., Any]:
@@ -445,7 +445,7 @@ def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) ->
         f"{spec} names no commit this machine knows: untrust asks no server, so a ref must "
         "be in the lockfile or resolved here before, and an abbreviated sha must start "
         f"exactly one trusted commit of {spec.repo} (trusted: {trusted})",
-        hint=fixes.either(fixes.say(f"name one of the commits above: safehub untrust "
+        fix=fixes.either(fixes.say(f"name one of the commits above: safehub untrust "
                                     f"{spec.repo}:COMMIT"),
                           fixes.run(f"safehub untrust {spec.repo}", "to forget every commit "
                                     "of the repo")))

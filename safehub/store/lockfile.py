@@ -214,11 +214,11 @@ def parse(raw: Any, path: Path) -> list[LockEntry]:
         listed = [item["spec"] for item in (raw.get("repo") if type(raw) is dict else None)
                   or () if type(item) is dict and type(item.get("spec")) is str]
         raise PinError(f"lockfile {path} is invalid:\n    " + "\n    ".join(faults),
-                       hint=rewrite_hint(path, listed))
+                       fix=rewrite_hint(path, listed))
     return entries
 
 
-def rewrite_hint(path: Path, specs: Iterable[str], what: str = "the fields") -> str:
+def rewrite_hint(path: Path, specs: Iterable[str], what: str = "the fields") -> fixes.Fix:
     """The fix of a lockfile that cannot be read as one: lock its specs afresh over it
     (``safehub lock --rewrite``), or mend the fields the message names by hand."""
     import shlex
@@ -276,7 +276,7 @@ class Lockfile:
         except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
             listed = re.findall(r'^\s*spec\s*=\s*"([^"\\]+)"', text, re.MULTILINE)
             raise PinError(f"lockfile {path} is not valid TOML ({e})",
-                           hint=rewrite_hint(path, listed, "the line")) from e
+                           fix=rewrite_hint(path, listed, "the line")) from e
         return cls(path, parse(raw, path))
 
     def get(self, spec: RepoSpec) -> LockEntry | None:

@@ -59,7 +59,7 @@ def tamper(path: Path, why: str) -> IntegrityError:
     """The error for a cached file that is not what was verified."""
     return IntegrityError(
         f"cached file {str(path)!r} {why}; it changed after safehub verified it",
-        hint="nothing was run from it; inspect it, then " + fixes.clear_cache(path),
+        fix=fixes.noted(fixes.clear_cache(path), "nothing was run from it; inspect it, then "),
     )
 
 
@@ -417,8 +417,7 @@ def check_opened(path: str, repo: str = "") -> TamperedError | None:
     return TamperedError(
         f"cached file {path!r} changed after safehub verified it (found as {repo}'s code "
         "opened it)",
-        hint="nothing more ran from it; inspect it, then " + fixes.clear_cache(path),
-        action="read", target=path, repo=repo, key="integrity")
+        fix=_cleared(path), action="read", target=path, repo=repo, key="integrity")
 
 
 def _folder_changed(folder: str, path: str, repo: str, swapped: bool = False
@@ -428,5 +427,8 @@ def _folder_changed(folder: str, path: str, repo: str, swapped: bool = False
             "or an entry was added, removed or renamed)")
     return TamperedError(
         f"cached folder {folder!r} {what}; found as {repo}'s code opened {path!r}",
-        hint="nothing more ran from it; inspect it, then " + fixes.clear_cache(path),
-        action="read", target=path, repo=repo, key="integrity")
+        fix=_cleared(path), action="read", target=path, repo=repo, key="integrity")
+
+
+def _cleared(path: str) -> fixes.Fix:
+    return fixes.noted(fixes.clear_cache(path), "nothing more ran from it; inspect it, then ")
