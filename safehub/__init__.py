@@ -255,13 +255,13 @@ def _as_torch_hub(name: str, func: _Func) -> _Func:
     ``torch.hub.NAME``, so a refusal's fix names that call, not safehub's."""
     import functools
 
-    from safehub._internal.fixes import reworded
-
     @functools.wraps(func)
     def routed(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
         except SafehubError as e:
+            from safehub._internal.fixes import reworded
+
             if e.fix is not None:
                 e.fix = reworded(e.fix, lambda text: text.replace(f"safehub.{name}",
                                                                   f"torch.hub.{name}"))

@@ -25,7 +25,10 @@ Families, one per kind of failure a caller may want to handle apart:
 
 from __future__ import annotations
 
-from safehub._internal.fixes import Fix, Say, render
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the fixes module is imported when an error is made (import safehub stays cheap)
+    from safehub._internal.fixes import Fix
 
 __all__ = [
     "CacheError",
@@ -65,6 +68,8 @@ class SafehubError(Exception):
 
     def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None
                  ) -> None:
+        from safehub._internal.fixes import Say
+
         super().__init__(message)
         self.message = message
         self.fix: Fix | None = fix if fix is not None else Say(hint) if hint else None
@@ -73,6 +78,8 @@ class SafehubError(Exception):
     @property
     def hint(self) -> str | None:
         """How to fix it, as text: :attr:`fix` rendered."""
+        from safehub._internal.fixes import render
+
         return render(self.fix) if self.fix is not None else None
 
     def __str__(self) -> str:

@@ -1,5 +1,8 @@
 """What a load produced, and the one audit line built from it.
 
+(The small records are named tuples: a load imports this module, and a frozen dataclass
+costs several times as much to define.)
+
 Each step of the pipeline (:meth:`safehub.hub.Hub.prepare`) yields a frozen
 :class:`Outcome`: what was asked, then the admitted resolution, the verified tree, the
 signature status, the decision and who trusted the content, the runtime guard's report.
@@ -18,7 +21,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from safehub.errors import PolicyDenied, SafehubError, UntrustedRepoError
 
@@ -64,8 +67,7 @@ class Prepared:
         return self.tree.path
 
 
-@dataclass(frozen=True)
-class LocalVerdict:
+class LocalVerdict(NamedTuple):
     """The verdict on a ``source="local"`` folder: ``allow`` (inside a verified tree whose
     code ran), ``local`` (the policy's ``local_dirs``) or ``warn``, and why."""
 
@@ -102,8 +104,7 @@ class Outcome:
         return cls(real, None, entrypoint, folder=True)
 
 
-@dataclass(frozen=True)
-class AuditLine:
+class AuditLine(NamedTuple):
     """One audit line: the decision, its reasons, and the other fields."""
 
     decision: str

@@ -467,7 +467,8 @@ SHA, DIGEST = "a" * 40, "sha256:" + "c" * 64
 def test_an_invalid_lockfiles_fix_writes_a_valid_one(
         hub_repo, capsys: pytest.CaptureFixture[str], tmp_path: Path,  # type: ignore[no-untyped-def]
         text: str, named: str, named_by: str) -> None:
-    from tests.test_fixes import apply_hint  # it needs torch: imported where it is used
+    from safehub._internal.fixes import render
+    from tests.test_fixes import apply_fix  # it needs torch: imported where it is used
 
     path = Path("safehub.lock") if named_by == "cwd" else tmp_path / "team.lock"
     path.write_text(text)
@@ -478,7 +479,10 @@ def test_an_invalid_lockfiles_fix_writes_a_valid_one(
     if "[[repo" not in text:  # nothing to re-lock: the fix says what to write
         assert "safehub lock --rewrite" in report["fix"] and "SPEC..." in report["fix"]
         return
-    apply_hint(report["fix"])  # the first alternative: `safehub lock --rewrite ...`
+    hub = safehub.Hub() if named_by == "cwd" else safehub.Hub(lockfile=path)
+    fix = operations.check(hub, "acme/models:v1.0").fix  # the report's fix, as data
+    assert fix is not None and render(fix) == report["fix"]
+    apply_fix(fix)  # the first alternative: `safehub lock --rewrite ...`
     capsys.readouterr()
     rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json", *extra)
     assert rc == 1 and json.loads(out)["error"] is None  # past the lockfile: not trusted yet
