@@ -260,8 +260,11 @@ def _as_torch_hub(name: str, func: _Func) -> _Func:
         try:
             return func(*args, **kwargs)
         except SafehubError as e:
-            if e.hint:
-                e.hint = e.hint.replace(f"safehub.{name}", f"torch.hub.{name}")
+            from safehub._internal.fixes import reworded
+
+            if e.fix is not None:
+                e.fix = reworded(e.fix, lambda text: text.replace(f"safehub.{name}",
+                                                                  f"torch.hub.{name}"))
             raise
     return routed
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 from safehub._internal import fixes
@@ -24,7 +25,7 @@ from safehub.errors import PinError, PolicyDenied
 from safehub.policy import Decision, Policy
 from safehub.resolve import Resolved, Resolver
 from safehub.spec import RepoSpec
-from safehub.store.lockfile import LockEntry, Lockfile, spec_key
+from safehub.store.lockfile import Locked, Lockfile, spec_key
 
 __all__ = ["Admission", "Admitted"]
 
@@ -38,7 +39,8 @@ class Admitted:
     spec: RepoSpec
     resolved: Resolved
     decision: Decision
-    lock: LockEntry | None
+    lock: Locked | None
+    """The spec's lockfile entry and its file, if it is locked (looked up once, here)."""
 
     @property
     def commit(self) -> str:
@@ -49,16 +51,19 @@ class Admission:
     """The policy and the resolver, applied in one order for every operation."""
 
     def __init__(self, policy: Policy, resolver: Resolver,
-                 lockfile: Callable[[], Lockfile | None], lockfile_path: Callable[[], str]
+                 lockfile: Callable[[], Lockfile | None], lockfile_path: Callable[[], Path]
                  ) -> None:
         self.policy = policy
         self.resolver = resolver
         self._lockfile = lockfile
         self._lockfile_path = lockfile_path
+        """The lockfile's path, for the one message with no entry to name it (a lockfile
+        that is named but missing)."""
 
-    def lock_entry(self, spec: RepoSpec) -> LockEntry | None:
+    def locked(self, spec: RepoSpec) -> Locked | None:
+        """The lockfile's entry of ``spec`` with its file, or None."""
         lockfile = self._lockfile()
-        return lockfile.get(spec) if lockfile is not None else None
+        return lockfile.locked(spec) if lockfile is not None else None
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None, ref: str | None = None,
                locked: bool = False, warn_violations: bool = True,
@@ -84,7 +89,7 @@ class Admission:
         """
         missing: PinError | None = None
         try:
-            lock = self.lock_entry(spec)
+            lock = self.locked(spec)
         except PinError as e:
             if not e.missing_lockfile:
                 raise
@@ -92,16 +97,15 @@ class Admission:
         is_locked = lock is not None if locked is None else locked
         self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
         if missing is not None and locked is None:
-            where = shlex.quote(self._lockfile_path())  # the file named, wherever it came from
-            raise PinError(missing.message, hint=fixes.either(
+            where = shlex.quote(str(self._lockfile_path()))  # the file named, wherever from
+            raise PinError(missing.message, fix=fixes.either(
                 fixes.run(f"safehub lock {shlex.quote(spec_key(spec))} --lockfile {where}"),
                 fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None
         if resolution == "online":
             resolved = self.resolver.online(spec)
         else:
             resolved = self.resolver.resolve(
-                spec, lock if locked is None else None, force=resolution == "fresh",
-                lockfile=self._lockfile_path())
+                spec, lock if locked is None else None, force=resolution == "fresh")
         decision = self.decide(resolved.location, entrypoint=entrypoint, ref=resolved.ref,
                                locked=is_locked, full_ref=resolved.full_ref, resolved=True)
         return Admitted(spec, resolved, decision, lock)
@@ -112,8 +116,8 @@ def _held(decision: Decision, what: str, warn_violations: bool = True) -> Decisi
     place a decision becomes one), and ``mode = "warn"`` violations are warned about."""
     if decision.verdict == "deny":
         denied = PolicyDenied(f"policy refuses {what}: " + "; ".join(decision.reasons),
-                              hint=decision.fix or "see `safehub policy show` for the rules "
-                              "that apply")
+                              fix=decision.fix or fixes.say("see `safehub policy show` for "
+                                                            "the rules that apply"))
         denied.reasons = decision.reasons
         raise denied
     if decision.violations and warn_violations:

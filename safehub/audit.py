@@ -11,6 +11,9 @@ Each line has ``time``, ``user``, ``host``, ``pid``, ``repo``, ``ref``, ``commit
 * ``deny`` -- a policy rule refused it; ``refused`` -- nobody could be asked;
 * ``error`` -- another check failed (integrity, pin, signature, network).
 
+What a load's line says is built in one place, from what the load produced
+(:func:`safehub.outcome.audit_line`); this module writes lines.
+
 The log lives in the user log dir (``audit.jsonl``) unless a policy names ``audit_log``;
 a log the policy names must be writable (fail closed), the default one is best effort.
 Lines are appended with ``O_APPEND`` in one write, so concurrent processes do not
@@ -19,7 +22,6 @@ interleave.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import getpass
 import json
@@ -27,14 +29,14 @@ import os
 import socket
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from safehub.errors import PolicyDenied, PolicyError, SafehubError, UntrustedRepoError
+from safehub.errors import PolicyError
 
-__all__ = ["AuditLog", "Note"]
+__all__ = ["AuditLog"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -90,44 +92,3 @@ class AuditLog:
             os.write(fd, line)
         finally:
             os.close(fd)
-
-    @contextlib.contextmanager
-    def note(self, repo: str, ref: str | None, entrypoint: str | None) -> Iterator[Note]:
-        """Collect what one load decided and write its line when the block ends.
-
-        A :class:`SafehubError` leaving the block is written as ``deny``, ``refused``,
-        ``prompt-no`` or ``error`` (with the error as the reason), then re-raised.
-        """
-        note = Note(repo, ref, entrypoint)
-        try:
-            yield note
-        except SafehubError as e:
-            if isinstance(e, PolicyDenied):
-                kind = "deny"
-            elif isinstance(e, UntrustedRepoError):
-                kind = "prompt-no" if e.declined else "refused"
-            else:
-                kind = "error"
-            self.write(kind, reasons=[f"{type(e).__name__}: {e.message}"], **note.fields())
-            raise
-        except BaseException as e:  # the repo's own code failed: its decision still stands
-            note.extra["raised"] = type(e).__name__
-            self.write(note.decision, reasons=note.reasons, **note.fields())
-            raise
-        self.write(note.decision, reasons=note.reasons, **note.fields())
-
-
-class Note:
-    """What the audit line of one load will say, filled in as the pipeline goes."""
-
-    def __init__(self, repo: str, ref: str | None, entrypoint: str | None) -> None:
-        self.repo, self.ref, self.entrypoint = repo, ref, entrypoint
-        self.commit: str | None = None
-        self.digest: str | None = None
-        self.decision = "error"
-        self.reasons: list[str] = []
-        self.extra: dict[str, Any] = {}
-
-    def fields(self) -> dict[str, Any]:
-        return {"repo": self.repo, "ref": self.ref, "commit": self.commit,
-                "digest": self.digest, "entrypoint": self.entrypoint, **self.extra}

@@ -19,17 +19,18 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from safehub._internal import fixes
 from safehub.errors import SpecError
 from safehub.limits import DEFAULTS, Limits
 from safehub.policy import Policy
 from safehub.policy.keys import KEYS
 from safehub.sources.transport import TransportConfig
 
-__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Settings", "env_flag",
-           "environment", "held_back", "say_ignored"]
+__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "Settings",
+           "env_flag", "environment", "held_back", "say_ignored"]
 
 APP = "safehub"
 
@@ -151,21 +152,21 @@ def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
     moved that dir; else the user cache dir."""
     cache, source = resolve_setting(policy, "cache_dir", environ)
     if cache:
-        return Path(cache).expanduser(), source
+        return Path(cache).expanduser(), str(source)
     moved = torch_hub_moved(environ)
     if moved is not None:
         return moved[0] / APP, f"beneath torch's hub dir, which {moved[1]} moved"
     return _user_dir("user_cache_dir"), "the default: the user cache dir"
 
 
-def _oci_places(raw: Any, where: str) -> tuple[str, ...]:
+def _oci_places(raw: Any, where: Origin) -> tuple[str, ...]:
     """``SAFEHUB_OCI`` (comma-separated) or the policy's ``oci`` list, each entry checked."""
     from safehub._internal.ocirefs import split_place
 
     items = raw.split(",") if isinstance(raw, str) else list(raw or ())
     places = tuple(item.strip() for item in items if item.strip())
     for item in places:
-        if item.startswith("http://") and not where.startswith("oci in "):
+        if item.startswith("http://") and where.kind != "file":
             raise SpecError(f"{where}: {item!r} speaks plain HTTP, which only a policy file "
                             "may ask for (oci = [\"http://127.0.0.1:PORT/REPO\"] in [safehub])",
                             hint="give the registry TLS, or name it in a policy file")
@@ -185,17 +186,32 @@ def _stdin_is_tty() -> bool:
         return False
 
 
-def resolve_setting(policy: Policy, name: str, environ: Mapping[str, str]) -> tuple[Any, str]:
+@dataclass(frozen=True)
+class Origin:
+    """Where a setting's value came from: a ``variable``, a policy ``file``, a ``hub``
+    argument or the ``default``; ``where`` names it, ``str()`` as messages say it."""
+
+    kind: Literal["variable", "file", "hub", "default"]
+    where: str
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def resolve_setting(policy: Policy, name: str, environ: Mapping[str, str]
+                    ) -> tuple[Any, Origin]:
     """(value, where it came from) for a ``[safehub]`` key, the environment included."""
     key = KEYS["safehub"][name]
     setting = policy.setting(name)
-    source = "default" if setting.source == "default" else f"{name} in {setting.source}"
+    source = (Origin("default", "", "default") if setting.source == "default"
+              else Origin("file", setting.source, f"{name} in {setting.source}"))
     if key.merge == "any-true":
         if key.env and env_flag(environ, key.env):
-            return True, f"{key.env}={environ[key.env]}"
+            return True, Origin("variable", key.env, f"{key.env}={environ[key.env]}")
         return bool(setting.value), source
     if key.env and environ.get(key.env) and not setting.final:
-        return environ[key.env], key.env
+        return environ[key.env], Origin("variable", key.env, key.env)
     return setting.value, source
 
 
@@ -317,8 +333,8 @@ class Settings:
     """Whether the per-file check may stand in when .gitattributes rewrites exports."""
     runtime: str = "observe"
     """The runtime guard's mode while hubconf runs (``observe``, ``enforce``, ``off``)."""
-    offline_source: str = "SAFEHUB_OFFLINE=1"
-    """Where offline mode was switched on (for messages)."""
+    offline_source: Origin = Origin("variable", "SAFEHUB_OFFLINE", "SAFEHUB_OFFLINE=1")
+    """Where offline mode was switched on (for messages and their fixes)."""
     confine: bool = False
     """``safehub run`` confines its command (``SAFEHUB_CONFINE=1`` or ``confine = true``)."""
     ignored: tuple[Ignored, ...] = ()
@@ -410,7 +426,7 @@ class Settings:
     def with_changes(self, **changes: object) -> Settings:
         """A copy with some fields replaced (``Hub(**overrides)`` uses this)."""
         if changes.get("offline") and "offline_source" not in changes:
-            changes["offline_source"] = "Hub(offline=True)"
+            changes["offline_source"] = Origin("hub", "offline=True", "Hub(offline=True)")
         if changes.get("cache_dir") is not None and "cache_source" not in changes:
             changes["cache_source"] = "Hub(cache_dir=...)"
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -423,17 +439,15 @@ class Settings:
         'turn offline mode off: unset SAFEHUB_OFFLINE (it is SAFEHUB_OFFLINE=1 now)'
         """
         source = self.offline_source
-        if source.startswith("Hub("):
-            return f"turn offline mode off: build the Hub without {source[4:-1]}"
-        if source.startswith("offline in "):
-            return f"turn offline mode off: remove offline = true from {source[11:]}"
-        return f"turn offline mode off: unset {source.partition('=')[0]} (it is {source} now)"
+        if source.kind == "hub":
+            return f"turn offline mode off: build the Hub without {source.where}"
+        if source.kind == "file":
+            return f"turn offline mode off: remove offline = true from {source.where}"
+        return f"turn offline mode off: unset {source.where} (it is {source} now)"
 
-    def offline_fix(self, spec: str) -> str:
+    def offline_fix(self, spec: str) -> fixes.Fix:
         """What gets an offline load of ``spec`` past a tree that is not cached."""
         import shlex
-
-        from safehub._internal import fixes
 
         return fixes.either(
             fixes.run(f"safehub prefetch {shlex.quote(spec)}",
@@ -447,8 +461,8 @@ class Settings:
     def network_machine(self) -> str:
         """Where a command that needs the network can run (offline mode may come with
         a policy file, which that machine must not read)."""
-        if self.offline_source.startswith("offline in "):
-            return (f"on a machine with network where {self.offline_source[11:]} does not "
+        if self.offline_source.kind == "file":
+            return (f"on a machine with network where {self.offline_source.where} does not "
                     "apply (it sets offline = true)")
         return "on a machine with network"
 
@@ -479,4 +493,4 @@ class Settings:
             allowed_hosts=self.allowed_hosts, connect_timeout=lim.connect_timeout,
             stall_timeout=min(lim.read_timeout, lim.deadline), deadline=lim.deadline,
             retries=lim.retries, backoff=lim.backoff, max_json_bytes=lim.max_api_bytes,
-            offline=self.offline, offline_source=self.offline_source)
+            offline=self.offline, offline_source=str(self.offline_source))

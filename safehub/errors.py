@@ -1,7 +1,9 @@
 """The errors safehub raises.
 
 Every error derives from :class:`SafehubError` and carries two parts: what failed (the
-message) and how to fix it (:attr:`SafehubError.hint`). ``str(err)`` shows both.
+message) and how to fix it (:attr:`SafehubError.fix`, as data: see
+:mod:`safehub._internal.fixes`; :attr:`SafehubError.hint` is its text). ``str(err)`` shows
+both.
 
 Families, one per kind of failure a caller may want to handle apart:
 
@@ -22,6 +24,11 @@ Families, one per kind of failure a caller may want to handle apart:
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the fixes module is imported when an error is made (import safehub stays cheap)
+    from safehub._internal.fixes import Fix
 
 __all__ = [
     "CacheError",
@@ -53,12 +60,27 @@ class SafehubError(Exception):
     >>> print(err)
     the thing failed
       fix: do the other thing
+    >>> err.fix
+    Say(text='do the other thing')
+
+    ``hint``: the fix in words; ``fix``: the fix as data (one or the other).
     """
 
-    def __init__(self, message: str, *, hint: str | None = None) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None
+                 ) -> None:
+        from safehub._internal.fixes import Say
+
         super().__init__(message)
         self.message = message
-        self.hint = hint
+        self.fix: Fix | None = fix if fix is not None else Say(hint) if hint else None
+        """How to fix it, as data (:mod:`safehub._internal.fixes`)."""
+
+    @property
+    def hint(self) -> str | None:
+        """How to fix it, as text: :attr:`fix` rendered."""
+        from safehub._internal.fixes import render
+
+        return render(self.fix) if self.fix is not None else None
 
     def __str__(self) -> str:
         if self.hint:
@@ -101,8 +123,9 @@ class PinError(SafehubError):
 class RepoMovedError(PinError):
     """GitHub answers for another owner/name: the repo was renamed or transferred."""
 
-    def __init__(self, message: str, *, old: str, new: str, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
+    def __init__(self, message: str, *, old: str, new: str, hint: str | None = None,
+                 fix: Fix | None = None) -> None:
+        super().__init__(message, hint=hint, fix=fix)
         self.old = old
         self.new = new
 
@@ -161,9 +184,10 @@ class RuntimeGuardError(SafehubError):
     ('process', 'subprocess', True)
     """
 
-    def __init__(self, message: str, *, hint: str | None = None, action: str = "guard",
-                 target: str = "", repo: str = "", key: str = "runtime") -> None:
-        super().__init__(message, hint=hint)
+    def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None,
+                 action: str = "guard", target: str = "", repo: str = "",
+                 key: str = "runtime") -> None:
+        super().__init__(message, hint=hint, fix=fix)
         self.action = action
         self.target = target
         self.repo = repo

@@ -23,9 +23,9 @@ from safehub.errors import IntegrityError
 from safehub.resolve import Resolved
 from safehub.sources.interface import Source
 from safehub.sources.transport import Progress
-from safehub.store.cache import Cache, CachedTree, Verdict
-from safehub.store.cache.tree import Survey, dir_scan, survey, tamper
-from safehub.store.lockfile import LockEntry
+from safehub.store.cache import Cache, CachedTree, Verdict, integrity
+from safehub.store.cache.integrity import Survey
+from safehub.store.lockfile import Locked
 from safehub.store.records import VerifiedRecords
 from safehub.verify.archive import check_tree, drop_empty_dirs, extract
 
@@ -34,31 +34,6 @@ __all__ = ["TreeFetcher"]
 # (tree path, digest) -> what this process found right after verifying the tree: served
 # again without re-hashing even where the user's records cannot be written.
 _SEEN: dict[tuple[str, str], Survey] = {}
-
-
-def _dirs(tree: CachedTree, folders: tuple[str, ...] | None) -> str:
-    """The folder scan, taking only the recorded ``folders`` where there is a record."""
-    try:
-        return dir_scan(tree.path, folders or None)
-    except OSError as e:
-        raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
-
-
-def _ident(tree: CachedTree) -> tuple[int, int]:
-    """The tree folder's identity, taken before its scan: a folder swapped after this is
-    refused as the repo's code reads it; one swapped before makes the scan differ."""
-    try:
-        st = os.lstat(tree.path)
-    except OSError as e:
-        raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
-    return (st.st_dev, st.st_ino)
-
-
-def _survey(tree: CachedTree) -> Survey:
-    try:
-        return survey(tree.path)
-    except OSError as e:
-        raise tamper(tree.path, f"cannot be listed ({e.strerror})") from e
 
 
 class TreeFetcher:
@@ -73,27 +48,27 @@ class TreeFetcher:
         self._source = source
         self._progress = progress
 
-    def tree(self, resolved: Resolved, lock: LockEntry | None, *, force: bool = False,
-             verbose: bool = True, lockfile: str = "", lazy: bool = False) -> CachedTree:
+    def tree(self, resolved: Resolved, locked: Locked | None, *, force: bool = False,
+             verbose: bool = True, checked_on_open: bool = False) -> CachedTree:
         """The verified tree of ``resolved.commit`` (downloaded and installed if needed).
 
-        ``lazy``: the caller checks each file as the repo's code opens it (the runtime
-        guard, with the tree's ``sealed`` time), so a cache hit only needs its folders
-        unchanged; otherwise every entry's stat data is compared.
+        ``checked_on_open``: the caller checks each file as the repo's code opens it (the
+        runtime guard, with the tree's ``sealed`` time), so a cache hit's scan is the
+        folder scan; otherwise it is every entry's (see :func:`integrity.unchanged`).
         """
         if not force:
-            hit = self.cache_hit(resolved, lock, lockfile=lockfile, lazy=lazy)
+            hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
             if hit is not None:
                 return hit
         commit = resolved.commit
         with self.cache.lock(commit):
             if not force:
-                hit = self.cache_hit(resolved, lock, lockfile=lockfile, lazy=lazy)
+                hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
                 if hit is not None:  # another process installed it meanwhile
                     return hit
             stage = self.cache.staging(commit)
             try:
-                verdict = self._download_and_verify(resolved, lock, stage, verbose, lockfile)
+                verdict = self._download_and_verify(resolved, locked, stage, verbose)
                 tree = self.cache.install(stage, verdict, replace=force)
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
@@ -101,62 +76,56 @@ class TreeFetcher:
 
     def _remember(self, tree: CachedTree) -> CachedTree:
         """Record what this user verified (scans and sealed time); the tree with ``sealed``."""
-        found = _survey(tree)
-        self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path),
-                             scan=found.scan, dirs=found.dirs, sealed=found.sealed,
-                             folders=found.folders)
+        found = integrity.survey(tree.path)
+        self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path), found)
         _SEEN[(str(tree.path), tree.digest)] = found
         return dataclasses.replace(tree, sealed=found.sealed, ident=found.ident)
 
-    def cache_hit(self, resolved: Resolved, lock: LockEntry | None, *, lockfile: str = "",
-                  lazy: bool = False) -> CachedTree | None:
+    def cache_hit(self, resolved: Resolved, locked: Locked | None, *,
+                  checked_on_open: bool = False) -> CachedTree | None:
         hit = self.cache.lookup(resolved.commit)
         if hit is not None:
-            hit = self.check_cached(hit, resolved, lock, lockfile=lockfile, lazy=lazy)
+            hit = self.check_cached(hit, resolved, locked, checked_on_open=checked_on_open)
         return hit
 
-    def check_cached(self, hit: CachedTree, resolved: Resolved, lock: LockEntry | None, *,
-                     lockfile: str = "", lazy: bool = False) -> CachedTree:
+    def check_cached(self, hit: CachedTree, resolved: Resolved, locked: Locked | None, *,
+                     checked_on_open: bool = False) -> CachedTree:
         """Serve a cached tree only if it is what this user (or the lockfile) verified.
 
-        Fast path: the folders' stat scan (``lazy``) or every entry's stat scan equals this
-        user's record. Otherwise every file is re-hashed against the verdict, and the
-        content must be the one this user verified before, or the lockfile's, or (first
-        sight, no lockfile) the commit's tree as resolved.
+        Fast path: the tree's scan (:func:`integrity.unchanged`) equals this user's record
+        of it (or, where there is none, this process's). Otherwise every file is re-hashed
+        against the verdict (:func:`integrity.rehash`), and the content must be the one
+        this user verified before, or the lockfile's, or (first sight, no lockfile) the
+        commit's tree as resolved.
         """
         path = str(hit.path)
         known = self.verified.get(hit.commit)
-        seen = _SEEN.get((path, hit.digest))
-        fast: int | None = None
-        ident = _ident(hit)
-        if known is not None and known.digest == hit.digest and path in known.sealed:
-            same = (known.dirs.get(path) == _dirs(hit, known.folders.get(path)) if lazy
-                    else known.scans.get(path) == hit.scan())
-            if same:
-                fast = known.sealed[path]
-        elif known is None and seen is not None and (
-                seen.dirs == _dirs(hit, seen.folders) if lazy else seen.scan == hit.scan()):
-            fast = seen.sealed
+        recorded = ((known.at(path) if known.digest == hit.digest else None)
+                    if known is not None else _SEEN.get((path, hit.digest)))
+        ident = integrity.tree_ident(hit.path)
+        fast = recorded.sealed if recorded is not None and integrity.unchanged(
+            hit.path, recorded, checked_on_open=checked_on_open) else None
         if fast is None:
-            hit.verify()  # under a guard, the load's own-work marker covers these reads
+            integrity.rehash(hit)  # under a guard, the own-work marker covers these reads
             if known is not None and known.digest != hit.digest:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} has digest {hit.digest}, but you "
                     f"verified {known.digest} for that commit before: the cache was rewritten",
-                    hint="nothing ran; inspect the cache, then "
-                    + fixes.run(f"safehub cache clear {hit.commit}"))
-            if known is None and lock is None and hit.tree != resolved.tree:
+                    fix=fixes.noted(fixes.run(f"safehub cache clear {hit.commit}"),
+                                    "nothing ran; inspect the cache, then "))
+            if known is None and locked is None and hit.tree != resolved.tree:
                 raise IntegrityError(
                     f"the cached tree of {hit.commit} claims git tree {hit.tree}, but the "
                     f"commit's tree is {resolved.tree}",
-                    hint="nothing ran; " + fixes.run(f"safehub cache clear {hit.commit}"))
-        if lock is not None and hit.digest != lock.digest:
+                    fix=fixes.noted(fixes.run(f"safehub cache clear {hit.commit}"),
+                                    "nothing ran; "))
+        if locked is not None and hit.digest != locked.entry.digest:
             raise IntegrityError(
-                f"the cached tree of {hit.commit} has digest {hit.digest}, but {lockfile} "
-                f"pins {lock.digest}",
-                hint="nothing ran; " + fixes.either(
-                    fixes.run(f"safehub cache clear {hit.commit}"),
-                    fixes.say("check how the lockfile was made")))
+                f"the cached tree of {hit.commit} has digest {hit.digest}, but {locked.file} "
+                f"pins {locked.entry.digest}",
+                fix=fixes.noted(fixes.either(fixes.run(f"safehub cache clear {hit.commit}"),
+                                             fixes.say("check how the lockfile was made")),
+                                "nothing ran; "))
         if fast is not None:
             return dataclasses.replace(hit, sealed=fast, ident=ident)
         return self._remember(hit)
@@ -170,8 +139,8 @@ class TreeFetcher:
                 resolved.url_name, resolved.commit, out,
                 max_bytes=self.settings.limits.max_archive_bytes, progress=progress)
 
-    def _download_and_verify(self, resolved: Resolved, lock: LockEntry | None, stage: Path,
-                             verbose: bool, lockfile: str) -> Verdict:
+    def _download_and_verify(self, resolved: Resolved, locked: Locked | None, stage: Path,
+                             verbose: bool) -> Verdict:
         spec, commit = resolved.spec, resolved.commit
         zip_path = stage / "archive.zip"
         if verbose:
@@ -181,7 +150,8 @@ class TreeFetcher:
         ext = extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)
         os.unlink(zip_path)
-        if lock is not None:
+        if locked is not None:
+            lock = locked.entry
             # The lockfile's digest was taken when the commit was verified against its
             # tree; the same digest means the very same files. No API call is needed. The
             # digest does not cover folders: the archive must have only the folders the
@@ -189,7 +159,7 @@ class TreeFetcher:
             if ext.digest != lock.digest:
                 raise IntegrityError(
                     f"the archive of {lock.spec} at {commit} has digest {ext.digest}, but "
-                    f"{lockfile} pins {lock.digest}",
+                    f"{locked.file} pins {lock.digest}",
                     hint="the server or mirror sent other content; nothing ran. Check the "
                     "mirror, or how the lockfile was made")
             if ext.tree_id == lock.tree:

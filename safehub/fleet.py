@@ -86,8 +86,7 @@ def _build(hub: Hub, text: str, work: Path) -> _Built:
     if admitted.lock is None:
         raise PinError(f"{spec} is not locked in {hub.lockfile_path}",
                        hint=f"safehub lock {spec_key(spec)}")
-    tree = hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False,
-                            lockfile=str(hub.lockfile_path))
+    tree = hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False)
     r = admitted.resolved
     archive = work / f"{r.commit}.zip"
     hub.fetcher.download(r, archive, verbose=False)
@@ -97,7 +96,7 @@ def _build(hub: Hub, text: str, work: Path) -> _Built:
                              hint="the server changed what it serves; nothing was pushed")
     hub.signature(admitted, tree)  # the policy's signature, as a load checks it
     signature = _signature_outside_tree(hub, admitted, tree.path)
-    lock = admitted.lock
+    lock = admitted.lock.entry
     config = SnapshotConfig(lock.repo or lock.repo_key, lock.commit, lock.tree, lock.digest)
     manifest, config_bytes = build(config, _descriptor(archive), signature)
     return _Built(lock.spec, lock.commit, lock.digest, manifest, config_bytes, archive,

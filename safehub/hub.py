@@ -11,15 +11,15 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Generator, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
 from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
-from safehub.audit import AuditLog, Note
+from safehub.audit import AuditLog
 from safehub.config import Settings, say_ignored
 from safehub.errors import (
     HubconfError,
@@ -30,8 +30,9 @@ from safehub.errors import (
     SpecError,
 )
 from safehub.fetch import TreeFetcher
-from safehub.policy import Decision, Policy, load_policy
-from safehub.resolve import Resolved, Resolver, moved_fix
+from safehub.outcome import Audited, Outcome, Prepared, local_verdict
+from safehub.policy import Policy, load_policy
+from safehub.resolve import CALLERS_FIXES, Resolver, moved_fix
 from safehub.run import environment, guards, runtime, torchhub
 from safehub.run.runtime import RuntimeReport
 from safehub.sources.github import GitHub
@@ -49,22 +50,6 @@ __all__ = ["Hub", "Prepared"]
 _RELOCATE = "point SAFEHUB_CACHE_DIR at a folder you can write"
 
 
-@dataclass(frozen=True)
-class Prepared:
-    """A repo that passed every check: where its verified tree is and why it may run."""
-
-    spec: RepoSpec
-    resolved: Resolved
-    tree: CachedTree
-    decision: Decision
-    trusted_by: str
-    signature: str = ""
-
-    @property
-    def path(self) -> Path:
-        return self.tree.path
-
-
 @contextlib.contextmanager
 def _fixes_for_the_user() -> Iterator[None]:
     """A load the repo's own code made: a refusal's fix is what the user can change (the
@@ -73,9 +58,9 @@ def _fixes_for_the_user() -> Iterator[None]:
         yield
     except RepoMovedError as e:
         raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
-                             old=e.old, new=e.new, hint=moved_fix(e.new, nested=True)) from e
+                             old=e.old, new=e.new, fix=moved_fix(e.new, nested=True)) from e
     except PinError as e:
-        if not (e.hint or "").startswith(("load it", "if it is a fork's commit, load it")):
+        if e.fix not in CALLERS_FIXES:
             raise  # a fix of the lockfile or the policy: the user's to apply
         raise PinError(f"{e.message} (asked for by the code of the repo being loaded)",
                        hint="the call is in the repo's code, so what it asks for cannot be "
@@ -129,7 +114,7 @@ class Hub:
         self._no_lockfile = False
         self.resolver = Resolver(self.cache, self.source, self.policy.names)
         self.admission = Admission(self.policy, self.resolver, lambda: self.lockfile,
-                                   lambda: str(self.lockfile_path))
+                                   lambda: self.lockfile_path)
         self.fetcher = TreeFetcher(s, self.cache, self.verified, self.source, terminal_progress)
         self.signatures = SignatureCheck(SignatureRecords(s.data_dir), web_url=s.web_url,
                                          fetch=_signature_fetcher(self))
@@ -192,37 +177,37 @@ class Hub:
         """Run every check on ``repo`` and return its verified tree; nothing is imported."""
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(repo)                                               # 1. parse
-        with self.audit.note(spec.key, spec.ref, entrypoint) as note, runtime.own_work():
-            return self._prepare(spec, note, entrypoint, trust_repo, force_reload, verbose)
+        asked = Outcome.asked(spec, entrypoint)
+        with Audited(self.audit, asked) as line, runtime.own_work():             # 10. audit
+            return line.follow(self._steps(asked, spec, trust_repo, force_reload, verbose))
 
-    def _prepare(self, spec: RepoSpec, note: Note, entrypoint: str | None, trust_repo: Any,
-                 force_reload: bool, verbose: bool, nested: bool = False) -> Prepared:
-        """Steps 2 to 8 (the audit note is filled in; its caller writes it)."""
+    def _steps(self, asked: Outcome, spec: RepoSpec, trust_repo: Any, force_reload: bool,
+               verbose: bool, nested: bool = False) -> Generator[Outcome, None, Prepared]:
+        """Steps 2 to 8, each yielding what the load has produced so far (the audit line
+        is built from the last one, whether the next step succeeds or raises)."""
         try:
             admitted = self.admission.admit(                              # 2, 3, 4
-                spec, entrypoint=entrypoint, resolution="fresh" if force_reload else "normal")
-            note.ref, note.commit = admitted.resolved.ref, admitted.commit
+                spec, entrypoint=asked.entrypoint,
+                resolution="fresh" if force_reload else "normal")
+            yield (done := replace(asked, admitted=admitted))
             tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
                                      force=force_reload, verbose=verbose,
-                                     lockfile=str(self.lockfile_path),
-                                     lazy=True)
+                                     checked_on_open=True)
         except OfflineError as e:
-            raise OfflineError(e.message, hint=self.settings.offline_fix(str(spec))) from e
-        note.digest = tree.digest
+            raise OfflineError(e.message, fix=self.settings.offline_fix(str(spec))) from e
+        yield (done := replace(done, tree=tree))
         signature = self.signature(admitted, tree)                        # 7
+        yield (done := replace(done, signature=signature))
         decision = admitted.decision
         if signature.failed:  # mode = "warn": a violation like any other, asks consent
             decision = replace(decision, verdict="prompt",
                                violations=(*decision.violations, signature.failed))
-        note.extra["signature"] = signature.status
         trusted_by = self.trust_step.decide(                              # 8. trust
             self._subject(admitted, tree, signature.status), decision, trust_repo,
             nested=nested)
-        note.decision = "warn" if decision.violations else trusted_by
-        note.reasons = list(decision.reasons)
-        if decision.violations:
-            note.extra["trusted_by"] = trusted_by
-        return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status)
+        yield replace(done, decision=decision, trusted_by=trusted_by)
+        return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status,
+                        admitted.lock)
 
     def signature(self, admitted: Admitted, tree: CachedTree) -> SignatureStatus:
         """Step 7: the signature the policy asks for (verdicts cached per user)."""
@@ -274,28 +259,32 @@ class Hub:
             return self._run_local(Path(target), entrypoint, run)
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(target)                                             # 1. parse
-        with self.audit.note(spec.key, spec.ref, entrypoint) as note:            # 10. audit
+        asked = Outcome.asked(spec, entrypoint)
+        with Audited(self.audit, asked) as line:                                 # 10. audit
             with runtime.own_work():  # safehub's own work, nested or not
-                prepared = self._prepare(spec, note, entrypoint, trust_repo, force_reload,
-                                         verbose, nested)
-            return self._delegate(prepared, note, run, nested)                    # 9. delegate
+                prepared = line.follow(self._steps(asked, spec, trust_repo, force_reload,
+                                                   verbose, nested))
+            return line.follow(self._delegate(prepared, line.outcome, run, nested))  # 9
 
     def _run_local(self, folder: Path, entrypoint: str | None,
                    run: Callable[[Path], Any]) -> Any:
         """A folder on this machine: code you vouch for, run as torch.hub runs it (no fetch,
         no consent), if the policy's ``local_dirs`` admit it; audited like any load."""
         real = os.path.realpath(folder)
-        with self.audit.note(real, None, entrypoint) as note:
-            note.extra["source"] = "local"
-            note.decision, note.reasons = _local_verdict(self.admission, self._ran, real)
+        with Audited(self.audit, Outcome.local_folder(real, entrypoint)) as line:
+            line.follow(self._local(line.outcome, real))
             return run(folder)
 
-    def _delegate(self, prepared: Prepared, note: Note, run: Callable[[Path], Any],
-                  nested: bool = False) -> Any:
+    def _local(self, asked: Outcome, real: str) -> Generator[Outcome, None, None]:
+        yield replace(asked, local=local_verdict(self.admission, self._ran, real))
+
+    def _delegate(self, prepared: Prepared, done: Outcome, run: Callable[[Path], Any],
+                  nested: bool = False) -> Generator[Outcome, None, Any]:
         """Run the repo's code under the weights guard, the runtime guard and nested-load
-        routing; record what it did on the audit line."""
+        routing; yields the outcome with the guard's report (what the code did, for the
+        audit line), returns what the code returned."""
         weights = guards.weights_guard(
-            prepared.spec, prepared.decision, self.admission.lock_entry(prepared.spec),
+            prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
             data_dir=self.settings.data_dir, transport=self.weights_transport())
         handlers = {**weights.handlers(),
                     **{name: self._nested(name) for name in ("load", "list", "help")}}
@@ -310,6 +299,7 @@ class Hub:
         self._ran[real] = prepared.spec.repo
         if not nested:  # the load the caller asked for, not one its repo made
             self.last_report = guard.report
+        yield replace(done, runtime=guard.report)
         try:
             with torchhub.handling(handlers), guard.active():
                 return run(prepared.path)
@@ -320,10 +310,8 @@ class Hub:
             raise HubconfError(
                 e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "
                                   f"{r.commit[:12]}"),
-                hint=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
+                fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
                                "to see its entrypoints")) from e
-        finally:
-            note.extra["runtime"] = guard.report.to_json()
 
     def _nested(self, name: str) -> Callable[..., Any]:
         """torch.hub.load/list/help called by a repo's code while it runs (with torch's
@@ -372,9 +360,9 @@ class Hub:
         spec = RepoSpec.parse(repo)
         commit = None
         if spec.ref is not None:
-            lock = self.admission.lock_entry(spec)
-            hit = self.resolver.cached(spec) if lock is None else None
-            commit = lock.commit if lock else hit.commit if hit else spec.ref
+            locked = self.admission.locked(spec)
+            hit = self.resolver.cached(spec) if locked is None else None
+            commit = locked.entry.commit if locked else hit.commit if hit else spec.ref
             commit = _trusted_commit(commit, self.consents.list(spec.key), spec)
         return self.consents.remove(spec.key, commit)
 
@@ -423,18 +411,6 @@ def load_lockfile(path: Path) -> Lockfile:
     return hit
 
 
-def _local_verdict(admission: Admission, ran: dict[str, str], real: str
-                   ) -> tuple[str, list[str]]:
-    """The audit verdict on a local folder: inside a verified tree whose code ran (a repo
-    loading its own folder), else the policy's ``local_dirs`` (a denial raises)."""
-    verified = next((repo for tree, repo in ran.items()
-                     if real == tree or real.startswith(tree + os.sep)), None)
-    if verified is not None:
-        return "allow", [f"in the verified tree of {verified}"]
-    decision = admission.decide_local(real)
-    return ("warn" if decision.violations else "local"), list(decision.reasons)
-
-
 def _call_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
                verbose: object) -> tuple[str, str, str | None, bool, bool]:
     """The caller's arguments checked, as plain values."""
@@ -473,7 +449,7 @@ def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) ->
         f"{spec} names no commit this machine knows: untrust asks no server, so a ref must "
         "be in the lockfile or resolved here before, and an abbreviated sha must start "
         f"exactly one trusted commit of {spec.repo} (trusted: {trusted})",
-        hint=fixes.either(fixes.say(f"name one of the commits above: safehub untrust "
+        fix=fixes.either(fixes.say(f"name one of the commits above: safehub untrust "
                                     f"{spec.repo}:COMMIT"),
                           fixes.run(f"safehub untrust {spec.repo}", "to forget every commit "
                                     "of the repo")))

@@ -30,6 +30,7 @@ from safehub.errors import (
 )
 from safehub.run import environment, runtime
 from safehub.spec import RepoSpec
+from safehub.store.cache import integrity
 from safehub.store.lockfile import LockEntry, Lockfile, spec_key
 from safehub.store.records import WeightPins
 from safehub.trust import Subject
@@ -59,7 +60,7 @@ class CheckReport(_Report):
     policy_files: list[str]
     outcome: str  # load, prompt, refuse, or conditional (on a signature not yet checked)
     why: str
-    fix: str | None = None
+    fix: fixes.Fix | None = None
     error: str | None = None
     ref: str | None = None
     commit: str | None = None
@@ -77,6 +78,9 @@ class CheckReport(_Report):
     signature: str = ""
     """What the signature step found (``not checked ...`` when no tree was at hand)."""
 
+    def to_json(self) -> dict[str, Any]:  # the fix as the command prints it
+        return {**super().to_json(), "fix": fixes.render(self.fix) if self.fix else None}
+
 
 def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     """What a load would do, without downloading an archive or running code.
@@ -92,18 +96,16 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     try:
         environment.gate(hub.policy)
         admitted = hub.admission.admit(spec, entrypoint=entrypoint)
-    except SafehubError as e:
-        if isinstance(e, OfflineError):  # the load's own fix, for this spec
-            e.hint = hub.settings.offline_fix(str(spec))
-        return CheckReport(**base, outcome="refuse", why=e.message, fix=e.hint,
+    except SafehubError as e:  # offline: the load's own fix, for this spec
+        said = hub.settings.offline_fix(str(spec)) if isinstance(e, OfflineError) else e.fix
+        return CheckReport(**base, outcome="refuse", why=e.message, fix=said,
                            error=type(e).__name__,
                            policy="deny" if isinstance(e, PolicyDenied) else None,
                            reasons=list(e.reasons) if isinstance(e, PolicyDenied) else [])
     r, decision = admitted.resolved, admitted.decision
     entry = hub.cache.lookup(r.commit)
     if entry is not None:
-        entry = hub.fetcher.check_cached(entry, r, admitted.lock,
-                                         lockfile=str(hub.lockfile_path))
+        entry = hub.fetcher.check_cached(entry, r, admitted.lock)
     wanted = decision.requirements.signature
     signature = f"not checked (signature = {wanted!r}: the tree is not cached)"
     if wanted == "none":
@@ -112,7 +114,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         try:
             status = hub.signature(admitted, entry)
         except SignatureError as e:
-            return CheckReport(**base, outcome="refuse", why=e.message, fix=e.hint,
+            return CheckReport(**base, outcome="refuse", why=e.message, fix=e.fix,
                                error=type(e).__name__, ref=r.ref, commit=r.commit,
                                proof=r.proof, policy=decision.verdict, cached=True,
                                digest=entry.digest,
@@ -123,9 +125,9 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
             decision = dataclasses.replace(decision, verdict="prompt", violations=(
                 *decision.violations, status.failed))
     found, note = _entrypoint(hub, admitted, entry, entrypoint)
-    fix: str | None
+    fix: fixes.Fix | None
     if found is False:
-        outcome, why, fix = "refuse", note, f"safehub list {spec.repo}:{r.commit}"
+        outcome, why, fix = "refuse", note, fixes.say(f"safehub list {spec.repo}:{r.commit}")
     elif entry is None and hub.settings.offline:
         outcome = "refuse"
         why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
@@ -138,8 +140,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
                "found: the policy requires one, and it can be checked only on the "
                "downloaded tree")
         fix = fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
-                        "(fetches and verifies the tree, runs "
-                        "nothing; then check again)")
+                        "(fetches and verifies the tree, runs nothing; then check again)")
     else:  # the load's own trust step, asked without acting
         trust = hub.trust_step.verdict(Subject(spec.repo, spec.key, r.ref, r.commit,
                                                entry.digest if entry else "", signature),
@@ -148,7 +149,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
             "allow": ("load", trust.why, None), "consent": ("load", trust.why, None),
             "ask": ("prompt", "not trusted yet: you would be asked", None),
         }.get(trust.kind) or ("refuse", "not trusted, and nobody can be asked",
-                              trust.error.hint if trust.error else None)
+                              trust.error.fix if trust.error else None)
     return CheckReport(
         **base, outcome=outcome, why=why, fix=fix, ref=r.ref, commit=r.commit, proof=r.proof,
         policy=decision.verdict, reasons=list(decision.reasons),
@@ -244,8 +245,7 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
 
 
 def _tree(hub: Hub, admitted: Admitted) -> Any:
-    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False,
-                            lockfile=str(hub.lockfile_path))
+    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False)
 
 
 @dataclass(frozen=True)
@@ -470,7 +470,7 @@ def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
             continue
         try:
             with runtime.own_work():  # safehub reads the files to check them
-                entry.verify()
+                integrity.rehash(entry)
             results.append(CacheCheck(entry.commit, True))
         except SafehubError as e:
             results.append(CacheCheck(entry.commit, False, e.message))

@@ -35,7 +35,7 @@ from safehub.errors import NotFoundError, PinError, RepoMovedError
 from safehub.sources.interface import Source
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 from safehub.store.cache import Cache, CommitProof, RefRecord
-from safehub.store.lockfile import LockEntry, spec_key
+from safehub.store.lockfile import Locked, spec_key
 
 __all__ = ["MAX_COMPARES", "Resolved", "Resolver", "resolve_online"]
 
@@ -144,15 +144,22 @@ def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:
             raise PinError(
                 f"could not prove that commit {sha} belongs to {spec.repo}: it is not on "
                 f"{default} and {MAX_COMPARES} other branches and tags were checked",
-                hint="load it by the branch or tag that contains it")
+                fix=_BY_REF)
     raise PinError(
         f"commit {sha} is not in the history of any branch or tag of {spec.repo}; GitHub "
         "serves commits of forks under the parent's name, so it may come from a fork",
-        hint="if it is a fork's commit, load it from the fork ('owner/fork:sha') after "
-        "reviewing that fork")
+        fix=_FROM_FORK)
 
 
-def moved_fix(new: str, *, nested: bool = False) -> str:
+#: The fixes of a commit not proven to be the repo's own: what the caller asks for changes
+#: (where the call is in a repo's code, the user cannot apply them).
+_BY_REF = fixes.say("load it by the branch or tag that contains it")
+_FROM_FORK = fixes.say("if it is a fork's commit, load it from the fork ('owner/fork:sha') "
+                       "after reviewing that fork")
+CALLERS_FIXES = (_BY_REF, _FROM_FORK)
+
+
+def moved_fix(new: str, *, nested: bool = False) -> fixes.Fix:
     """Load the repo by its new name, or name the new repo in a policy to follow it (the
     name as GitHub spells it). ``nested``: the repo's own code made the call, which the
     user cannot change: only the policy is theirs."""
@@ -160,8 +167,8 @@ def moved_fix(new: str, *, nested: bool = False) -> str:
 
     follow = fixes.add(user_file(), ["[[allow]]", f'repo = "{new}"'])
     if nested:
-        return (f"the call is in the repo's code, so its name cannot be changed; to let it "
-                f"follow the move to {new}, {follow}")
+        return fixes.noted(follow, f"the call is in the repo's code, so its name cannot be "
+                           f"changed; to let it follow the move to {new}, ")
     return fixes.either(fixes.say(f"load it as {new!r}"), follow)
 
 
@@ -174,20 +181,20 @@ class Resolver:
         self._source = source
         self.may_follow = may_follow
 
-    def resolve(self, spec: RepoSpec, lock: LockEntry | None, *, force: bool = False,
-                lockfile: str = "") -> Resolved:
+    def resolve(self, spec: RepoSpec, locked: Locked | None, *, force: bool = False
+                ) -> Resolved:
         """The lockfile's answer, else the cache's, else the API's (recorded)."""
-        if lock is not None and not force:
-            where = f"locked in {lockfile}" if lockfile else "locked"
+        if locked is not None and not force:
+            lock, where = locked.entry, f"locked in {locked.file}"
             moved_to = None
             if lock.repo and lock.repo.lower() != spec.key:
                 # The lockfile says the code comes from another repo (a rename when it was
                 # locked): the same rule as a rename found online, and its rules apply.
                 if not self.may_follow(lock.repo.lower()):
                     raise RepoMovedError(
-                        f"{lockfile or 'the lockfile'} locks {spec} to code from {lock.repo}, "
+                        f"{locked.file} locks {spec} to code from {lock.repo}, "
                         f"and no [[allow]] rule names {lock.repo}",
-                        old=spec.key, new=lock.repo, hint=moved_fix(lock.repo))
+                        old=spec.key, new=lock.repo, fix=moved_fix(lock.repo))
                 moved_to = RepoSpec.parse(lock.repo if spec.ref is None
                                           else f"{lock.repo}:{spec.ref}")
             return Resolved(spec, lock.ref or spec.ref or "", lock.commit, lock.tree,
@@ -205,11 +212,11 @@ class Resolver:
                 resolved = hit or self.online(spec)          # resolved it meanwhile
                 if hit is None:
                     self._record(spec, resolved)
-        if lock is not None and resolved.commit != lock.commit:
+        if locked is not None and resolved.commit != locked.entry.commit:
             raise PinError(
-                f"{spec} is locked to commit {lock.commit}, but {resolved.ref} now names "
+                f"{spec} is locked to commit {locked.entry.commit}, but {resolved.ref} now names "
                 f"{resolved.commit}: the ref moved. Nothing new was run",
-                hint=fixes.either(
+                fix=fixes.either(
                     fixes.run(f"safehub lock --upgrade {shlex.quote(spec_key(spec))}",
                               "if the move is expected (review it first)"),
                     fixes.say("load without force_reload to keep the locked commit")))
@@ -223,7 +230,7 @@ class Resolver:
             new = RepoSpec.parse(moved.new if spec.ref is None else f"{moved.new}:{spec.ref}")
             if not self.may_follow(new.key):
                 raise RepoMovedError(moved.message, old=moved.old, new=moved.new,
-                                     hint=moved_fix(moved.new)) from None
+                                     fix=moved_fix(moved.new)) from None
             found = resolve_online(self._source(), new)
             return Resolved(spec, found.ref, found.commit, found.tree,
                             f"{found.proof} (moved from {spec.repo}; the policy names "
@@ -259,7 +266,7 @@ class Resolver:
                 raise RepoMovedError(
                     f"{spec.repo} has moved to {record.moved_to}, and no [[allow]] rule names "
                     f"{record.moved_to} any more", old=spec.key, new=record.moved_to,
-                    hint=moved_fix(record.moved_to))
+                    fix=moved_fix(record.moved_to))
             moved_to = RepoSpec.parse(record.moved_to if spec.ref is None
                                       else f"{record.moved_to}:{spec.ref}")
         return Resolved(spec, label, commit, proof.tree, proof.proof, moved_to=moved_to,

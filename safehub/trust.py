@@ -118,13 +118,13 @@ class Trust:
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}, "
                 f"which a repo's code asked to load: it is not trusted ({why}), and a load "
                 "the repo's code asks for is never prompted for (that code could answer)",
-                hint=self._fix(subject, nested=True)))
+                fix=self._fix(subject, nested=True)))
         if self.noninteractive:
             return Verdict("refuse", why, UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: it "
                 f"is not trusted ({why}), and nobody can be asked (non-interactive: CI=true, "
                 "SAFEHUB_NONINTERACTIVE=1, noninteractive = true, or no terminal)",
-                hint=self._fix(subject)))
+                fix=self._fix(subject)))
         return Verdict("ask", why)
 
     def decide(self, subject: Subject, decision: Decision, trust_repo: Any, *,
@@ -164,7 +164,7 @@ class Trust:
         self.consents.record(subject.key, subject.commit, subject.digest, "prompt")
         return "prompt-yes"
 
-    def _fix(self, subject: Subject, *, nested: bool = False) -> str:
+    def _fix(self, subject: Subject, *, nested: bool = False) -> fixes.Fix:
         from safehub.policy import user_file
 
         user_policy = user_file()

@@ -1,4 +1,4 @@
-"""The cached tree's folder scan (safehub/store/cache/tree.py): the warm load's check that
+"""The cached tree's folder scan (safehub/store/cache/integrity.py): the warm load's check that
 no entry was added, removed, renamed or replaced anywhere in a verified tree. The scan by
 the recorded folder list (what a warm load runs) must equal the scan that lists every
 folder (what was recorded at verification), and any change must make them differ."""
@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from safehub.store.cache.tree import dir_scan, survey
+from safehub.errors import IntegrityError
+from safehub.store.cache.integrity import scan_folders, survey
 
 
 def _tree(root: Path) -> Path:
@@ -27,7 +28,7 @@ def test_the_scan_by_folder_list_equals_the_listing_scan(tmp_path: Path) -> None
     tree = _tree(tmp_path)
     recorded = survey(tree)
     assert set(recorded.folders) == {"", "a", "a/b", "a/b/c", "a/d", "e"}
-    assert dir_scan(tree, recorded.folders) == recorded.dirs == dir_scan(tree)
+    assert scan_folders(tree, recorded.folders) == recorded.dirs == scan_folders(tree)
 
 
 def _add(tree: Path) -> None:
@@ -59,12 +60,12 @@ def test_a_change_anywhere_changes_the_scan(tmp_path: Path,
     tree = _tree(tmp_path)
     recorded = survey(tree)
     change(tree)
-    assert dir_scan(tree, recorded.folders) != recorded.dirs
+    assert scan_folders(tree, recorded.folders) != recorded.dirs
 
 
 def test_a_tree_swapped_for_a_link_cannot_be_scanned(tmp_path: Path) -> None:
     tree = _tree(tmp_path)
     recorded = survey(tree)
     _tree_to_link(tree)
-    with pytest.raises(OSError):
-        dir_scan(tree, recorded.folders)
+    with pytest.raises(IntegrityError, match="cannot be listed"):
+        scan_folders(tree, recorded.folders)

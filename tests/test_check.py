@@ -1,6 +1,6 @@
 """``safehub check``, the dry run, says what the load would do: a required signature is
 checked (against the key the policy names, or found missing) before check says LOAD, and
-its fix, applied as printed, leads to the answer the load then gives; an entrypoint the
+its fix, applied as given, leads to the answer the load then gives; an entrypoint the
 repo does not define is named together with the ones it does.
 """
 
@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 
+import safehub
+from safehub import operations
+from safehub._internal.fixes import render
 from tests.helpers_load import cli
-from tests.test_fixes import apply_hint
+from tests.test_fixes import apply_fix
 from tests.test_signatures import new_key
 from tests.test_signed_load import Signed, require_key
 
@@ -37,7 +40,9 @@ def test_check_of_a_required_signature(server, tmp_path: Path, isolated: Path,  
     report = json.loads(out)
     assert (rc, report["outcome"]) == (1, "conditional")  # not LOAD: nothing was checked
     assert str(pub) in report["why"] and "signature" in report["why"]
-    apply_hint(report["fix"])
+    fix = operations.check(safehub.Hub(), spec).fix  # what the report printed, as data
+    assert fix is not None and render(fix) == report["fix"]
+    apply_fix(fix)
     capsys.readouterr()
     rc, out, _ = cli(capsys, "check", spec, "--json")
     report = json.loads(out)

@@ -29,7 +29,7 @@ def emitted(capsys: pytest.CaptureFixture[str], key: str, *words: str, code: int
     assert main([*words[:at], "--json", *words[at:]]) == code, capsys.readouterr()
     data = json.loads(capsys.readouterr().out)  # the whole of stdout is one object
     assert isinstance(data, dict), data
-    if "error" in data and set(data) == {"error", "message", "hint", "exit"}:
+    if "error" in data and set(data) == {"error", "message", "hint", "fix", "exit"}:
         return data
     keys = set(data)
     assert any(always <= keys <= always | sometimes for always, sometimes in fields(key)), (

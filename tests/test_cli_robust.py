@@ -7,7 +7,7 @@ binary and malformed files, symlink loops, keys that are not keys. Every failure
 one line of what failed (its details indented below it) and one ``fix:`` line, exit 1
 (refused or failed) or 2 (usage), never a traceback, never the "bug in safehub" catch-all;
 with ``--json`` stdout is exactly one JSON value, for errors ``{"error", "message",
-"hint", "exit"}``. The cases where stdin, stdout or the terminal matter run
+"hint", "fix", "exit"}``. The cases where stdin, stdout or the terminal matter run
 ``python -m safehub`` in a real subprocess.
 """
 
@@ -473,8 +473,8 @@ def check_failure(case: Case, code: int, out: str, err: str, as_json: bool) -> N
     assert all(line.startswith("    ") for line in rest[len(details) + 1:]), err
     if as_json:
         error = json.loads(out)  # exactly one JSON object, nothing else on stdout
-        assert set(error) == {"error", "message", "hint", "exit"}, error
-        assert error["exit"] == code and error["hint"], error
+        assert set(error) == {"error", "message", "hint", "fix", "exit"}, error
+        assert error["exit"] == code and error["hint"] and error["fix"], error
         assert error["error"] in KINDS or error["error"] == "usage", error
         assert error["message"].split("\n")[0] in lines[first], (error, err)
     else:

@@ -1,11 +1,10 @@
 """Every refusal's fix works when applied as written.
 
-Each case makes safehub refuse, reads the fix from the error's hint, applies it
-mechanically (runs the command it names, adds the lines it prints to the file it names,
-sets the keys it prints in the rule it names, removes the rule it names) and checks that
-the next attempt gets past the refusal. Where two requirements block, both fixes are
-applied. The parser below is the only reader of hints, and it knows only the forms that
-safehub._internal.fixes writes.
+Each case makes safehub refuse, takes the fix the error carries (``error.fix``, data:
+safehub._internal.fixes), applies it mechanically (runs the command, adds the lines to the
+file, sets the keys in the rule, removes the rule) and checks that the next attempt gets
+past the refusal. Where two requirements block, both fixes are applied. The hint's text is
+that data rendered (tests/test_newcomer.py applies it as printed).
 """
 
 from __future__ import annotations
@@ -17,48 +16,48 @@ import shlex
 import socket
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 import safehub
+from safehub._internal.fixes import (
+    AddLines,
+    AllOf,
+    AnyOf,
+    Fix,
+    Noted,
+    RemoveRule,
+    Run,
+    Say,
+    SetKeys,
+    render,
+)
 from safehub.cli import main
 from safehub.errors import SafehubError
 from tests.conftest import HUBCONF, HubRepo
 
 pytest.importorskip("torch")
 
-
-@dataclass
-class Fix:
-    kind: str  # run, add, change, remove, say
-    path: str = ""
-    table: str = ""
-    lines: tuple[str, ...] = ()
-    where: str = ""
+Mechanical = Run | AddLines | SetKeys | RemoveRule
 
 
-def parse(hint: str) -> list[list[Fix]]:
-    """The hint as a conjunction of alternatives."""
-    needed = []
-    for part in hint.split("\n    and "):
-        options = []
-        for alt in part.split("\n    or "):
-            body = [line[6:] for line in alt.split("\n")[1:] if line.startswith("      ")]
-            head = alt.split("\n")[0]
-            if m := re.search(r"\brun( [^:]*)?:$", head):
-                options.append(Fix("run", lines=tuple(body), where=m.group(1) or ""))
-            elif m := re.search(r"\badd to (.+):$", head):
-                options.append(Fix("add", m.group(1), lines=tuple(body)))
-            elif m := re.search(r"\bin (.+), set in (\[\[\w+\]\] #\d+ \(.*\)):$", head):
-                options.append(Fix("change", m.group(1), m.group(2), tuple(body)))
-            elif m := re.search(r"\bin (.+), remove (\[\[\w+\]\] #\d+ \(.*\))", head):
-                options.append(Fix("remove", m.group(1), m.group(2)))
-            else:
-                options.append(Fix("say", lines=(alt,)))
-        needed.append(options)
-    return needed
+def _bare(fix: Fix) -> Fix:
+    """The fix without the words around it."""
+    return _bare(fix.fix) if isinstance(fix, Noted) else fix
+
+
+def _options(fix: Fix) -> list[Fix]:
+    fix = _bare(fix)
+    return [o for option in fix.options for o in _options(option)] if isinstance(
+        fix, AnyOf) else [fix]
+
+
+def needed(fix: Fix | None) -> list[list[Fix]]:
+    """The fix as a conjunction of alternatives."""
+    assert fix is not None, "no fix"
+    fix = _bare(fix)
+    return [_options(part) for part in (fix.needed if isinstance(fix, AllOf) else (fix,))]
 
 
 def _blocks(lines: list[str], kind: str) -> list[tuple[int, int]]:
@@ -75,32 +74,31 @@ def _blocks(lines: list[str], kind: str) -> list[tuple[int, int]]:
 
 
 def apply(fix: Fix, env: dict[str, str] | None = None) -> None:
-    if fix.kind == "run":
-        for command in fix.lines:
-            args = shlex.split(command)
-            assert args[0] == "safehub", command
-            saved = dict(os.environ)
-            try:
-                os.environ.update(env or {})
-                if "network" in fix.where:
-                    os.environ.pop("SAFEHUB_OFFLINE", None)
-                assert main(args[1:]) == 0, command
-            finally:
-                os.environ.clear()
-                os.environ.update(saved)
-    elif fix.kind == "add":
-        path = Path(fix.path)
+    if isinstance(fix, Run):
+        args = shlex.split(fix.command)
+        assert args[0] == "safehub", fix.command
+        saved = dict(os.environ)
+        try:
+            os.environ.update(env or {})
+            if "network" in fix.where:
+                os.environ.pop("SAFEHUB_OFFLINE", None)
+            assert main(args[1:]) == 0, fix.command
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+    elif isinstance(fix, AddLines):
+        path = Path(fix.file)
         path.parent.mkdir(parents=True, exist_ok=True)
         old = path.read_text() if path.exists() else ""
         path.write_text(old + "\n" + "\n".join(fix.lines) + "\n")
-    elif fix.kind in ("change", "remove"):
-        path = Path(fix.path)
+    elif isinstance(fix, (SetKeys, RemoveRule)):
+        path = Path(fix.file)
         lines = path.read_text().splitlines()
-        kind, number = re.match(r"\[\[(\w+)\]\] #(\d+)", fix.table).groups()  # type: ignore[union-attr]
+        kind, number = re.match(r"\[\[(\w+)\]\] #(\d+)", fix.rule).groups()  # type: ignore[union-attr]
         start, end = _blocks(lines, kind)[int(number) - 1]
-        if fix.kind == "remove":
+        if isinstance(fix, RemoveRule):
             del lines[start:end]
-        for new in fix.lines:
+        for new in fix.keys if isinstance(fix, SetKeys) else ():
             key = new.split("=", 1)[0].strip()
             for i in range(start + 1, end):
                 if lines[i].split("=", 1)[0].strip() == key:
@@ -116,24 +114,25 @@ def apply(fix: Fix, env: dict[str, str] | None = None) -> None:
 def refused(attempt: Callable[[], object], kind: type[SafehubError]) -> SafehubError:
     with pytest.raises(kind) as err:
         attempt()
-    assert err.value.hint, err.value
+    assert err.value.fix is not None and err.value.hint == render(err.value.fix), err.value
     return err.value
 
 
-def apply_kind(error: SafehubError, kind: str, env: dict[str, str] | None = None) -> None:
+def apply_kind(error: SafehubError, kind: type[Mechanical],
+               env: dict[str, str] | None = None) -> None:
     """Apply, for every requirement, the alternative of ``kind`` (or the only one)."""
-    for options in parse(error.hint or ""):
-        chosen = [f for f in options if f.kind == kind] or [
-            f for f in options if f.kind != "say"]
-        assert chosen, f"no mechanical fix in {error.hint!r}"
+    for options in needed(error.fix):
+        chosen = [f for f in options if isinstance(f, kind)] or [
+            f for f in options if not isinstance(f, Say)]
+        assert chosen, f"no mechanical fix in {error.fix!r}"
         apply(chosen[0], env)
 
 
-def apply_hint(hint: str) -> None:
-    """Apply, for every requirement of ``hint``, its first mechanical alternative."""
-    for options in parse(hint):
-        mechanical = [f for f in options if f.kind != "say"]
-        assert mechanical, f"not mechanical: {hint}"
+def apply_fix(fix: Fix | None) -> None:
+    """Apply, for every requirement of ``fix``, its first mechanical alternative."""
+    for options in needed(fix):
+        mechanical = [f for f in options if not isinstance(f, Say)]
+        assert mechanical, f"not mechanical: {fix!r}"
         apply(mechanical[0])
 
 
@@ -150,8 +149,9 @@ def load(spec: str, entrypoint: str = "echo", *args: object, **kwargs: object) -
 
 # -- the table -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("kind", ["run", "add"])
-def test_untrusted_in_ci(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch, kind: str) -> None:
+@pytest.mark.parametrize("kind", [Run, AddLines])
+def test_untrusted_in_ci(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch,
+                         kind: type[Mechanical]) -> None:
     monkeypatch.setenv("CI", "true")
     error = refused(lambda: load("acme/models:v1.0"), safehub.UntrustedRepoError)
     apply_kind(error, kind)
@@ -163,7 +163,7 @@ def test_unknown_repos_denied(hub_repo: HubRepo, isolated: Path) -> None:
     site.parent.mkdir(parents=True)
     site.write_text("[safehub]\nunknown_repos = 'deny'\n")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PolicyDenied)
-    apply_kind(error, "add")
+    apply_kind(error, AddLines)
     assert load("acme/models:v1.0", "echo", 2) == ((2,), {})
 
 
@@ -177,21 +177,21 @@ def test_requirements_of_an_allow_rule(hub_repo: HubRepo, isolated: Path, rule: 
                                        spec: str, entrypoint: str) -> None:
     user_policy(isolated, f"[[allow]]\nrepo = 'acme/*'\n{rule}\n")
     error = refused(lambda: load(spec, entrypoint), safehub.PolicyDenied)
-    apply_kind(error, "change")
+    apply_kind(error, SetKeys)
     assert load(spec, entrypoint, 3) == ((3,), {})
 
 
 def test_a_deny_rule(hub_repo: HubRepo, isolated: Path) -> None:
     user_policy(isolated, "[[deny]]\nrepo = 'acme/*'\nreason = 'not reviewed'\n")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PolicyDenied)
-    apply_kind(error, "remove")
+    apply_kind(error, RemoveRule)
     assert load("acme/models:v1.0", "echo", 4, trust_repo=True) == ((4,), {})
 
 
 def test_a_renamed_repo(hub_repo: HubRepo, server) -> None:  # type: ignore[no-untyped-def]
     server.rename_repo("acme", "models", "newco", "models")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.RepoMovedError)
-    apply_kind(error, "add")
+    apply_kind(error, AddLines)
     assert load("acme/models:v1.0", "echo", 5, trust_repo=True) == ((5,), {})
 
 
@@ -201,7 +201,7 @@ def test_a_moved_tag_of_a_locked_spec(hub_repo: HubRepo) -> None:
     hub_repo.tag("v1.0")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True, force_reload=True),
                     safehub.PinError)
-    apply_kind(error, "run")
+    apply_kind(error, Run)
     assert load("acme/models:v1.0", "echo", 6, trust_repo=True, force_reload=True) == ((6,), {})
 
 
@@ -209,7 +209,7 @@ def test_a_missing_lockfile_the_policy_names(hub_repo: HubRepo, isolated: Path) 
     user_policy(isolated, f"[safehub]\nlockfile = '{isolated / 'team.lock'}'\n")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PinError)
     assert "does not exist" in error.message
-    apply_kind(error, "run")
+    apply_kind(error, Run)
     assert load("acme/models:v1.0", "echo", 7, trust_repo=True) == ((7,), {})
 
 
@@ -219,7 +219,7 @@ def test_a_cache_edited_after_verification(hub_repo: HubRepo) -> None:
     (tree / "hubconf.py").chmod(0o644)
     (tree / "hubconf.py").write_text("raise SystemExit('edited')\n")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.IntegrityError)
-    apply_kind(error, "run")
+    apply_kind(error, Run)
     assert load("acme/models:v1.0", "echo", 8, trust_repo=True) == ((8,), {})
 
 
@@ -227,7 +227,7 @@ def test_offline_with_nothing_cached(hub_repo: HubRepo, monkeypatch: pytest.Monk
     monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
     error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.OfflineError)
     assert "SAFEHUB_OFFLINE=1" in error.message  # where offline mode came from
-    apply_kind(error, "run")
+    apply_kind(error, Run)
     assert load("acme/models:v1.0", "echo", 9, trust_repo=True) == ((9,), {})
 
 
@@ -252,7 +252,9 @@ def test_offline_says_where_it_came_from(hub_repo, monkeypatch: pytest.MonkeyPat
     assert f"offline mode ({named}" in err.value.message and "(default)" not in err.value.message
     hint = err.value.hint or ""
     assert off in hint and "off (SAFEHUB_OFFLINE" not in hint  # no "off (on)" any more
-    where = parse(hint)[0][0].where
+    first = needed(err.value.fix)[0][0]
+    assert isinstance(first, Run)
+    where = first.where
     assert "network" in where and ("does not apply" in where) == (source == "project")
 
 
@@ -304,14 +306,14 @@ def test_a_connection_the_runtime_guard_refuses(make_hub_repo, isolated: Path,  
     user_policy(isolated, text + ("[[allow]]\nrepo = 'acme/net'\n" if with_rule else ""))
     error = refused(lambda: load("acme/net:v1.0", "connect", listener, trust_repo=True),
                     safehub.RuntimeGuardError)
-    apply_kind(error, "change" if with_rule else "add")
+    apply_kind(error, SetKeys if with_rule else AddLines)
     assert load("acme/net:v1.0", "connect", listener, trust_repo=True) == "connected"
 
 
 def test_a_module_that_shadows_the_standard_library(make_hub_repo, isolated: Path) -> None:  # type: ignore[no-untyped-def]
     make_hub_repo("acme", "shadow", {"wave.py": "x = 1\n"})
     error = refused(lambda: load("acme/shadow:v1.0", trust_repo=True), safehub.RuntimeGuardError)
-    apply_kind(error, "add")
+    apply_kind(error, AddLines)
     with pytest.warns(UserWarning, match="shadows"):
         assert load("acme/shadow:v1.0", "echo", 10, trust_repo=True) == ((10,), {})
 
@@ -330,7 +332,7 @@ def test_weights_from_a_url_the_policy_does_not_name(make_hub_repo, server,  # t
     user_policy(isolated, f"[[allow]]\nrepo = 'acme/net'\nweights = ['{base}/other/*']\n")
     error = refused(lambda: load("acme/net:v1.0", "weighted", f"{base}/models/w.pth"),
                     safehub.PolicyDenied)
-    apply_kind(error, "change")
+    apply_kind(error, SetKeys)
     assert list(load("acme/net:v1.0", "weighted", f"{base}/models/w.pth")) == ["w"]
 
 
@@ -340,6 +342,8 @@ def test_cli_hints_name_cli_fixes(hub_repo: HubRepo, monkeypatch: pytest.MonkeyP
     assert main(["load", "acme/models:v1.0", "echo", "--json"]) == 1
     error = json.loads(capsys.readouterr().out)
     assert "--trust" in error["hint"] and "trust_repo" not in error["hint"]
+    said = [o["text"] for o in error["fix"]["options"] if o["kind"] == "say"]  # the data too
+    assert said == ["add --trust to the command"], error["fix"]
 
 
 # -- a runtime fix for a project's rule that would name a path outside it -------------------
@@ -367,8 +371,7 @@ def test_a_write_outside_a_projects_folder_is_fixed_in_the_users_policy(
         except safehub.RuntimeGuardError as refused:
             hint = refused.hint or ""
             assert "safehub.toml" not in hint.split("\n")[0], hint
-            for options in parse(hint):
-                apply(next(f for f in options if f.kind != "say"))
+            apply_fix(refused.fix)
     assert target.read_text() == "x"
     safehub.Hub()  # the project's file is still valid
 
@@ -396,7 +399,7 @@ def test_a_renamed_repo_loaded_by_a_repos_own_code(
     hint = error.hint or ""
     assert "load it as" not in hint and "repo's code" in hint  # not a change the user can make
     assert 'repo = "Isl-Org/MiDaS"' in hint
-    apply_kind(error, "add")
+    apply_kind(error, AddLines)
     assert load("acme/outer:v1.0", "outer", "intel/midas:v1.0", trust_repo=True) == (
         ("nested",), {})
 

@@ -17,7 +17,7 @@ import safehub
 from safehub import operations
 from safehub.cli import main
 from safehub.errors import OfflineError, PinError, PolicyDenied, RepoMovedError
-from safehub.store.cache import scan_digest
+from safehub.store.cache.integrity import scan_entries
 from safehub.store.lockfile import Lockfile
 from tests.conftest import HUBCONF, HubRepo, child_pythonpath, needs_torch, runs
 from tests.helpers_load import cli, policy
@@ -207,7 +207,7 @@ def test_read_only_shared_cache_read_by_32_processes(
     assert entry is not None
     recorded = safehub.Hub().verified.get(hub_repo.sha)
     assert recorded is not None  # prefetch verified it: sealing kept the recorded scan valid
-    assert recorded.scans[str(entry.path)] == scan_digest(entry.path)
+    assert recorded.scans[str(entry.path)] == scan_entries(entry.path)
     assert not (shared / "v1").stat().st_mode & 0o222
     before = _snapshot(shared)
     env = {**os.environ, "SAFEHUB_CACHE_DIR": str(shared), "SAFEHUB_OFFLINE": "1",
@@ -467,7 +467,8 @@ SHA, DIGEST = "a" * 40, "sha256:" + "c" * 64
 def test_an_invalid_lockfiles_fix_writes_a_valid_one(
         hub_repo, capsys: pytest.CaptureFixture[str], tmp_path: Path,  # type: ignore[no-untyped-def]
         text: str, named: str, named_by: str) -> None:
-    from tests.test_fixes import apply_hint  # it needs torch: imported where it is used
+    from safehub._internal.fixes import render
+    from tests.test_fixes import apply_fix  # it needs torch: imported where it is used
 
     path = Path("safehub.lock") if named_by == "cwd" else tmp_path / "team.lock"
     path.write_text(text)
@@ -478,7 +479,10 @@ def test_an_invalid_lockfiles_fix_writes_a_valid_one(
     if "[[repo" not in text:  # nothing to re-lock: the fix says what to write
         assert "safehub lock --rewrite" in report["fix"] and "SPEC..." in report["fix"]
         return
-    apply_hint(report["fix"])  # the first alternative: `safehub lock --rewrite ...`
+    hub = safehub.Hub() if named_by == "cwd" else safehub.Hub(lockfile=path)
+    fix = operations.check(hub, "acme/models:v1.0").fix  # the report's fix, as data
+    assert fix is not None and render(fix) == report["fix"]
+    apply_fix(fix)  # the first alternative: `safehub lock --rewrite ...`
     capsys.readouterr()
     rc, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json", *extra)
     assert rc == 1 and json.loads(out)["error"] is None  # past the lockfile: not trusted yet

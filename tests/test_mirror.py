@@ -255,7 +255,7 @@ def test_a_verification_record_without_a_usable_folder_list(
     the folders, without re-hashing; a list that misses folders (``shorten``) cannot skip
     them: the scan differs, the tree is re-hashed (and is fine); a malformed one counts as
     never verified."""
-    from safehub.store.cache import CachedTree
+    from safehub.store.cache import CachedTree, integrity
 
     spec = f"{nested.spec}:v1.0"
     safehub.load(spec, "echo", trust_repo=True)
@@ -271,13 +271,13 @@ def test_a_verification_record_without_a_usable_folder_list(
     path.write_text(json.dumps(data))
     monkeypatch.setattr("safehub.fetch._SEEN", {})  # as in a new process
     rehashed: list[str] = []
-    real = CachedTree.verify
+    real = integrity.rehash
 
-    def verify(self: CachedTree) -> None:
-        rehashed.append(self.commit)
-        real(self)
+    def rehash(tree: CachedTree) -> None:
+        rehashed.append(tree.commit)
+        real(tree)
 
-    monkeypatch.setattr(CachedTree, "verify", verify)
+    monkeypatch.setattr(integrity, "rehash", rehash)
     assert safehub.load(spec, "echo") == ((), {})
     assert rehashed == ([] if edit == "drop" else [nested.sha])
     assert runs(canary) == 2

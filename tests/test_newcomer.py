@@ -4,7 +4,8 @@ The test knows only what a newcomer knows: the repo they want (``acme/models:v1.
 by the loopback stand-in), the model they came for (``tiny``) and whether they are in a CI
 job. Every command it runs comes from what safehub printed: the steps in the epilog of
 ``safehub --help``, a command a success message tells them to run, and the fix of each
-refusal, applied mechanically with the reader of tests/test_fixes.py. A step that would need
+refusal, read from the printed text (:func:`read`: a newcomer has only that) and applied
+mechanically as tests/test_fixes.py applies an error's fix data. A step that would need
 anything else fails the test: then the printed text is what needs to improve.
 """
 
@@ -20,9 +21,10 @@ from pathlib import Path
 
 import pytest
 
+from safehub._internal.fixes import AddLines, Fix, RemoveRule, Run, Say, SetKeys
 from safehub.cli import main
 from tests.conftest import HubRepo, needs_torch, runs
-from tests.test_fixes import apply, parse
+from tests.test_fixes import apply
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,6 +40,29 @@ class Printed:
     code: int
     out: str
     err: str
+
+
+def read(hint: str) -> list[list[Fix]]:
+    """A printed fix as a newcomer reads it: each requirement (``and``), its alternatives
+    (``or``), each one a run, an add, a set, a remove, or words."""
+    needed = []
+    for part in hint.split("\n    and "):
+        options: list[Fix] = []
+        for alt in part.split("\n    or "):
+            body = tuple(line[6:] for line in alt.split("\n")[1:] if line.startswith("      "))
+            head = alt.split("\n")[0]
+            if m := re.search(r"\brun( [^:]*)?:$", head):
+                options += [Run(command, (m.group(1) or "").strip()) for command in body]
+            elif m := re.search(r"\badd to (.+):$", head):
+                options.append(AddLines(m.group(1), body))
+            elif m := re.search(r"\bin (.+), set in (\[\[\w+\]\] #\d+ \(.*\)):$", head):
+                options.append(SetKeys(m.group(1), m.group(2), body))
+            elif m := re.search(r"\bin (.+), remove (\[\[\w+\]\] #\d+ \(.*\))", head):
+                options.append(RemoveRule(m.group(1), m.group(2)))
+            else:
+                options.append(Say(alt))
+        needed.append(options)
+    return needed
 
 
 class Newcomer:
@@ -62,8 +87,8 @@ class Newcomer:
                 return printed
             hint = printed_fix(printed)
             assert hint, f"`safehub {shlex.join(words)}` refused, with no fix:\n{printed}"
-            for options in parse(hint):
-                mechanical = [fix for fix in options if fix.kind != "say"]
+            for options in read(hint):
+                mechanical = [fix for fix in options if not isinstance(fix, Say)]
                 assert mechanical, f"this fix needs knowledge that was not printed:\n{hint}"
                 apply(mechanical[0])
             self.capsys.readouterr()

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import safehub
+from safehub._internal.fixes import Run
 from safehub._internal.globs import Glob
 from safehub.errors import PolicyError
 from safehub.policy import Policy, load_policy
@@ -630,9 +631,8 @@ def test_a_fix_quotes_a_ref_that_a_shell_would_read() -> None:
     policy = Policy.from_text('[[allow]]\nrepo = "acme/*"\npin = "commit"\n', "site.toml")
     ref = "v1;touch${IFS}INJECTED;#"
     decision = policy.decide(RepoSpec.parse(f"acme/models:{ref}"))
-    line = next(x.strip() for x in (decision.fix or "").splitlines()
-                if x.strip().startswith("safehub lock"))
-    assert shlex.split(line) == ["safehub", "lock", f"acme/models:{ref}"]
+    assert isinstance(decision.fix, Run), decision.fix
+    assert shlex.split(decision.fix.command) == ["safehub", "lock", f"acme/models:{ref}"]
 
 
 @pytest.mark.parametrize("shape", ["dangling link", "fifo", "folder", "long link"])

@@ -14,6 +14,7 @@ import pytest
 
 import safehub
 from safehub import config
+from safehub._internal.fixes import AnyOf, Run
 from safehub.cli import main
 from safehub.config import Settings
 
@@ -96,8 +97,9 @@ def test_no_fix_says_to_set_a_variable_a_final_file_overrides(
     cache = tmp_path / "site-cache"
     site = _site(isolated, SITE_FINAL.format(cache=cache))
     settings = Settings.from_env(policy=safehub.Hub().policy)
-    fix = settings.offline_fix("acme/models:v1")
-    assert "SAFEHUB_CACHE_DIR" not in fix and str(cache) in fix and str(site) in fix
+    prefetch = _prefetch(settings)
+    assert "SAFEHUB_CACHE_DIR" not in prefetch.where
+    assert str(cache) in prefetch.where and str(site) in prefetch.where
     hint = settings.how_to_set("cache_dir", "point SAFEHUB_CACHE_DIR at a folder")
     assert "SAFEHUB_CACHE_DIR" not in hint and str(site) in hint
     blocker = tmp_path / "a-file"
@@ -111,4 +113,12 @@ def test_no_fix_says_to_set_a_variable_a_final_file_overrides(
 
 def test_without_a_final_file_the_fixes_name_the_variable(isolated: Path) -> None:
     settings = Settings.from_env(policy=safehub.Hub().policy)
-    assert "SAFEHUB_CACHE_DIR" in settings.offline_fix("acme/models:v1")
+    assert "SAFEHUB_CACHE_DIR" in _prefetch(settings).where
+
+
+def _prefetch(settings: Settings) -> Run:
+    """The offline fix's first alternative: prefetch on a machine with network."""
+    fix = settings.offline_fix("acme/models:v1")
+    assert isinstance(fix, AnyOf) and isinstance(fix.options[0], Run), fix
+    assert fix.options[0].command == "safehub prefetch acme/models:v1"
+    return fix.options[0]

@@ -1,4 +1,4 @@
-"""Files of a verified tree, checked as code opens them (safehub/store/cache/opened.py), on real
+"""Files of a verified tree, checked as code opens them (safehub/store/cache/integrity.py), on real
 parts: a warm cache edited in place, swapped folders, lazy imports after the load returned,
 every path form; and committed bytecode, which never runs in place of its source.
 """

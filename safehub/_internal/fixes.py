@@ -1,17 +1,25 @@
-"""The fixes a refusal suggests, written so that they work when applied as written.
+"""The fixes a refusal suggests, as data, written so that they work when applied as written.
 
-Every hint is made of alternatives, each one complete on its own:
+A fix is a small frozen value; an error carries one (:attr:`safehub.SafehubError.fix`),
+its hint is the fix rendered as text (:func:`render`, the one place that writes it), and
+the command line's ``--json`` error object shows it as data too (:func:`to_json`):
 
-* ``run(command)``: a command to run, on its own line (``safehub trust org/repo:<sha>``);
-* ``add(path, lines)``: lines to add at the end of a policy file;
-* ``change(path, table, lines)``: keys to set in one table of a policy file
+* :class:`Run`: a command to run, on its own line (``safehub trust org/repo:<sha>``);
+* :class:`AddLines`: lines to add at the end of a policy file;
+* :class:`SetKeys`: keys to set in one rule of a policy file
   (``[[allow]] #2 (org/*)``: the second ``[[allow]]`` of that file);
-* ``say(text)``: anything else (an API argument, a command-line flag).
+* :class:`RemoveRule`: a rule to remove from a policy file;
+* :class:`Say`: anything else (an API argument, a command-line flag);
+* :class:`AnyOf`: alternatives, any one of them enough; :class:`AllOf`: fixes that are all
+  needed (two requirements block); :class:`Noted`: a fix with words around it.
 
-``either`` joins alternatives. Tests apply each kind mechanically and check that the next
-attempt gets past the refusal (tests/test_fixes.py).
+Tests apply each kind mechanically and check that the next attempt gets past the refusal
+(tests/test_fixes.py).
 
->>> print(either(run("safehub trust a/b:v1"), add("p.toml", ["[[allow]]", 'repo = "a/b"'])))
+>>> fix = either(run("safehub trust a/b:v1"), add("p.toml", ["[[allow]]", 'repo = "a/b"']))
+>>> fix.options[0]
+Run(command='safehub trust a/b:v1', where='')
+>>> print(render(fix))
 run:
       safehub trust a/b:v1
     or add to p.toml:
@@ -21,38 +29,120 @@ run:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any
 
-__all__ = ["add", "both", "change", "clear_cache", "either", "remove", "run", "say"]
+__all__ = ["AddLines", "AllOf", "AnyOf", "Fix", "Noted", "RemoveRule", "Run", "Say",
+           "SetKeys", "add", "both", "change", "clear_cache", "either", "noted", "remove",
+           "render", "reworded", "run", "say", "to_json"]
 
 _INDENT = "      "
 
 
-def run(command: str, where: str = "") -> str:
+@dataclass(frozen=True)
+class Run:
     """A command to run (``where``: a condition, such as "on a machine with network")."""
-    return f"run{' ' + where if where else ''}:\n{_INDENT}{command}"
+
+    command: str
+    where: str = ""
 
 
-def add(path: object, lines: Sequence[str]) -> str:
-    """Lines to add at the end of the policy file ``path``."""
-    return f"add to {path}:\n" + "\n".join(_INDENT + line for line in lines)
+@dataclass(frozen=True)
+class AddLines:
+    """Lines to add at the end of the policy file ``file``."""
+
+    file: str
+    lines: tuple[str, ...]
 
 
-def change(path: object, table: str, lines: Sequence[str]) -> str:
-    """``key = value`` lines to set in ``table`` (``[[allow]] #N (repo)``) of ``path``."""
-    return f"in {path}, set in {table}:\n" + "\n".join(_INDENT + line for line in lines)
+@dataclass(frozen=True)
+class SetKeys:
+    """``key = value`` lines to set in ``rule`` (``[[allow]] #N (repo)``) of ``file``."""
+
+    file: str
+    rule: str
+    keys: tuple[str, ...]
 
 
-def remove(path: object, table: str) -> str:
-    """Remove ``table`` (``[[deny]] #N (repo)``) from the policy file ``path``."""
-    return f"in {path}, remove {table}"
+@dataclass(frozen=True)
+class RemoveRule:
+    """Remove ``rule`` (``[[deny]] #N (repo)``) from the policy file ``file``."""
+
+    file: str
+    rule: str
 
 
-def say(text: str) -> str:
-    return text
+@dataclass(frozen=True)
+class Say:
+    """Anything that is not applied mechanically: an API argument, a flag, advice."""
+
+    text: str
 
 
-def clear_cache(path: object) -> str:
+@dataclass(frozen=True)
+class AnyOf:
+    """Alternatives: any one of them is enough."""
+
+    options: tuple[Fix, ...]
+
+
+@dataclass(frozen=True)
+class AllOf:
+    """Fixes that are all needed (two requirements block)."""
+
+    needed: tuple[Fix, ...]
+
+
+@dataclass(frozen=True)
+class Noted:
+    """``fix`` with words before and after it (why, or what to check first)."""
+
+    fix: Fix
+    before: str = ""
+    after: str = ""
+
+
+Fix = Run | AddLines | SetKeys | RemoveRule | Say | AnyOf | AllOf | Noted
+
+
+def run(command: str, where: str = "") -> Run:
+    return Run(command, where)
+
+
+def add(path: object, lines: Sequence[str]) -> AddLines:
+    return AddLines(str(path), tuple(lines))
+
+
+def change(path: object, table: str, lines: Sequence[str]) -> SetKeys:
+    return SetKeys(str(path), table, tuple(lines))
+
+
+def remove(path: object, table: str) -> RemoveRule:
+    return RemoveRule(str(path), table)
+
+
+def say(text: str) -> Say:
+    return Say(text)
+
+
+def noted(fix: Fix, before: str = "", after: str = "") -> Noted:
+    return Noted(fix, before, after)
+
+
+def either(*alternatives: Fix | None) -> Fix:
+    """Alternatives (those given); one alone is itself."""
+    given = tuple(a for a in alternatives if a is not None)
+    return given[0] if len(given) == 1 else AnyOf(given)
+
+
+def both(*needed: Fix | None) -> Fix:
+    """Fixes that are all needed (those given); one alone is itself."""
+    given = tuple(n for n in needed if n is not None)
+    return given[0] if len(given) == 1 else AllOf(given)
+
+
+def clear_cache(path: object) -> Fix:
     """The fix for a cached file that changed: clear that commit (or load afresh)."""
     commit = next((part for part in str(path).split("/") if len(part) == 40
                    and all(c in "0123456789abcdef" for c in part)), "")
@@ -60,11 +150,52 @@ def clear_cache(path: object) -> str:
                   say("load with force_reload=True (a fresh copy, fetched and verified)"))
 
 
-def either(*alternatives: str) -> str:
-    """Alternatives: any one of them is enough."""
-    return "\n    or ".join(a for a in alternatives if a)
+def render(fix: Fix) -> str:
+    """The fix as the hint's text: each alternative complete on its own."""
+    if isinstance(fix, Run):
+        return f"run{' ' + fix.where if fix.where else ''}:\n{_INDENT}{fix.command}"
+    if isinstance(fix, AddLines):
+        return f"add to {fix.file}:\n" + "\n".join(_INDENT + line for line in fix.lines)
+    if isinstance(fix, SetKeys):
+        return (f"in {fix.file}, set in {fix.rule}:\n"
+                + "\n".join(_INDENT + line for line in fix.keys))
+    if isinstance(fix, RemoveRule):
+        return f"in {fix.file}, remove {fix.rule}"
+    if isinstance(fix, Say):
+        return fix.text
+    if isinstance(fix, AnyOf):
+        return "\n    or ".join(render(o) for o in fix.options)
+    if isinstance(fix, AllOf):
+        return "\n    and ".join(render(n) for n in fix.needed)
+    return fix.before + render(fix.fix) + fix.after
 
 
-def both(*needed: str) -> str:
-    """Fixes that are all needed (two requirements block)."""
-    return "\n    and ".join(n for n in needed if n)
+def to_json(fix: Fix) -> dict[str, Any]:
+    """The fix as JSON data: ``kind`` (``run``, ``add_lines``, ``set_keys``,
+    ``remove_rule``, ``say``, ``any_of``, ``all_of``, ``noted``) and its fields."""
+    kind = {Run: "run", AddLines: "add_lines", SetKeys: "set_keys", RemoveRule: "remove_rule",
+            Say: "say", AnyOf: "any_of", AllOf: "all_of", Noted: "noted"}[type(fix)]
+    data: dict[str, Any] = {"kind": kind}
+    for f in fields(fix):
+        value = getattr(fix, f.name)
+        if isinstance(value, tuple):
+            value = [to_json(v) if not isinstance(v, str) else v for v in value]
+        elif not isinstance(value, str):
+            value = to_json(value)
+        data[f.name] = value
+    return data
+
+
+def reworded(fix: Fix, change: Callable[[str], str]) -> Fix:
+    """``fix`` with ``change`` applied to each of its texts (a command, a line, a file...)."""
+    values: dict[str, Any] = {}
+    for f in fields(fix):
+        value = getattr(fix, f.name)
+        if isinstance(value, str):
+            values[f.name] = change(value)
+        elif isinstance(value, tuple):
+            values[f.name] = tuple(change(v) if isinstance(v, str) else reworded(v, change)
+                                   for v in value)
+        else:
+            values[f.name] = reworded(value, change)
+    return replace(fix, **values)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.warn import printable
 from safehub.cli import admin, fleet, text
 from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
@@ -24,7 +25,7 @@ from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
 from safehub.cli.common import hub as _hub
-from safehub.cli.parser import for_cli
+from safehub.cli.parser import fix_for_cli, for_cli
 from safehub.errors import CacheError, SafehubError, SpecError
 
 __all__ = ["main"]
@@ -161,7 +162,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from safehub import operations
 
     report = operations.check(_hub(args), args.spec, entrypoint=args.entrypoint)
-    report = dataclasses.replace(report, fix=for_cli(report.fix, args))
+    report = dataclasses.replace(report, fix=fix_for_cli(report.fix, args))
     _emit(args, report.to_json(), text.check(report))
     return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
 
@@ -348,12 +349,13 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
     except SpecError as e:
-        return _fail(wants_json, type(e).__name__, e.message, for_cli(e.hint, args), EXIT_USAGE)
+        return _fail(wants_json, type(e).__name__, e.message, fix_for_cli(e.fix, args),
+                     EXIT_USAGE)
     except SafehubError as e:
-        return _fail(wants_json, type(e).__name__, e.message, for_cli(e.hint, args),
+        return _fail(wants_json, type(e).__name__, e.message, fix_for_cli(e.fix, args),
                      EXIT_REFUSED)
     except text.RepoCodeError as e:
-        return _fail(wants_json, "RepoCodeError", e.message, e.hint, EXIT_REFUSED)
+        return _fail(wants_json, "RepoCodeError", e.message, e.fix, EXIT_REFUSED)
     except KeyboardInterrupt:
         return _fail(wants_json, "interrupted", "interrupted (Ctrl-C)", "nothing half-done "
                      "is kept (the cache installs atomically): run the command again", 130)
@@ -367,10 +369,17 @@ def _main(argv: list[str]) -> int:
                      "the traceback", EXIT_REFUSED)
 
 
-def _fail(wants_json: bool, kind: str, message: str, hint: str | None, code: int) -> int:
+def _fail(wants_json: bool, kind: str, message: str, fix: fixes.Fix | str | None,
+          code: int) -> int:
+    """Say what failed and its fix (the ``--json`` object: ``hint`` as text, ``fix`` as
+    data, see :func:`safehub._internal.fixes.to_json`); the exit code."""
+    if isinstance(fix, str):
+        fix = fixes.say(fix)
+    hint = fixes.render(fix) if fix is not None else None
     if wants_json:
-        text.out(json.dumps({"error": kind, "message": message, "hint": hint, "exit": code},
-                        indent=2))
+        text.out(json.dumps({"error": kind, "message": message, "hint": hint,
+                             "fix": fixes.to_json(fix) if fix is not None else None,
+                             "exit": code}, indent=2))
     label = "usage error" if kind == "usage" else kind
     said = printable(f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else ""))
     try:

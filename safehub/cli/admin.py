@@ -34,7 +34,7 @@ def policy_show(args: argparse.Namespace) -> int:
         first, *faults = e.message.split("\n")
         more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
         raise PolicyError(first + (f" {faults[0].strip()}{more}" if faults else ""),
-                          hint=e.hint) from e
+                          fix=e.fix) from e
     data["searched"] = [{"path": str(c.path), "origin": c.origin, "exists": c.exists}
                         for c in places]
     settings = hub(args).settings

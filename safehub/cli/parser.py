@@ -7,7 +7,9 @@ import os
 import shlex
 from collections.abc import Callable, Mapping
 
-__all__ = ["JSON_FIELDS", "build", "for_cli"]
+from safehub._internal.fixes import Fix, reworded
+
+__all__ = ["JSON_FIELDS", "build", "fix_for_cli", "for_cli"]
 
 Command = Callable[[argparse.Namespace], int]
 _FORMAT = argparse.RawDescriptionHelpFormatter
@@ -87,7 +89,7 @@ def _entrypoint(value: str) -> str:
 
 
 #: The fields of each command's ``--json`` object, as its ``--help`` names them (an error is
-#: one object too: error, message, hint, exit). A field in brackets is there only with the
+#: one object too: error, message, hint, fix, exit). A field in brackets is there only with the
 #: option it names; after ``|``: the object with that option instead.
 ENV_HOOK = "safehub-torchhub.pth"  # safehub.run.environment.FILE_NAME (a test holds them equal)
 
@@ -123,7 +125,7 @@ JSON_FIELDS: dict[str, str] = {
 
 def _json_help(key: str) -> str:
     return ("print one JSON object for scripts and CI, with: " + JSON_FIELDS[key]
-            + " (an error: error, message, hint, exit)")
+            + " (an error: error, message, hint, fix, exit)")
 
 
 def _options(p: argparse.ArgumentParser, *names: str, key: str = "") -> None:
@@ -438,42 +440,56 @@ def _init_description() -> str:
 
 
 def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
-    """A library hint as a command-line user applies it: ``force_reload=True`` is
+    """A library hint as a command-line user applies it (see :func:`_cli_words`)."""
+    return _cli_words(args)(hint) if hint else hint
+
+
+def fix_for_cli(fix: Fix | None, args: argparse.Namespace) -> Fix | None:
+    """A library fix as a command-line user applies it (see :func:`_cli_words`)."""
+    return reworded(fix, _cli_words(args)) if fix is not None else None
+
+
+def _cli_words(args: argparse.Namespace) -> Callable[[str], str]:
+    """How a text of a fix reads on the command line: ``force_reload=True`` is
     ``--force-reload``, and a command it names carries the ``--cache-dir`` and
     ``--lockfile`` this command was given (else the fix acts on other files)."""
-    if not hint:
-        return hint
-    hint = hint.replace("force_reload=True", "--force-reload").replace(
-        "without force_reload", "without --force-reload")
     given = [(flag, value) for flag, value in (("--cache-dir", getattr(args, "cache_dir", None)),
                                               ("--lockfile", getattr(args, "lockfile", None)))
              if value]
-    if not given:
-        return hint
-    from safehub.cli import COMMANDS
-    from safehub.cli.common import Parser as _Parser
+    verbs: dict[str, argparse.ArgumentParser] = {}
+    if given:
+        from safehub.cli import COMMANDS
+        from safehub.cli.common import Parser as _Parser
 
-    def commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-        found: dict[str, argparse.ArgumentParser] = {}
-        for action in parser._actions:
-            if isinstance(action, argparse._SubParsersAction):
-                found.update(action.choices)
-        return found
+        verbs = _commands(build(_Parser, COMMANDS))
 
-    verbs = commands(build(_Parser, COMMANDS))
-    lines = []
-    for line in hint.split("\n"):
-        words = line.split()
-        if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
-            parser = verbs[words[1]]
-            sub = commands(parser)  # `safehub cache clear`: the sub-command's options
-            if len(words) > 2 and words[2] in sub:
-                parser = sub[words[2]]
-            takes = parser._option_string_actions
-            command, gap, note = line.partition("   (")  # a note after the command
-            for flag, value in given:
-                if flag in takes and flag not in words:
-                    command += f" {flag} {shlex.quote(str(value))}"
-            line = command + gap + note
-        lines.append(line)
-    return "\n".join(lines)
+    def adapted(text: str) -> str:
+        text = text.replace("force_reload=True", "--force-reload").replace(
+            "without force_reload", "without --force-reload")
+        if not given:
+            return text
+        lines = []
+        for line in text.split("\n"):
+            words = line.split()
+            if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
+                parser = verbs[words[1]]
+                sub = _commands(parser)  # `safehub cache clear`: the sub-command's options
+                if len(words) > 2 and words[2] in sub:
+                    parser = sub[words[2]]
+                takes = parser._option_string_actions
+                command, gap, note = line.partition("   (")  # a note after the command
+                for flag, value in given:
+                    if flag in takes and flag not in words:
+                        command += f" {flag} {shlex.quote(str(value))}"
+                line = command + gap + note
+            lines.append(line)
+        return "\n".join(lines)
+    return adapted
+
+
+def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    found: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found.update(action.choices)
+    return found

@@ -31,21 +31,23 @@ class RepoCodeError(Exception):
         missing = told.partition("Missing dependencies:")[2].replace(",", " ").split()
         if isinstance(error, SystemExit):
             message = f"the code of {spec} ended the process (sys.exit({told}))"
-            hint = "the repo's code does this, not safehub: see the repo's docs"
+            fix: fixes.Fix = fixes.say("the repo's code does this, not safehub: see the "
+                                       "repo's docs")
         elif missing:
             message = f"hubconf.py of {spec} needs packages that are not installed: " + \
                 ", ".join(missing)
-            hint = fixes.run("pip install " + " ".join(shlex.quote(m) for m in missing))
+            fix = fixes.run("pip install " + " ".join(shlex.quote(m) for m in missing))
         elif local:
             message = f"the code of {spec} raised {type(error).__name__}: {told}"
-            hint = f"the error is the folder's own code's, not safehub's: fix {spec}/hubconf.py"
+            fix = fixes.say(f"the error is the folder's own code's, not safehub's: fix "
+                            f"{spec}/hubconf.py")
         else:
             message = f"the code of {spec} raised {type(error).__name__}: {told}"
-            hint = "the error is the repo's own, not safehub's: " + (
+            fix = fixes.say("the error is the repo's own, not safehub's: " + (
                 f"check the arguments (`safehub help {spec} {entrypoint}` shows them) and "
-                "the repo's docs" if entrypoint else "see the repo's docs")
+                "the repo's docs" if entrypoint else "see the repo's docs"))
         super().__init__(message)
-        self.message, self.hint = message, hint
+        self.message, self.fix, self.hint = message, fix, fixes.render(fix)
 
 
 def said(error: BaseException, limit: int = 500) -> str:
@@ -112,7 +114,7 @@ def check(report: Any) -> str:
     for reason in report.reasons:
         lines.append(f"  policy   {reason}")
     if report.fix:
-        lines.append(f"  fix      {report.fix}")
+        lines.append(f"  fix      {fixes.render(report.fix)}")
     return "\n".join(lines)
 
 

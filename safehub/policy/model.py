@@ -163,7 +163,7 @@ class Decision:
     ``warn`` only if every matching rule that asks for them is in a file that says
     ``mode = "warn"`` (with none, if this decision's own refusals all only warn)."""
     violations: tuple[str, ...] = ()
-    fix: str = ""
+    fix: fixes.Fix | None = None
     rules: tuple[str, ...] = ()
     """The rules that matched (``where`` of each), for hints."""
 
@@ -173,7 +173,7 @@ class _Refusal:
     """One reason to refuse, from one file: ``soft`` if that file says ``mode = "warn"``."""
 
     why: str
-    fix: str
+    fix: fixes.Fix
     source: str
     soft: bool = False
 
@@ -318,8 +318,8 @@ class Policy:
                 continue
             why = f"denied by {rule.where}" + (f": {rule.table.reason}" if rule.table.reason
                                                else "")
-            fix = (fixes.remove(rule.source, rule.label)
-                   + " (an admin decision: ask whoever owns that file)")
+            fix: fixes.Fix = fixes.noted(fixes.remove(rule.source, rule.label), after=(
+                " (an admin decision: ask whoever owns that file)"))
             if not rule.soft:  # deny wins: nothing another file says can lift it
                 return self._refuse(False, why, fix, rules=(rule.where,))
             refusals.append(_Refusal(why, fix, rule.source, soft=True))
@@ -377,7 +377,7 @@ class Policy:
 
         return decide_local(self, folder)
 
-    def _admit_fix(self, spec: RepoSpec, ref: str | None, path: str, locked: bool) -> str:
+    def _admit_fix(self, spec: RepoSpec, ref: str | None, path: str, locked: bool) -> fixes.Fix:
         """The rule that admits ``spec``, written the way the file's other rules are: where
         they all pin commits, the new one does too (and the spec is locked as well)."""
         theirs = [r for r in self.rules if r.kind == "allow" and r.source == path]
@@ -397,7 +397,7 @@ class Policy:
             return False
         return any(r.kind == "allow" and r.admits and r.matches(key) for r in self.rules)
 
-    def _refuse(self, soft: bool, why: str, fix: str, reasons: Iterable[str] = (),
+    def _refuse(self, soft: bool, why: str, fix: fixes.Fix, reasons: Iterable[str] = (),
                 rules: tuple[str, ...] = ()) -> Decision:
         """A refusal on its own. ``soft``: its file says ``mode = "warn"``, so the violation
         is logged and the load goes on (it still needs the user's consent)."""
@@ -423,7 +423,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
     The runtime keys (and the weights hosts) may be widened only by the admitting rules of
     the first file whose rules match: a later file's rule narrows them, so under
     ``runtime = "enforce"`` a key the first file leaves unset stays closed."""
-    found: list[tuple[Rule, str, str]] = []
+    found: list[tuple[Rule, str, fixes.Fix]] = []
     signer_sets: list[SignerSet] = []
     weights: list[tuple[Glob, ...]] = []
     weights_rules: list[tuple[str, str]] = []

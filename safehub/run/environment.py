@@ -86,7 +86,7 @@ def install(folder: Path | None = None) -> Hook:
     except OSError as e:
         raise SafehubError(
             f"cannot write the environment hook {path} ({e.strerror or e})",
-            hint=fixes.say("run it as the user who owns this environment (for a system "
+            fix=fixes.say("run it as the user who owns this environment (for a system "
                            "Python, an admin), or activate the environment to route first")
         ) from e
     return hook(folder)
@@ -101,7 +101,7 @@ def uninstall(folder: Path | None = None) -> bool:
         return False
     except OSError as e:
         raise SafehubError(f"cannot remove the environment hook {path} ({e.strerror or e})",
-                           hint=fixes.say("run it as the user who owns this environment")
+                           fix=fixes.say("run it as the user who owns this environment")
                            ) from e
     return True
 
@@ -122,5 +122,5 @@ def require(source: str, folder: Path | None = None) -> None:
         raise PolicyDenied(
             f"{source} requires the environment hook (environment_hook = \"required\"), "
             f"and {found.describe()[4:]}",
-            hint=fixes.run("safehub install --environment",
+            fix=fixes.run("safehub install --environment",
                            "as the environment's owner, then load again"))

@@ -102,8 +102,9 @@ class WeightsGuard:
                 folder = canonical.split("?", 1)[0].rsplit("/", 1)[0] + "/*"
                 wanted = ", ".join(f'"{p}"' for p in (*(p.pattern for p in patterns), folder))
                 path, table = self.rules[i] if i < len(self.rules) else ("your policy", "")
-                raise PolicyDenied(message, hint="if the repo should download it: "
-                                   + fixes.change(path, table, [f"weights = [{wanted}]"]))
+                raise PolicyDenied(message, fix=fixes.noted(
+                    fixes.change(path, table, [f"weights = [{wanted}]"]),
+                    "if the repo should download it: "))
 
     def _sha256(self, url: str, path: Path) -> str:
         st = path.stat()
@@ -164,7 +165,7 @@ class WeightsGuard:
         try:
             self.check_url(url)
         except PolicyDenied as e:
-            raise PolicyDenied(f"{e.message} (reached by a redirect)", hint=e.hint) from None
+            raise PolicyDenied(f"{e.message} (reached by a redirect)", fix=e.fix) from None
         self._tell(url)
 
     def _tell(self, url: str) -> None:

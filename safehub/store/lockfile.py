@@ -35,7 +35,7 @@ from safehub._internal.fsutil import atomic_write
 from safehub.errors import PinError
 from safehub.spec import FULL_SHA, RepoSpec
 
-__all__ = ["FIELDS", "LockEntry", "Lockfile", "WeightPin", "spec_key"]
+__all__ = ["FIELDS", "LockEntry", "Locked", "Lockfile", "WeightPin", "spec_key"]
 
 _HEADER = "# safehub.lock: written by `safehub lock`; review changes like code.\n"
 _DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
@@ -87,6 +87,15 @@ class LockEntry:
         known = {w.url for w in self.weights}
         new = tuple(WeightPin(url, sha) for url, sha in sorted(seen.items()) if url not in known)
         return replace(self, weights=(*self.weights, *new)) if new else self
+
+
+@dataclass(frozen=True)
+class Locked:
+    """A lock entry and the lockfile it came from: looked up once, passed on as one value
+    (what the pipeline checks against the entry, its messages name the file by)."""
+
+    entry: LockEntry
+    file: Path
 
 
 def _spec(value: str) -> str:
@@ -205,11 +214,11 @@ def parse(raw: Any, path: Path) -> list[LockEntry]:
         listed = [item["spec"] for item in (raw.get("repo") if type(raw) is dict else None)
                   or () if type(item) is dict and type(item.get("spec")) is str]
         raise PinError(f"lockfile {path} is invalid:\n    " + "\n    ".join(faults),
-                       hint=rewrite_hint(path, listed))
+                       fix=rewrite_hint(path, listed))
     return entries
 
 
-def rewrite_hint(path: Path, specs: Iterable[str], what: str = "the fields") -> str:
+def rewrite_hint(path: Path, specs: Iterable[str], what: str = "the fields") -> fixes.Fix:
     """The fix of a lockfile that cannot be read as one: lock its specs afresh over it
     (``safehub lock --rewrite``), or mend the fields the message names by hand."""
     import shlex
@@ -267,11 +276,16 @@ class Lockfile:
         except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
             listed = re.findall(r'^\s*spec\s*=\s*"([^"\\]+)"', text, re.MULTILINE)
             raise PinError(f"lockfile {path} is not valid TOML ({e})",
-                           hint=rewrite_hint(path, listed, "the line")) from e
+                           fix=rewrite_hint(path, listed, "the line")) from e
         return cls(path, parse(raw, path))
 
     def get(self, spec: RepoSpec) -> LockEntry | None:
         return self.entries.get(spec_key(spec))
+
+    def locked(self, spec: RepoSpec) -> Locked | None:
+        """The entry of ``spec`` with this file, or None if it is not locked here."""
+        entry = self.get(spec)
+        return Locked(entry, self.path) if entry is not None else None
 
     def put(self, entry: LockEntry) -> None:
         self.entries[entry.spec] = entry

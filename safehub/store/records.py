@@ -31,6 +31,7 @@ from safehub._internal.fsutil import read_json, write_json
 from safehub.digest import is_digest
 from safehub.errors import CacheError
 from safehub.spec import RepoSpec, is_full_sha
+from safehub.store.cache.integrity import Survey
 
 __all__ = ["Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords", "WeightPins"]
 
@@ -170,6 +171,14 @@ class Verified:
     sealed: dict[str, int]
     folders: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
+    def at(self, path: str) -> Survey | None:
+        """What the cache folder ``path`` looked like when this user verified it there
+        (None if it never served this commit): what its scan is compared with."""
+        if path not in self.sealed:
+            return None
+        return Survey(self.scans.get(path, ""), self.dirs.get(path, ""),
+                      self.folders.get(path, ()), self.sealed[path])
+
 
 class VerifiedRecords:
     """What this user verified, per commit: the digest, the tree and the scans it served.
@@ -197,15 +206,15 @@ class VerifiedRecords:
         return Verified(data["digest"], data["tree"], maps[0], maps[1], maps[2],
                         {k: tuple(v) for k, v in maps[3].items()})
 
-    def record(self, commit: str, digest: str, tree: str, path: str, *, scan: str,
-               dirs: str, sealed: int, folders: tuple[str, ...] = ()) -> None:
-        """Remember that ``path`` held verified content with these scans (if they changed)."""
+    def record(self, commit: str, digest: str, tree: str, path: str, found: Survey) -> None:
+        """Remember that ``path`` held verified content, as ``found`` right after it was
+        verified (written only if that changed)."""
         known = self.get(commit)
         same = known is not None and known.digest == digest
         maps: list[dict[str, Any]] = [dict(m) if same else {} for m in (
             (known.scans, known.dirs, known.sealed, known.folders) if known
             else ({}, {}, {}, {}))]
-        new = (scan, dirs, sealed, folders)
+        new = (found.scan, found.dirs, found.sealed, found.folders)
         if same and all(m.get(path) == v for m, v in zip(maps, new, strict=True)):
             return
         for m, v in zip(maps, new, strict=True):

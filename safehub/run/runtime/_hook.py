@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from safehub.errors import RuntimeGuardError
 from safehub.run.runtime._events import EVENTS, Action, writes
-from safehub.store.cache import opened
+from safehub.store.cache import integrity
 
 __all__ = ["OWN_WORK", "Guarded", "install", "own_work", "pop", "push", "watch"]
 
@@ -80,27 +80,27 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             elif name.__class__ is not int:
                 _tree_read_slow(name, args)  # bytes, a path object
     elif event == "os.chdir":
-        opened.changed_dir()
+        integrity.changed_dir()
     elif event == "os.mkdir" and _prefixes:
-        opened.refuse_bytecode_folder(args)
+        integrity.refuse_bytecode_folder(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
 
 
-_prefixes: tuple[str, ...] = ()  # opened.PREFIXES, where the hook reads it fastest
+_prefixes: tuple[str, ...] = ()  # integrity.PREFIXES, where the hook reads it fastest
 
 
 def watch(prefixes: tuple[str, ...], sealed: int, repo: str,
           ident: tuple[int, int] | None = None) -> None:
-    """Check reads of the tree under ``prefixes`` from now on (:func:`opened.watch`)."""
+    """Check reads of the tree under ``prefixes`` from now on (:func:`integrity.watch`)."""
     global _prefixes
-    opened.watch(prefixes, sealed, repo, ident)
-    _prefixes = opened.PREFIXES
+    integrity.watch(prefixes, sealed, repo, ident)
+    _prefixes = integrity.PREFIXES
 
 
 def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
     try:
-        path = opened.tree_path(name)
+        path = integrity.tree_path(name)
     except (OSError, ValueError, TypeError):  # a deleted working directory, an odd name
         return
     if path is not None:
@@ -108,16 +108,17 @@ def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
 
 
 def _tree_read(path: str, args: tuple[Any, ...]) -> None:
-    """A file of a watched tree is opened (cache/opened.py): during a guarded load, or after it
-    by the tree's own code (a lazy import in ``model.forward``); the caller's own reads
-    after the load, and safehub's own work, are not the repo's."""
+    """A file of a watched tree is opened (the check on open, store/cache/integrity.py):
+    during a guarded load, or after it by the tree's own code (a lazy import in
+    ``model.forward``); the caller's own reads after the load, and safehub's own work,
+    are not the repo's."""
     state = _STATE
     if state.own or state.busy or writes(args[1], args[2]):  # writes: the guard's business
         return
     if not state.stack and not _from_a_tree():
         return
-    opened.refuse_bytecode(path)
-    refusal = opened.check_read(path)
+    integrity.refuse_bytecode(path)
+    refusal = integrity.check_opened(path)
     if refusal is not None:
         _record_all(state.stack, Action("read", "open", path), refusal)
         raise refusal

@@ -38,6 +38,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub._internal.hosts import local_name, normalise_host, parse_ip
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
@@ -48,7 +49,7 @@ from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
 from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list, within
 from safehub.run.torchhub import hub_dir
-from safehub.store.cache import opened
+from safehub.store.cache import integrity
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
@@ -200,7 +201,7 @@ class RuntimeGuard:
             return
         _hook.install()
         _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
-        refusal = opened.check_read(str(self.tree / "hubconf.py"), self.repo)
+        refusal = integrity.check_opened(str(self.tree / "hubconf.py"), self.repo)
         if refusal is not None:
             raise refusal
 
@@ -223,11 +224,11 @@ class RuntimeGuard:
                 Action("module", "import", s.name), "shadows",
                 f"runtime guard: {self.repo} would replace {what} module {s.name} with "
                 f"{s.path} for the whole process (shadowing = \"refuse\"{self._src()})",
-                "if that is intended: " + self.rules.fix('shadowing = "warn"'))
+                fixes.noted(self.rules.fix('shadowing = "warn"'), "if that is intended: "))
         self.report.raise_if_refused()
 
-    def _refuse_now(self, action: Action, key: str, message: str, hint: str) -> None:
-        error = RuntimeGuardError(message, hint=hint, action=_ACTION.get(action.kind, "guard"),
+    def _refuse_now(self, action: Action, key: str, message: str, fix: fixes.Fix) -> None:
+        error = RuntimeGuardError(message, fix=fix, action=_ACTION.get(action.kind, "guard"),
                                   target=action.target, repo=self.repo, key=key)
         self.record(action, error)
 
@@ -329,7 +330,7 @@ class RuntimeGuard:
         line = f"{key} = {toml_list([*current, hint_value])}"
         return RuntimeGuardError(
             f"runtime guard: {self.repo} tried to {verb}; {why or self._why(key)}",
-            hint=f"if {self.repo} should do this: {rules.fix(line)}",
+            fix=fixes.noted(rules.fix(line), f"if {self.repo} should do this: "),
             action=_ACTION[action.kind], target=action.target, repo=self.repo, key=key)
 
     def _decide_write(self, action: Action) -> RuntimeGuardError | None:

@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from safehub._internal import fixes
+from safehub._internal.fixes import Fix
 from safehub._internal.hosts import HostPattern, local_name, normalise_host, parse_ip
 from safehub._internal.programs import check_entry
 from safehub.errors import PolicyError
@@ -141,10 +143,8 @@ class RuntimeRules:
     def write_paths(self) -> list[str]:
         return [os.path.expanduser(p) for p in self.writes or ()]
 
-    def fix(self, line: str) -> str:
+    def fix(self, line: str) -> Fix:
         """The complete edit that makes ``line`` (``network = [...]``) part of the policy."""
-        from safehub._internal import fixes
-
         path, table = self.edit
         if table and line.startswith("writes") and os.path.basename(path) == "safehub.toml":
             # A project's file may only name paths inside its folder: a write elsewhere is

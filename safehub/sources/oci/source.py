@@ -148,7 +148,7 @@ class OciSource:
         listed = "\n    ".join(f"{e.message}" for e in failures)
         cls = IntegrityError if integrity else FetchError
         raise cls(f"no registry in SAFEHUB_OCI served the snapshot {pin.manifest} of "
-                  f"{pin.spec}:\n    {listed}", hint=failures[-1].hint)
+                  f"{pin.spec}:\n    {listed}", fix=failures[-1].fix)
 
     def _from(self, place: Place, pin: Pin, out: BinaryIO, max_bytes: int) -> None:
         where = str(place)

@@ -13,10 +13,9 @@ Layout under the cache root (``SAFEHUB_CACHE_DIR``, default: the user cache dir)
 A commit folder appears in one ``rename`` of a fully verified staging folder, under a
 lock, so readers never see half a tree and any number of processes can load at once:
 exactly one downloads. Everything here can be rewritten by whoever can write the cache,
-so a hit is trusted only against per-user records kept elsewhere (the hub checks that);
-this module supplies the cheap scan (:func:`scan_digest`) and the full re-hash
-(:meth:`CachedTree.verify`), whose errors name the file. Nothing in it is re-downloaded in
-silence.
+so a hit is trusted only against per-user records kept elsewhere (the fetcher checks that,
+with :mod:`safehub.store.cache.integrity`, whose errors name the file). Nothing in it is
+re-downloaded in silence.
 """
 
 from __future__ import annotations
@@ -33,8 +32,9 @@ from safehub._internal.fsutil import read_json, rmtree, write_json
 from safehub.digest import is_digest
 from safehub.errors import CacheError
 from safehub.spec import RepoSpec, is_full_sha
+from safehub.store.cache.integrity import tamper
 from safehub.store.cache.records import FORMAT, LEVELS, RepoRecord, Verdict
-from safehub.store.cache.tree import CachedTree, tamper, write_entry
+from safehub.store.cache.tree import CachedTree, write_entry
 
 __all__ = ["Cache"]
 
