@@ -1,0 +1,178 @@
+"""``safehub prefetch`` and the ``cache`` verbs: filling, listing, re-hashing and clearing
+the cache (and a mirror folder)."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from safehub.admission import Admitted
+from safehub.errors import CacheError, IntegrityError, SafehubError, SpecError
+from safehub.operations.common import Report, verified_tree
+from safehub.run import runtime
+from safehub.spec import RepoSpec
+from safehub.store.cache import integrity
+from safehub.store.lockfile import spec_key
+
+if TYPE_CHECKING:
+    from safehub.hub import Hub
+
+__all__ = ["CacheCheck", "CacheEntryInfo", "Prefetched", "cache_clear", "cache_entries",
+           "cache_verify", "prefetch"]
+
+
+@dataclass(frozen=True)
+class Prefetched(Report):
+    spec: str
+    commit: str
+    digest: str
+    path: str
+    mirror: str | None = None
+
+
+def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
+             read_only: bool = False) -> list[Prefetched]:
+    """Fill the cache (and optionally a mirror folder) for offline or fleet use.
+
+    Without ``specs`` every lockfile entry is fetched. Each tree is verified as in a load
+    (against the lockfile where locked); nothing is trusted or run. A mirror is laid out
+    like the archive endpoint (``<mirror>/<Owner>/<Name>/zipball/<sha>``, names as GitHub
+    spells them) so any static server can serve it as ``SAFEHUB_GITHUB_URL``.
+    ``read_only`` seals the cache afterwards for sharing.
+    """
+    lockfile = hub.lockfile
+    if specs:
+        items = [RepoSpec.parse(t) for t in specs]
+    elif lockfile is not None and lockfile.entries:
+        items = [RepoSpec.parse(k) for k in sorted(lockfile.entries)]
+    else:
+        raise SpecError(f"nothing to prefetch: no specs given and no lockfile at "
+                        f"{hub.lockfile_path}",
+                        hint="safehub prefetch owner/name:ref ..., or `safehub lock` first")
+    was_sealed = hub.cache.sealed
+    if read_only and was_sealed:
+        hub.cache.unseal()  # adding to a shared cache: sealed again below, whatever happens
+    done = []
+    try:
+        for spec in items:
+            admitted = hub.admission.admit(spec)
+            tree = verified_tree(hub, admitted)
+            where = str(_mirror(hub, admitted, tree.digest, mirror)) if mirror else None
+            done.append(Prefetched(spec_key(spec), admitted.commit, tree.digest,
+                                   str(tree.path), where))
+    finally:
+        if read_only and (was_sealed or done):
+            hub.cache.seal()
+    return done
+
+
+def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
+    """Download the archive into the mirror, verified to hold exactly ``digest``."""
+    r = hub.resolver.spelled(admitted.resolved)  # static servers match names exactly
+    target = mirror / r.url_name / "zipball" / r.commit
+    if target.is_file() and hub.fetcher.archive_digest(target, r.commit) == digest:
+        return target
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise CacheError(f"cannot write the mirror folder {target.parent} ({e.strerror or e})",
+                         hint="choose a --mirror folder you can write") from e
+    tmp = target.with_name(f".{target.name}.partial")
+    hub.fetcher.download(r, tmp, verbose=False)
+    if hub.fetcher.archive_digest(tmp, r.commit) != digest:
+        os.unlink(tmp)
+        raise IntegrityError(
+            f"the archive downloaded for the mirror of {r.url_name} does not hold the "
+            f"verified content {digest}",
+            hint="the server changed what it serves; do not publish this mirror")
+    os.replace(tmp, target)
+    return target
+
+
+@dataclass(frozen=True)
+class CacheEntryInfo(Report):
+    commit: str
+    repos: list[str]
+    digest: str
+    tree: str
+    level: str
+    files: int
+    bytes: int
+    unverified: list[str]
+    path: str
+    repo: str = ""
+    """The repo it was verified for (its name as the load, lock or prefetch wrote it)."""
+    specs: list[str] = dataclasses.field(default_factory=list)
+    """The lockfile's specs pinned to this commit, where the lockfile is known."""
+
+
+def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
+    """Every cached commit: its repo, the repos naming it, locked specs (``cache ls``)."""
+    repos = hub.cache.repos_by_commit()
+    try:
+        lockfile = hub.lockfile
+    except SafehubError:  # an unreadable lockfile only hides the specs here
+        lockfile = None
+    specs: dict[str, list[str]] = {}
+    for pinned in (lockfile.entries.values() if lockfile is not None else ()):
+        specs.setdefault(pinned.commit, []).append(pinned.spec)
+    out = []
+    for entry in hub.cache.entries():
+        v = entry.verdict()
+        named = repos.get(v.commit, [])
+        out.append(CacheEntryInfo(v.commit, named, v.digest, v.tree,
+                                  v.level, len(v.files), sum(f.size for f in v.files),
+                                  list(v.unverified), str(entry.path),
+                                  repo=v.source or (named[0] if named else ""),
+                                  specs=sorted(specs.get(v.commit, []))))
+    return out
+
+
+@dataclass(frozen=True)
+class CacheCheck(Report):
+    commit: str
+    ok: bool
+    error: str | None = None
+
+
+def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
+    """Re-hash cached trees fully (all, or those whose commit starts with a prefix)."""
+    results = []
+    for entry in hub.cache.entries():
+        if prefixes and not any(entry.commit.startswith(p) for p in prefixes):
+            continue
+        try:
+            with runtime.own_work():  # safehub reads the files to check them
+                integrity.rehash(entry)
+            results.append(CacheCheck(entry.commit, True))
+        except SafehubError as e:
+            results.append(CacheCheck(entry.commit, False, e.message))
+    return results
+
+
+def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
+    """Remove cached trees (all, or those whose commit starts with a prefix of 4 to 40
+    hex digits); returns the commits removed (all of them: every cached commit)."""
+    bad = [p for p in prefixes if not re.fullmatch(r"[0-9a-fA-F]{4,40}", p)]
+    if bad:
+        raise SpecError(f"{bad[0]!r} is not a commit prefix (4 to 40 hex digits)",
+                        hint="`safehub cache ls` lists the cached commits; `safehub cache "
+                        "clear` with no argument removes them all")
+    if not prefixes:
+        removed = [entry.commit for entry in hub.cache.entries()]
+        hub.cache.clear()
+        return removed
+    wanted = [p.lower() for p in prefixes]
+    removed = [entry.commit for entry in list(hub.cache.entries())
+               if any(entry.commit.startswith(p) for p in wanted)]
+    if not removed:
+        raise CacheError(f"no cached commit starts with {' or '.join(prefixes)}",
+                         hint="`safehub cache ls` lists the cached commits")
+    for commit in removed:
+        hub.cache.remove(commit)
+    return removed

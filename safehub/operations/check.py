@@ -1,0 +1,171 @@
+"""``safehub check``: what a load of a spec would do, and why, asked without acting."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from safehub._internal import fixes
+from safehub.admission import Admitted
+from safehub.errors import OfflineError, PolicyDenied, SafehubError, SignatureError
+from safehub.operations.common import Report
+from safehub.run import environment
+from safehub.spec import RepoSpec
+from safehub.trust import Subject
+from safehub.verify.signatures.signers import SignerSet
+
+if TYPE_CHECKING:
+    from safehub.hub import Hub
+
+__all__ = ["CheckReport", "check"]
+
+
+@dataclass(frozen=True)
+class CheckReport(Report):
+    """What a load of ``spec`` would do, and why (``safehub check``)."""
+
+    spec: str
+    repo: str
+    entrypoint: str | None
+    policy_files: list[str]
+    outcome: str  # load, prompt, refuse, or conditional (on a signature not yet checked)
+    why: str
+    fix: fixes.Fix | None = None
+    error: str | None = None
+    ref: str | None = None
+    commit: str | None = None
+    proof: str | None = None
+    policy: str | None = None
+    reasons: list[str] = dataclasses.field(default_factory=list)
+    requirements: dict[str, str | bool] = dataclasses.field(default_factory=dict)
+    violations: list[str] = dataclasses.field(default_factory=list)
+    cached: bool = False
+    digest: str | None = None
+    entrypoint_found: bool | None = None
+    """Whether hubconf.py defines ``entrypoint`` (read from its syntax tree; None: cannot
+    tell, see ``entrypoint_note``)."""
+    entrypoint_note: str = ""
+    signature: str = ""
+    """What the signature step found (``not checked ...`` when no tree was at hand)."""
+
+    def to_json(self) -> dict[str, Any]:  # the fix as the command prints it
+        return {**super().to_json(), "fix": fixes.render(self.fix) if self.fix else None}
+
+
+def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
+    """What a load would do, without downloading an archive or running code.
+
+    ``outcome`` is ``load`` (allowed, or this content was trusted), ``prompt`` (a terminal
+    user would be asked), ``refuse`` (with ``error`` and ``fix``), or ``conditional``: the
+    policy requires a signature and the tree is not cached, so it could not be checked
+    (``fix`` fetches the tree; a cached tree's signature is verified as a load would).
+    """
+    spec = RepoSpec.parse(repo)
+    base: dict[str, Any] = {"spec": str(spec), "repo": spec.key, "entrypoint": entrypoint,
+                            "policy_files": list(hub.policy.files)}
+    try:
+        environment.gate(hub.policy)
+        admitted = hub.admission.admit(spec, entrypoint=entrypoint)
+    except SafehubError as e:  # offline: the load's own fix, for this spec
+        said = hub.settings.offline_fix(str(spec)) if isinstance(e, OfflineError) else e.fix
+        return CheckReport(**base, outcome="refuse", why=e.message, fix=said,
+                           error=type(e).__name__,
+                           policy="deny" if isinstance(e, PolicyDenied) else None,
+                           reasons=list(e.reasons) if isinstance(e, PolicyDenied) else [])
+    r, decision = admitted.resolved, admitted.decision
+    entry = hub.cache.lookup(r.commit)
+    if entry is not None:
+        entry = hub.fetcher.check_cached(entry, r, admitted.lock)
+    wanted = decision.requirements.signature
+    signature = f"not checked (signature = {wanted!r}: the tree is not cached)"
+    if wanted == "none":
+        signature = "not checked (no policy asks for one)"
+    elif entry is not None:
+        try:
+            status = hub.signature(admitted, entry)
+        except SignatureError as e:
+            return CheckReport(**base, outcome="refuse", why=e.message, fix=e.fix,
+                               error=type(e).__name__, ref=r.ref, commit=r.commit,
+                               proof=r.proof, policy=decision.verdict, cached=True,
+                               digest=entry.digest,
+                               signature="MISSING" if "has no signature" in e.message
+                               else "INVALID")
+        signature = status.status
+        if status.failed:  # mode = "warn": a violation, as in a load
+            decision = dataclasses.replace(decision, verdict="prompt", violations=(
+                *decision.violations, status.failed))
+    found, note = _entrypoint(hub, admitted, entry, entrypoint)
+    fix: fixes.Fix | None
+    if found is False:
+        outcome, why, fix = "refuse", note, fixes.say(f"safehub list {spec.repo}:{r.commit}")
+    elif entry is None and hub.settings.offline:
+        outcome = "refuse"
+        why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
+               "is not in the cache: a load would fail")
+        fix = hub.settings.offline_fix(str(spec))
+    elif wanted == "required" and entry is None and decision.mode != "warn":
+        outcome = "conditional"
+        why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if a valid "
+               f"signature by {_signers(decision.requirements.signer_sets)} is "
+               "found: the policy requires one, and it can be checked only on the "
+               "downloaded tree")
+        fix = fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
+                        "(fetches and verifies the tree, runs nothing; then check again)")
+    else:  # the load's own trust step, asked without acting
+        trust = hub.trust_step.verdict(Subject(spec.repo, spec.key, r.ref, r.commit,
+                                               entry.digest if entry else "", signature),
+                                       decision, "check")
+        outcome, why, fix = {
+            "allow": ("load", trust.why, None), "consent": ("load", trust.why, None),
+            "ask": ("prompt", "not trusted yet: you would be asked", None),
+        }.get(trust.kind) or ("refuse", "not trusted, and nobody can be asked",
+                              trust.error.fix if trust.error else None)
+    return CheckReport(
+        **base, outcome=outcome, why=why, fix=fix, ref=r.ref, commit=r.commit, proof=r.proof,
+        policy=decision.verdict, reasons=list(decision.reasons),
+        requirements={"pin": decision.requirements.pin,
+                      "signature": decision.requirements.signature},
+        violations=list(decision.violations), cached=entry is not None,
+        digest=entry.digest if entry is not None else None, entrypoint_found=found,
+        entrypoint_note=note if found is not False else "", signature=signature)
+
+
+def _signers(sets: Sequence[SignerSet]) -> str:
+    """Who may sign, for a message: every set must be satisfied, by one of its signers."""
+    named = [" or ".join([*(s.describe() for s in ss.signers),
+                          *(k.describe() for k in ss.keys)]) or f"({ss.source}: none)"
+             for ss in sets]
+    return " and ".join(named) or "a signer the policy names"
+
+
+def _entrypoint(hub: Hub, admitted: Admitted, entry: Any,
+                entrypoint: str | None) -> tuple[bool | None, str]:
+    """Whether hubconf.py defines ``entrypoint``, read without running any of it: from the
+    cached tree, or fetched by blob id from the commit's tree."""
+    from safehub._internal.hubconf_ast import entrypoints_of
+
+    if entrypoint is None:
+        return None, ""
+    r = admitted.resolved
+    try:
+        if entry is not None:
+            path = entry.path / "hubconf.py"
+            source = path.read_bytes() if path.is_file() else None
+        else:
+            source = hub.source().top_level_file(r.location, r.tree, "hubconf.py")
+    except (SafehubError, OSError) as e:
+        return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {e}"
+    if source is None:
+        return False, f"{r.spec.repo} at {r.commit[:12]} has no hubconf.py (not a hub repo)"
+    found = entrypoints_of(source.decode("utf-8", "replace"))
+    if entrypoint in found.names:
+        return True, ""
+    if not found.certain:
+        return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {found.why}"
+    listed = ", ".join(sorted(found.names)) or "none"
+    return False, (f"hubconf.py of {r.spec.repo} at {r.commit[:12]} has no entrypoint "
+                   f"{entrypoint!r} (read from its syntax tree, nothing ran); it defines: "
+                   f"{listed}")

@@ -1,0 +1,120 @@
+"""``safehub lock`` and ``lock --check``: pinning specs to commits in the lockfile."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from safehub.errors import PinError, SafehubError, SpecError
+from safehub.operations.common import Report
+from safehub.spec import RepoSpec
+from safehub.store.lockfile import LockEntry, Lockfile, spec_key
+from safehub.store.records import WeightPins
+
+if TYPE_CHECKING:
+    from safehub.hub import Hub
+
+__all__ = ["LockChange", "LockStatus", "lock", "lock_check"]
+
+
+@dataclass(frozen=True)
+class LockChange(Report):
+    spec: str
+    commit: str
+    change: str  # added, upgraded, unchanged, kept
+    previous: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data = super().to_json()
+        data["from"] = data.pop("previous")
+        return data
+
+
+def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
+         rewrite: bool = False) -> list[LockChange]:
+    """Pin ``specs`` in the lockfile (fetching and verifying each); return what changed.
+
+    Specs already locked are kept unless ``upgrade`` (which, with no specs, re-resolves
+    every entry). ``rewrite`` starts the file afresh, without reading it (an invalid one
+    too): only ``specs`` are in it afterwards. Policy denials still apply; nothing is
+    trusted or run.
+    """
+    if rewrite and not specs:
+        raise SpecError("--rewrite needs the specs to write", hint="safehub lock --rewrite "
+                        "owner/name:ref ... (every spec the lockfile should pin)")
+    lockfile = Lockfile(hub.lockfile_path) if rewrite else Lockfile.load(
+        hub.lockfile_path, missing_ok=True)
+    if rewrite:
+        hub.forget_lockfile(instead=lockfile)  # admission must not read the old file either
+    targets = list(specs) or (list(lockfile.entries) if upgrade else [])
+    if not targets:
+        raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")
+    changes: list[LockChange] = []
+    pins = WeightPins(hub.settings.data_dir)
+    for text in targets:
+        spec = RepoSpec.parse(text)
+        old = lockfile.get(spec)
+        if old is not None and not upgrade:
+            lockfile.put(old.with_pins(pins.for_repo(spec.key)))
+            changes.append(LockChange(old.spec, old.commit, "kept"))
+            continue
+        admitted = hub.admission.admit(spec, resolution="fresh", locked=True)
+        r = hub.resolver.spelled(admitted.resolved)  # the lockfile keeps GitHub's spelling
+        tree = hub.fetcher.tree(r, None, verbose=False)
+        signer = hub.signature(admitted, tree).signer
+        entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
+                          tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
+        if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
+            entry = dataclasses.replace(entry, weights=old.weights, oci=old.oci)
+        entry = entry.with_pins(pins.for_repo(spec.key))
+        change = "added" if old is None else (
+            "unchanged" if old.commit == entry.commit else "upgraded")
+        lockfile.put(entry)
+        changes.append(LockChange(entry.spec, entry.commit, change,
+                                  old.commit if old is not None else None))
+    lockfile.save()
+    hub.forget_lockfile()
+    return changes
+
+
+@dataclass(frozen=True)
+class LockStatus(Report):
+    spec: str
+    locked: str
+    now: str | None
+    ok: bool
+    error: str | None = None
+    fix: str | None = None
+
+
+def lock_check(hub: Hub) -> list[LockStatus]:
+    """Ask GitHub whether every locked ref still names its locked commit (and is the
+    repo's own, and the policy still admits it); nothing is cached or changed."""
+    lockfile = hub.lockfile
+    if lockfile is None:
+        raise PinError(f"no lockfile at {hub.lockfile_path}",
+                       hint="create one with `safehub lock SPEC`")
+    results = []
+    for key in sorted(lockfile.entries):
+        entry = lockfile.entries[key]
+        try:
+            now = hub.admission.admit(RepoSpec.parse(entry.spec), resolution="online").resolved
+            where = now.url_name.lower()
+            if entry.repo and entry.repo.lower() != where:
+                # The entry locks code from another repo than the spec names today.
+                results.append(LockStatus(key, entry.commit, None, False,
+                                          f"locked to code from {entry.repo}, but {entry.spec} "
+                                          f"is {now.url_name} now; run `safehub lock "
+                                          f"{entry.spec}` after checking why"))
+                continue
+            ok = now.commit == entry.commit and now.tree == entry.tree
+            results.append(LockStatus(key, entry.commit, now.commit, ok, fix=None if ok else (
+                f"safehub lock --upgrade {shlex.quote(entry.spec)}   (if the move is "
+                "expected: review the new commit first)")))
+        except SafehubError as e:
+            results.append(LockStatus(key, entry.commit, None, False,
+                                      f"{type(e).__name__}: {e.message}", e.hint))
+    return results
