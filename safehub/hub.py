@@ -195,7 +195,9 @@ class Hub:
                                      checked_on_open=True)
         except OfflineError as e:
             raise OfflineError(e.message, fix=self.settings.offline_fix(str(spec))) from e
-        yield (done := replace(done, tree=tree))
+        signers = getattr(self._source, "fleet_signers", {})  # who signed an OCI snapshot
+        oci = admitted.lock.entry.oci if admitted.lock is not None else ""
+        yield (done := replace(done, tree=tree, fleet=signers.get(oci, "")))
         signature = self.signature(admitted, tree)                        # 7
         yield (done := replace(done, signature=signature))
         decision = admitted.decision

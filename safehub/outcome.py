@@ -94,6 +94,8 @@ class Outcome:
     folder: bool = False
     """A ``source="local"`` load."""
     runtime: RuntimeReport | None = None
+    fleet: str = ""
+    """Who signed the OCI snapshot the tree came from, where ``[oci]`` requires it."""
 
     @classmethod
     def asked(cls, spec: RepoSpec, entrypoint: str | None) -> Outcome:
@@ -126,6 +128,8 @@ def audit_line(outcome: Outcome, error: BaseException | None = None) -> AuditLin
         fields["ref"], fields["commit"] = o.admitted.resolved.ref, o.admitted.commit
     if o.tree is not None:
         fields["digest"] = o.tree.digest
+    if o.fleet:
+        fields["fleet_signature"] = o.fleet
     if o.signature is not None:
         fields["signature"] = o.signature.status
     decision: str = "error"

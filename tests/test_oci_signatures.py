@@ -249,6 +249,8 @@ def test_a_signed_snapshot_loads_where_the_node_requires_the_signature(
     prepared = fleet.load()
     assert (prepared.path / "hubconf.py").is_file()
     assert fleet.server.requests_log == []  # GitHub is not asked
+    audit = (fleet.home / "state/safehub/log/audit.jsonl").read_text().splitlines()[-1]
+    assert json.loads(audit)["fleet_signature"] == f"key {fleet.pub}"
 
     # Signing again (the same key) adds nothing; pushing the snapshot again keeps its digest.
     fleet.monkeypatch.delenv("SAFEHUB_OCI")
