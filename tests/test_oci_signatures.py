@@ -246,6 +246,11 @@ def test_a_signed_snapshot_loads_where_the_node_requires_the_signature(
 
     fleet.require(fleet.pub)
     fleet.node("signed-node")
+    # `check` cannot vouch for a signature it has not seen: conditional, with the fix.
+    assert main(["check", SPEC]) == 1
+    out = capsys.readouterr().out
+    assert "CONDITIONAL" in out and "carries a fleet signature by key" in out, out
+    assert f"safehub prefetch {SPEC}" in out
     prepared = fleet.load()
     assert (prepared.path / "hubconf.py").is_file()
     assert fleet.server.requests_log == []  # GitHub is not asked

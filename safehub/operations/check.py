@@ -106,14 +106,20 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
                "is not in the cache: a load would fail")
         fix = hub.settings.offline_fix(str(spec))
+    elif entry is None and (fleet := _fleet_sets(hub)) and decision.mode != "warn":
+        outcome = "conditional"
+        why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if the snapshot "
+               f"in {', '.join(hub.settings.oci)} carries a fleet signature by "
+               f"{_signers(fleet)}: [oci] requires one, checked when the snapshot is "
+               "downloaded")
+        fix = _prefetch_fix(spec)
     elif wanted == "required" and entry is None and decision.mode != "warn":
         outcome = "conditional"
         why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if a valid "
                f"signature by {_signers(decision.requirements.signer_sets)} is "
                "found: the policy requires one, and it can be checked only on the "
                "downloaded tree")
-        fix = fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
-                        "(fetches and verifies the tree, runs nothing; then check again)")
+        fix = _prefetch_fix(spec)
     else:  # the load's own trust step, asked without acting
         trust = hub.trust_step.verdict(Subject(spec.repo, spec.key, r.ref, r.commit,
                                                entry.digest if entry else "", signature),
@@ -131,6 +137,19 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         violations=list(decision.violations), cached=entry is not None,
         digest=entry.digest if entry is not None else None, entrypoint_found=found,
         entrypoint_note=note if found is not False else "", signature=signature)
+
+
+def _fleet_sets(hub: Hub) -> tuple[SignerSet, ...]:
+    """The ``[oci]`` signer sets a load through ``SAFEHUB_OCI`` must satisfy (none
+    without it)."""
+    from safehub.policy.oci import fleet_signers
+
+    return fleet_signers(hub.policy) if hub.settings.oci else ()
+
+
+def _prefetch_fix(spec: RepoSpec) -> fixes.Fix:
+    return fixes.run(f"safehub prefetch {shlex.quote(str(spec))}",
+                     "(fetches and verifies the tree, runs nothing; then check again)")
 
 
 def _signers(sets: Sequence[SignerSet]) -> str:
