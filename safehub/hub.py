@@ -200,10 +200,7 @@ class Hub:
         yield (done := replace(done, tree=tree, fleet=signers.get(oci, "")))
         signature = self.signature(admitted, tree)                        # 7
         yield (done := replace(done, signature=signature))
-        decision = admitted.decision
-        if signature.failed:  # mode = "warn": a violation like any other, asks consent
-            decision = replace(decision, verdict="prompt",
-                               violations=(*decision.violations, signature.failed))
+        decision = signature.weighed(admitted.decision)
         trusted_by = self.trust_step.decide(                              # 8. trust
             self._subject(admitted, tree, signature.status), decision, trust_repo,
             nested=nested)

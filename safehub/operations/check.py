@@ -94,9 +94,7 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
                                signature="MISSING" if "has no signature" in e.message
                                else "INVALID")
         signature = status.status
-        if status.failed:  # mode = "warn": a violation, as in a load
-            decision = dataclasses.replace(decision, verdict="prompt", violations=(
-                *decision.violations, status.failed))
+        decision = status.weighed(decision)  # as a load does
     found, note = _entrypoint(hub, admitted, entry, entrypoint)
     fix: fixes.Fix | None
     if found is False:

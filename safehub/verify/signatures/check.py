@@ -6,9 +6,11 @@ signed load does not verify again, and a changed policy or key verifies again.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safehub._internal.warn import warn
 from safehub.errors import SignatureError
@@ -16,6 +18,9 @@ from safehub.store.records import SignatureRecords
 from safehub.verify.signatures.locate import Found, find_signature
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
 from safehub.verify.signatures.verify import TreeSignature, Verifier
+
+if TYPE_CHECKING:
+    from safehub.policy.model import Decision
 
 __all__ = ["SignatureCheck", "SignatureStatus", "verify_complete"]
 
@@ -32,6 +37,15 @@ class SignatureStatus:
     @classmethod
     def not_asked(cls) -> SignatureStatus:
         return cls("not checked (no policy asks for one)")
+
+    def weighed(self, decision: Decision) -> Decision:
+        """``decision`` once this step has spoken: in ``mode = "warn"`` a failed signature
+        is a violation like any other (the load asks consent); else it is unchanged. The
+        one place a load and ``safehub check`` change the decision after admission."""
+        if not self.failed:
+            return decision
+        return dataclasses.replace(decision, verdict="prompt",
+                                   violations=(*decision.violations, self.failed))
 
 
 def verify_complete(what: str, tree: Path, found: Found,
