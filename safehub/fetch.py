@@ -53,7 +53,7 @@ class TreeFetcher:
         """The verified tree of ``resolved.commit`` (downloaded and installed if needed).
 
         ``checked_on_open``: the caller checks each file as the repo's code opens it (the
-        runtime guard, with the tree's ``sealed`` time), so a cache hit's scan is the
+        runtime guard, with the tree's ``verified_ns``), so a cache hit's scan is the
         folder scan; otherwise it is every entry's (see :func:`integrity.unchanged`).
         """
         if not force:
@@ -75,11 +75,11 @@ class TreeFetcher:
         return self._remember(tree)
 
     def _remember(self, tree: CachedTree) -> CachedTree:
-        """Record what this user verified (scans and sealed time); the tree with ``sealed``."""
+        """Record what this user verified (scans, verified time); the tree with ``verified_ns``."""
         found = integrity.survey(tree.path)
         self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path), found)
         _SEEN[(str(tree.path), tree.digest)] = found
-        return dataclasses.replace(tree, sealed=found.sealed, ident=found.ident)
+        return dataclasses.replace(tree, verified_ns=found.verified_ns, ident=found.ident)
 
     def cache_hit(self, resolved: Resolved, locked: Locked | None, *,
                   checked_on_open: bool = False) -> CachedTree | None:
@@ -103,7 +103,7 @@ class TreeFetcher:
         recorded = ((known.at(path) if known.digest == hit.digest else None)
                     if known is not None else _SEEN.get((path, hit.digest)))
         ident = integrity.tree_ident(hit.path)
-        fast = recorded.sealed if recorded is not None and integrity.unchanged(
+        fast = recorded.verified_ns if recorded is not None and integrity.unchanged(
             hit.path, recorded, checked_on_open=checked_on_open) else None
         if fast is None:
             integrity.rehash(hit)  # under a guard, the own-work marker covers these reads
@@ -127,7 +127,7 @@ class TreeFetcher:
                                              fixes.say("check how the lockfile was made")),
                                 "nothing ran; "))
         if fast is not None:
-            return dataclasses.replace(hit, sealed=fast, ident=ident)
+            return dataclasses.replace(hit, verified_ns=fast, ident=ident)
         return self._remember(hit)
 
     def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:

@@ -44,7 +44,7 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         edit=reqs.runtime.edit if reqs.runtime.edit[1] else (user_policy, ""),
         user_policy=user_policy,
         repo_key=spec.key)
-    return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, sealed_ns=tree.sealed,
+    return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, verified_ns=tree.verified_ns,
                         tree_ident=tree.ident, own=own)
 
 

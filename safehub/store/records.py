@@ -161,23 +161,24 @@ class SignatureRecords:
 class Verified:
     """What this user verified for one commit: per cache folder that served it, the stat
     scan of every entry (``scans``), of every folder (``dirs``), the latest ctime of
-    any entry right after verification (``sealed``), and the tree's folders (``folders``,
-    so that the folder scan need not list them)."""
+    any entry right after verification (``verified_ns``; the record's key is ``sealed``,
+    as earlier versions wrote it), and the tree's folders (``folders``, so that the folder
+    scan need not list them). "Sealed" now means only a cache shared read-only."""
 
     digest: str
     tree: str
     scans: dict[str, str]
     dirs: dict[str, str]
-    sealed: dict[str, int]
+    verified_ns: dict[str, int]
     folders: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def at(self, path: str) -> Survey | None:
         """What the cache folder ``path`` looked like when this user verified it there
         (None if it never served this commit): what its scan is compared with."""
-        if path not in self.sealed:
+        if path not in self.verified_ns:
             return None
         return Survey(self.scans.get(path, ""), self.dirs.get(path, ""),
-                      self.folders.get(path, ()), self.sealed[path])
+                      self.folders.get(path, ()), self.verified_ns[path])
 
 
 class VerifiedRecords:
@@ -212,9 +213,9 @@ class VerifiedRecords:
         known = self.get(commit)
         same = known is not None and known.digest == digest
         maps: list[dict[str, Any]] = [dict(m) if same else {} for m in (
-            (known.scans, known.dirs, known.sealed, known.folders) if known
+            (known.scans, known.dirs, known.verified_ns, known.folders) if known
             else ({}, {}, {}, {}))]
-        new = (found.scan, found.dirs, found.sealed, found.folders)
+        new = (found.scan, found.dirs, found.verified_ns, found.folders)
         if same and all(m.get(path) == v for m, v in zip(maps, new, strict=True)):
             return
         for m, v in zip(maps, new, strict=True):

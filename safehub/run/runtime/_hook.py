@@ -90,11 +90,11 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
 _prefixes: tuple[str, ...] = ()  # integrity.PREFIXES, where the hook reads it fastest
 
 
-def watch(prefixes: tuple[str, ...], sealed: int, repo: str,
+def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
           ident: tuple[int, int] | None = None) -> None:
     """Check reads of the tree under ``prefixes`` from now on (:func:`integrity.watch`)."""
     global _prefixes
-    integrity.watch(prefixes, sealed, repo, ident)
+    integrity.watch(prefixes, verified_ns, repo, ident)
     _prefixes = integrity.PREFIXES
 
 

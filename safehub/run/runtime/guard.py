@@ -132,15 +132,16 @@ class RuntimeGuard:
     """
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
-                 write_roots: Sequence[Path] = (), sealed_ns: int | None = None,
+                 write_roots: Sequence[Path] = (), verified_ns: int | None = None,
                  tree_ident: tuple[int, int] | None = None,
                  own: OwnWork | Callable[[], OwnWork] | None = None) -> None:
         self.rules = rules
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
-        self.sealed_ns = sealed_ns
-        """The tree's sealed time (ns): its files are checked as they are opened."""
+        self.verified_ns = verified_ns
+        """The latest ctime (ns) of the tree's entries when it was verified: its files are
+        checked against it as they are opened."""
         self.tree_ident = tree_ident
         """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
         self._own = own
@@ -177,8 +178,8 @@ class RuntimeGuard:
         self.report.shadowing = shadowing(self.tree, self.repo)
         self._refuse_shadowing()
         before = sys.modules.copy()  # a C copy: its keys are what was imported before
-        if self.sealed_ns is not None:
-            _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
+        if self.verified_ns is not None:
+            _hook.watch(self._watch, self.verified_ns, self.repo, self.tree_ident)
         _hook.push(self)
         try:
             yield self.report
@@ -197,10 +198,10 @@ class RuntimeGuard:
         they are opened (the cache's integrity, not the guard's rules; the warm load scanned
         only its folders). ``hubconf.py`` is checked here: torch's importer opens it before
         any of the tree's code is on the stack, when the hook alone would not look."""
-        if self.sealed_ns is None:
+        if self.verified_ns is None:
             return
         _hook.install()
-        _hook.watch(self._watch, self.sealed_ns, self.repo, self.tree_ident)
+        _hook.watch(self._watch, self.verified_ns, self.repo, self.tree_ident)
         refusal = integrity.check_opened(str(self.tree / "hubconf.py"), self.repo)
         if refusal is not None:
             raise refusal

@@ -14,13 +14,13 @@ tree is served, and its files read, only after the check that fits the moment:
    cannot vouch for (no record, or a scan that differs).
 3. **The check on open** (:func:`watch`, :func:`check_opened`): from a load on, every file
    of the tree opened for reading (the repo's modules as Python imports them, a data file
-   read later) must still have a ctime no later than the tree's *sealed* time, the latest
+   read later) must still have a ctime no later than the tree's *verified* time, the latest
    ctime of any entry right after it was verified, and no write permission: any write,
    chmod or replacement since makes the ctime later, and ctime cannot be set back. The
    folders on the way are checked too, or a file could be swapped with the folder around
    it: the tree folder must still be the one that was verified (same device and inode),
    and it and every folder between it and the file must have a ctime no later than the
-   sealed time. What native code reads directly is not seen here (``safehub cache
+   verified time. What native code reads directly is not seen here (``safehub cache
    verify`` re-hashes everything). Cost: the audit hook tests an absolute path against
    :data:`PREFIXES` and stops there for a file outside every tree (a relative path is
    joined to the working directory, which is looked up again only after a ``chdir``).
@@ -145,7 +145,7 @@ class Survey:
     folders: tuple[str, ...]
     """The folders, relative (``""`` is the tree), in the order :func:`scan_folders` takes
     them."""
-    sealed: int
+    verified_ns: int
     """The latest ctime (ns) of any entry, taken right after verification: ctime cannot be
     set back, so a file opened later with a ctime at or before it is the file verified."""
     ident: tuple[int, int] | None = None
@@ -155,7 +155,7 @@ class Survey:
 
 def survey(root: Path) -> Survey:
     """What ``root`` looks like right after it was verified, recorded for its later scans:
-    :func:`scan_entries`, :func:`scan_folders`, the folder list and the sealed time, in
+    :func:`scan_entries`, :func:`scan_folders`, the folder list and the verified time, in
     one walk (one ``lstat`` per entry)."""
     try:
         return _survey(root)
@@ -305,7 +305,7 @@ def _remove_bytecode(tree: Path, committed: set[str]) -> None:
 # -- 3. the check on open -----------------------------------------------------------------
 
 class _Watched(NamedTuple):
-    sealed: int  # the tree's sealed time (ctime, ns)
+    verified_ns: int  # the tree's verified time (ctime, ns)
     repo: str
     root: str  # the tree folder
     ident: tuple[int, int] | None  # its (st_dev, st_ino) when it was verified
@@ -313,14 +313,14 @@ class _Watched(NamedTuple):
 
 #: Watched tree folders (each ending in a separator). Empty: reads cost nothing.
 PREFIXES: tuple[str, ...] = ()
-_SEALED: dict[str, _Watched] = {}  # folder + separator -> what it was when verified
+_WATCHED: dict[str, _Watched] = {}  # folder + separator -> what it was when verified
 _cwd: str | None = None  # the working directory as last looked up (None: changed since)
 _cwd_near = True  # a tree is at or below the working directory, or the reverse
 
 
-def watch(prefixes: tuple[str, ...], sealed: int, repo: str,
+def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
           ident: tuple[int, int] | None = None) -> None:
-    """Check reads under ``prefixes`` against ``sealed`` (ctime, ns) from now on, for the
+    """Check reads under ``prefixes`` against ``verified_ns`` (ctime, ns) from now on, for the
     rest of the process. ``ident``: the tree folder's ``(st_dev, st_ino)`` when it was
     verified; without it, the folder's identity now."""
     global PREFIXES
@@ -334,8 +334,8 @@ def watch(prefixes: tuple[str, ...], sealed: int, repo: str,
                 here = None  # then every read under it is refused
             else:
                 here = (st.st_dev, st.st_ino)
-        _SEALED[prefix] = _Watched(sealed, repo, root, here)
-    PREFIXES = tuple(_SEALED)
+        _WATCHED[prefix] = _Watched(verified_ns, repo, root, here)
+    PREFIXES = tuple(_WATCHED)
     changed_dir()
 
 
@@ -373,7 +373,7 @@ def refuse_bytecode_folder(args: tuple[object, ...]) -> None:
     """Python writes no bytecode into a watched tree, even as root: creating a
     ``__pycache__`` there fails (importlib then skips the write, as for any user who cannot
     write the read-only tree). A new entry would make its folder's ctime later than the
-    sealed time, and every later read under that folder would be refused."""
+    verified time, and every later read under that folder would be refused."""
     name = args[0] if args else None
     if isinstance(name, bytes):
         name = os.fsdecode(name)
@@ -394,25 +394,25 @@ def refuse_bytecode(path: str) -> None:
 
 def check_opened(path: str, repo: str = "") -> TamperedError | None:
     """The refusal if ``path``, in a watched tree, is not the file that was verified."""
-    found = next((p for p in _SEALED if path.startswith(p)), None)
+    found = next((p for p in _WATCHED if path.startswith(p)), None)
     if found is None:
         return None
-    sealed, repo_, folder, ident = _SEALED[found]
+    verified_ns, repo_, folder, ident = _WATCHED[found]
     repo = repo or repo_
     try:
         st = os.lstat(folder)
-        if (st.st_dev, st.st_ino) != ident or st.st_ctime_ns > sealed:
+        if (st.st_dev, st.st_ino) != ident or st.st_ctime_ns > verified_ns:
             return _folder_changed(folder, path, repo, (st.st_dev, st.st_ino) != ident)
         for name in path[len(found):].split(os.sep)[:-1]:
             if name:
                 folder += os.sep + name
                 st = os.lstat(folder)
-                if st.st_ctime_ns > sealed or not stat.S_ISDIR(st.st_mode):
+                if st.st_ctime_ns > verified_ns or not stat.S_ISDIR(st.st_mode):
                     return _folder_changed(folder, path, repo)
         st = os.stat(path)
     except OSError:
         return None  # the open fails on its own
-    if st.st_ctime_ns <= sealed and not st.st_mode & 0o222:
+    if st.st_ctime_ns <= verified_ns and not st.st_mode & 0o222:
         return None
     return TamperedError(
         f"cached file {path!r} changed after safehub verified it (found as {repo}'s code "

@@ -31,10 +31,11 @@ class CachedTree:
     digest: str
     tree: str
     level: str
-    sealed: int | None = None
+    verified_ns: int | None = None
     """The latest ctime of any entry right after this user verified it (set by the fetcher)."""
     ident: tuple[int, int] | None = None
-    """The tree folder's ``(st_dev, st_ino)`` as the fetcher checked it (set with ``sealed``)."""
+    """The tree folder's ``(st_dev, st_ino)`` as the fetcher checked it (set with
+    ``verified_ns``)."""
 
     @property
     def entry_dir(self) -> Path:
