@@ -248,7 +248,8 @@ def imports(bench: Bench, size: int) -> dict[str, Any]:
     extra = {name: us for name, us in seen["safehub"].items() if name not in seen["torch"]}
     top = sorted(extra.items(), key=lambda kv: -kv[1])
     return {"count": len(extra), "total_ms": sum(extra.values()) / 1e3,
-            "top": [{"module": m, "ms": us / 1e3} for m, us in top[:15]]}
+            "top": [{"module": m, "ms": us / 1e3} for m, us in top[:15]],
+            "all": [{"module": m, "ms": us / 1e3} for m, us in top]}
 
 
 def concurrent(bench: Bench, size: int, procs: int) -> dict[str, Any]:
@@ -290,9 +291,29 @@ def report(res: dict[str, Any]) -> None:
     print(f"safehub vs torch.hub on a loopback GitHub; torch {res['torch']}, Python "
           f"{res['python']}, {res['cpus']} CPUs; load average {res['loadavg_before']} before, "
           f"{res['loadavg_after']} after; files in {res['written_to']}")
+    if "warm" in res:
+        _report_warm(res["warm"])
+    if "fresh_warm" in res or "fresh_cold" in res:
+        _report_fresh(res)
+    if "imports" in res:
+        imp = res["imports"]
+        print(f"\n3. the first load imports {imp['count']} modules beyond torch.hub's own, "
+              f"{imp['total_ms']:.1f} ms of their own import time; the costliest:")
+        for item in imp["top"]:
+            print(f"     {item['ms']:7.2f} ms  {item['module']}")
+    if "concurrent" in res:
+        c = res["concurrent"]
+        print(f"\n4. {c['procs']} processes cold-loading at once: ok torch.hub "
+              f"{c['torch_ok']}, safehub {c['safehub_ok']}; archive downloads "
+              f"{c['torch_downloads']} and {c['safehub_downloads']}")
+        if c["torch_failures"]:
+            print(f"   torch.hub failures: {c['torch_failures']}")
+
+
+def _report_warm(rows: dict[str, Any]) -> None:
     print("\n1. warm loads in a process (median ms per load; CPU, then wall)")
     print(f"{'':28}{'CPU':>9}{'+CPU':>9}{'ratio':>8}{'wall':>9}{'ratio':>8}")
-    for size, row in res["warm"].items():
+    for size, row in rows.items():
         t = row["torch"]
         print(f"{size + ' files: torch.hub':28}{t['cpu']:9.2f}{'':9}{'':8}{t['wall']:9.2f}")
         for mode in MODES:
@@ -305,26 +326,18 @@ def report(res: dict[str, Any]) -> None:
               f"{after['torch_after_cpu'] - t['cpu']:+9.2f}"
               f"{after['torch_after_cpu'] / t['cpu']:7.2f}x{after['torch_after_wall']:9.2f}"
               f"{after['torch_after_wall'] / t['wall']:7.2f}x")
+
+
+def _report_fresh(res: dict[str, Any]) -> None:
     print("\n2. a whole fresh process: python -c 'import torch; load(...)' (median ms)")
     print(f"{'':28}{'torch.hub':>10}{'safehub':>10}{'ratio':>8}   "
           f"{'wall':>8}{'wall':>8}{'ratio':>8}")
     for label, key in (("warm", "fresh_warm"), ("cold", "fresh_cold")):
-        for size, f in res[key].items():
+        for size, f in res.get(key, {}).items():
             t, s = f["torch"], f["safehub"]
             print(f"{f'{label}, {size} files, CPU':28}{t['cpu']:10.0f}{s['cpu']:10.0f}"
                   f"{s['cpu'] / t['cpu']:7.3f}x   {t['wall']:8.0f}{s['wall']:8.0f}"
                   f"{s['wall'] / t['wall']:7.3f}x")
-    imp = res["imports"]
-    print(f"\n3. the first load imports {imp['count']} modules beyond torch.hub's own, "
-          f"{imp['total_ms']:.1f} ms of their own import time; the costliest:")
-    for item in imp["top"]:
-        print(f"     {item['ms']:7.2f} ms  {item['module']}")
-    c = res["concurrent"]
-    print(f"\n4. {c['procs']} processes cold-loading at once: ok torch.hub {c['torch_ok']}, "
-          f"safehub {c['safehub_ok']}; archive downloads {c['torch_downloads']} and "
-          f"{c['safehub_downloads']}")
-    if c["torch_failures"]:
-        print(f"   torch.hub failures: {c['torch_failures']}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,13 +349,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few rounds")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--sections", default="warm,fresh,cold,imports,concurrent",
+                    help="which parts to run, comma-separated (default: all): warm (1), "
+                    "fresh (2, warm cache), cold (2, nothing cached), imports (3), "
+                    "concurrent (4)")
     ap.add_argument("--dir", help="where the caches, torch's hub dir and the repos go (default: "
                     "the temp folder); a tmpfs such as /dev/shm leaves out the disk's cost")
     args = ap.parse_args(argv)
     if args.quick:
         args.warm, args.fresh, args.procs = 20, 1, 4
-    sizes = sorted({int(s) for s in args.files.split(",")} | {args.cold_files})
+    sections = set(args.sections.split(","))
+    unknown = sections - {"warm", "fresh", "cold", "imports", "concurrent"}
+    if unknown:
+        ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
     warm_sizes = [int(s) for s in args.files.split(",")]
+    cold_sizes = {args.cold_files} if sections & {"cold", "concurrent"} else set()
+    sizes = sorted(set(warm_sizes) | cold_sizes)
 
     import torch
 
@@ -357,13 +379,18 @@ def main(argv: list[str] | None = None) -> int:
             for which in ("torch", "safehub"):
                 _spawn_timed([sys.executable, "-c", FRESH, which, f"bench/hub{size}:v1.0"],
                              bench.child_env(size))
-        res["warm"] = warm(bench, warm_sizes, args.warm)
-        res["fresh_warm"] = {str(n): fresh(bench, n, args.fresh, cold=False)
-                             for n in warm_sizes}
-        res["fresh_cold"] = {str(args.cold_files): fresh(bench, args.cold_files, args.fresh,
-                                                         cold=True)}
-        res["imports"] = imports(bench, warm_sizes[0])
-        res["concurrent"] = concurrent(bench, args.cold_files, args.procs)
+        if "warm" in sections:
+            res["warm"] = warm(bench, warm_sizes, args.warm)
+        if "fresh" in sections:
+            res["fresh_warm"] = {str(n): fresh(bench, n, args.fresh, cold=False)
+                                 for n in warm_sizes}
+        if "cold" in sections:
+            res["fresh_cold"] = {str(args.cold_files): fresh(bench, args.cold_files,
+                                                             args.fresh, cold=True)}
+        if "imports" in sections:
+            res["imports"] = imports(bench, warm_sizes[0])
+        if "concurrent" in sections:
+            res["concurrent"] = concurrent(bench, args.cold_files, args.procs)
     finally:
         bench.stop()
         rmtree(work)  # the caches are read-only

@@ -19,14 +19,16 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from safehub.errors import SpecError
 from safehub.limits import DEFAULTS, Limits
 from safehub.policy import Policy
 from safehub.policy.keys import KEYS
-from safehub.sources.transport import TransportConfig
+
+if TYPE_CHECKING:  # the transport is imported where a request is about to be made
+    from safehub.sources.transport import Transport, TransportConfig
 
 __all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Settings", "env_flag",
            "environment", "held_back", "say_ignored"]
@@ -472,8 +474,20 @@ class Settings:
             }
         return frozenset(hosts | self.extra_hosts)
 
+    def transport(self, *, weights: bool = False) -> Transport:
+        """A transport held to these settings (imported here: a warm load makes none).
+        ``weights``: for weights downloads, with a deadline of at least an hour."""
+        from safehub.sources.transport import Transport
+
+        config = self.transport_config()
+        if weights:
+            config = replace(config, deadline=max(config.deadline, 3600.0))
+        return Transport(config)
+
     def transport_config(self) -> TransportConfig:
         """The transport's own rules, taken from these settings."""
+        from safehub.sources.transport import TransportConfig
+
         lim = self.limits
         return TransportConfig(
             allowed_hosts=self.allowed_hosts, connect_timeout=lim.connect_timeout,
