@@ -89,11 +89,19 @@ print(json.dumps({"cpu": cpu, "wall": wall, "torch_after_cpu": after[0],
                   "torch_after_wall": after[1]}))
 """
 
-# One process of sections 2 and 3: KIND SPEC.
+# One process of sections 2 and 3: KIND SPEC. Prints the CPU time of the full (oldest
+# generation) garbage collections that ran from the import of torch.hub or safehub to the
+# end of the load: one pass over torch's heap, due at the next allocations of whoever runs.
 FRESH = """
-import os, sys
+import gc, os, sys, time
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import torch
+full = [0.0, 0]
+def _gc(phase, info):
+    if info["generation"] == 2:
+        full[0] += time.thread_time() * (1 if phase == "stop" else -1)
+        full[1] += phase == "stop"
+gc.callbacks.append(_gc)
 if sys.argv[1] == "torch":
     import torch.hub, _loopback
     _loopback.point_torch_hub_from_env()
@@ -101,6 +109,8 @@ if sys.argv[1] == "torch":
 else:
     import safehub
     safehub.load(sys.argv[2], "tiny", trust_repo=True, verbose=False)
+gc.callbacks.remove(_gc)
+print(f"full-gc {full[0] * 1e3:.3f} {full[1]}")
 """
 
 CONCURRENT = """
@@ -216,35 +226,39 @@ def fresh(bench: Bench, size: int, rounds: int, cold: bool) -> dict[str, Any]:
     """Section 2: whole processes, alternating who goes first."""
     spec = f"bench/hub{size}:v1.0"
     runs: dict[str, list[tuple[float, float]]] = {"torch": [], "safehub": []}
+    full_gc: dict[str, list[float]] = {"torch": [], "safehub": []}
     for which in ("torch", "safehub"):  # untimed: fill the caches, compile, warm the disk
         _spawn_timed([sys.executable, "-c", FRESH, which, spec], bench.child_env(size))
     for r in range(rounds):
         for which in (("torch", "safehub") if r % 2 == 0 else ("safehub", "torch")):
             if cold:
                 bench.clear(which)
-            _, _, cpu, wall = _spawn_timed([sys.executable, "-c", FRESH, which, spec],
-                                           bench.child_env(size))
+            out, _, cpu, wall = _spawn_timed([sys.executable, "-c", FRESH, which, spec],
+                                             bench.child_env(size))
             runs[which].append((cpu, wall))
+            full_gc[which].append(float(out.split()[-2]))
     return {w: {"cpu": statistics.median(c for c, _ in v) * 1e3,
-                "wall": statistics.median(t for _, t in v) * 1e3} for w, v in runs.items()}
+                "wall": statistics.median(t for _, t in v) * 1e3,
+                "full_gc": statistics.median(full_gc[w])} for w, v in runs.items()}
 
 
-def imports(bench: Bench, size: int) -> dict[str, Any]:
+def imports(bench: Bench, size: int, rounds: int = 3) -> dict[str, Any]:
     """Section 3: modules the first safehub load imports that torch.hub's first load does
-    not, with each one's own import time (microseconds, from -X importtime)."""
+    not, with each one's own import time (microseconds, from -X importtime; the least of
+    ``rounds`` processes, as a shared machine only ever adds to it)."""
     spec = f"bench/hub{size}:v1.0"
-    seen: dict[str, dict[str, int]] = {}
+    seen: dict[str, dict[str, int]] = {"torch": {}, "safehub": {}}
     for which in ("torch", "safehub"):  # warm: the cold runs may have emptied the caches
         _spawn_timed([sys.executable, "-c", FRESH, which, spec], bench.child_env(size))
-    for which in ("torch", "safehub"):
-        _, err, _, _ = _spawn_timed([sys.executable, "-X", "importtime", "-c", FRESH, which,
-                                     spec], bench.child_env(size))
-        table: dict[str, int] = {}
-        for line in err.splitlines():
-            if line.startswith("import time:") and "|" in line and "self [us]" not in line:
-                own, _, name = line[len("import time:"):].split("|")
-                table[name.strip()] = int(own)
-        seen[which] = table
+    for _ in range(rounds):
+        for which in ("torch", "safehub"):
+            _, err, _, _ = _spawn_timed([sys.executable, "-X", "importtime", "-c", FRESH,
+                                         which, spec], bench.child_env(size))
+            table = seen[which]
+            for line in err.splitlines():
+                if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+                    own, _, name = line[len("import time:"):].split("|")
+                    table[name.strip()] = min(int(own), table.get(name.strip(), int(own)))
     extra = {name: us for name, us in seen["safehub"].items() if name not in seen["torch"]}
     top = sorted(extra.items(), key=lambda kv: -kv[1])
     return {"count": len(extra), "total_ms": sum(extra.values()) / 1e3,
@@ -338,6 +352,8 @@ def _report_fresh(res: dict[str, Any]) -> None:
             print(f"{f'{label}, {size} files, CPU':28}{t['cpu']:10.0f}{s['cpu']:10.0f}"
                   f"{s['cpu'] / t['cpu']:7.3f}x   {t['wall']:8.0f}{s['wall']:8.0f}"
                   f"{s['wall'] / t['wall']:7.3f}x")
+            if t["full_gc"] or s["full_gc"]:
+                print(f"{'  of which full GC, CPU':28}{t['full_gc']:10.0f}{s['full_gc']:10.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:
