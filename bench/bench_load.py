@@ -17,9 +17,13 @@ PYTHONDONTWRITEBYTECODE for its children and compiles safehub first), as users r
    torch.hub's own warm load after safehub's: what the hook costs torch.hub.
 2. **A whole fresh process** (``python -c "import torch; load(...)"``), warm cache and
    cold (nothing cached), alternating who goes first: the CPU time of the whole process
-   (user + system, from ``wait4``) and its wall time, medians of ``--fresh``.
+   (user + system, from ``wait4``) and its wall time, medians of ``--fresh``; and the CPU
+   of the full garbage collections inside the load (a pass over all of torch's objects,
+   due at whoever's next allocations: safehub's cold load makes enough to run one).
 3. **What the first load imports** beyond torch.hub's own first load, from
-   ``python -X importtime``, with each module's own import time.
+   ``python -X importtime``, with each module's own import time (least of three).
+
+``--sections`` picks parts (``warm,fresh,cold,imports,concurrent``).
 4. ``--procs`` processes cold-loading at once: how many succeed, how many archive
    downloads (torch.hub's cache is not safe for concurrent loads of one repo).
 
