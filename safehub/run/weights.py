@@ -194,12 +194,12 @@ class WeightsGuard:
         from safehub.run.runtime import own_work
 
         assert self.transport is not None
-        transport = self.transport()
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
                                    suffix=".partial")
         try:
-            with os.fdopen(fd, "wb") as out, own_work():  # safehub's own download
-                transport.download(
+            # safehub's own work: the transport made (its modules imported) and the download
+            with os.fdopen(fd, "wb") as out, own_work():
+                self.transport().download(
                     url, out, what=f"weights {url}", max_bytes=self.max_bytes,
                     allow=self._hop if self.patterns else self._tell,
                     progress=terminal_progress(url) if progress else None,
