@@ -17,9 +17,13 @@ PYTHONDONTWRITEBYTECODE for its children and compiles safehub first), as users r
    torch.hub's own warm load after safehub's: what the hook costs torch.hub.
 2. **A whole fresh process** (``python -c "import torch; load(...)"``), warm cache and
    cold (nothing cached), alternating who goes first: the CPU time of the whole process
-   (user + system, from ``wait4``) and its wall time, medians of ``--fresh``.
+   (user + system, from ``wait4``) and its wall time, medians of ``--fresh``; and the CPU
+   of the full garbage collections inside the load (a pass over all of torch's objects,
+   due at whoever's next allocations: safehub's cold load makes enough to run one).
 3. **What the first load imports** beyond torch.hub's own first load, from
-   ``python -X importtime``, with each module's own import time.
+   ``python -X importtime``, with each module's own import time (least of three).
+
+``--sections`` picks parts (``warm,fresh,cold,imports,concurrent``).
 4. ``--procs`` processes cold-loading at once: how many succeed, how many archive
    downloads (torch.hub's cache is not safe for concurrent loads of one repo).
 
@@ -89,11 +93,19 @@ print(json.dumps({"cpu": cpu, "wall": wall, "torch_after_cpu": after[0],
                   "torch_after_wall": after[1]}))
 """
 
-# One process of sections 2 and 3: KIND SPEC.
+# One process of sections 2 and 3: KIND SPEC. Prints the CPU time of the full (oldest
+# generation) garbage collections that ran from the import of torch.hub or safehub to the
+# end of the load: one pass over torch's heap, due at the next allocations of whoever runs.
 FRESH = """
-import os, sys
+import gc, os, sys, time
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import torch
+full = [0.0, 0]
+def _gc(phase, info):
+    if info["generation"] == 2:
+        full[0] += time.thread_time() * (1 if phase == "stop" else -1)
+        full[1] += phase == "stop"
+gc.callbacks.append(_gc)
 if sys.argv[1] == "torch":
     import torch.hub, _loopback
     _loopback.point_torch_hub_from_env()
@@ -101,6 +113,8 @@ if sys.argv[1] == "torch":
 else:
     import safehub
     safehub.load(sys.argv[2], "tiny", trust_repo=True, verbose=False)
+gc.callbacks.remove(_gc)
+print(f"full-gc {full[0] * 1e3:.3f} {full[1]}")
 """
 
 CONCURRENT = """
@@ -216,39 +230,44 @@ def fresh(bench: Bench, size: int, rounds: int, cold: bool) -> dict[str, Any]:
     """Section 2: whole processes, alternating who goes first."""
     spec = f"bench/hub{size}:v1.0"
     runs: dict[str, list[tuple[float, float]]] = {"torch": [], "safehub": []}
+    full_gc: dict[str, list[float]] = {"torch": [], "safehub": []}
     for which in ("torch", "safehub"):  # untimed: fill the caches, compile, warm the disk
         _spawn_timed([sys.executable, "-c", FRESH, which, spec], bench.child_env(size))
     for r in range(rounds):
         for which in (("torch", "safehub") if r % 2 == 0 else ("safehub", "torch")):
             if cold:
                 bench.clear(which)
-            _, _, cpu, wall = _spawn_timed([sys.executable, "-c", FRESH, which, spec],
-                                           bench.child_env(size))
+            out, _, cpu, wall = _spawn_timed([sys.executable, "-c", FRESH, which, spec],
+                                             bench.child_env(size))
             runs[which].append((cpu, wall))
+            full_gc[which].append(float(out.split()[-2]))
     return {w: {"cpu": statistics.median(c for c, _ in v) * 1e3,
-                "wall": statistics.median(t for _, t in v) * 1e3} for w, v in runs.items()}
+                "wall": statistics.median(t for _, t in v) * 1e3,
+                "full_gc": statistics.median(full_gc[w])} for w, v in runs.items()}
 
 
-def imports(bench: Bench, size: int) -> dict[str, Any]:
+def imports(bench: Bench, size: int, rounds: int = 3) -> dict[str, Any]:
     """Section 3: modules the first safehub load imports that torch.hub's first load does
-    not, with each one's own import time (microseconds, from -X importtime)."""
+    not, with each one's own import time (microseconds, from -X importtime; the least of
+    ``rounds`` processes, as a shared machine only ever adds to it)."""
     spec = f"bench/hub{size}:v1.0"
-    seen: dict[str, dict[str, int]] = {}
+    seen: dict[str, dict[str, int]] = {"torch": {}, "safehub": {}}
     for which in ("torch", "safehub"):  # warm: the cold runs may have emptied the caches
         _spawn_timed([sys.executable, "-c", FRESH, which, spec], bench.child_env(size))
-    for which in ("torch", "safehub"):
-        _, err, _, _ = _spawn_timed([sys.executable, "-X", "importtime", "-c", FRESH, which,
-                                     spec], bench.child_env(size))
-        table: dict[str, int] = {}
-        for line in err.splitlines():
-            if line.startswith("import time:") and "|" in line and "self [us]" not in line:
-                own, _, name = line[len("import time:"):].split("|")
-                table[name.strip()] = int(own)
-        seen[which] = table
+    for _ in range(rounds):
+        for which in ("torch", "safehub"):
+            _, err, _, _ = _spawn_timed([sys.executable, "-X", "importtime", "-c", FRESH,
+                                         which, spec], bench.child_env(size))
+            table = seen[which]
+            for line in err.splitlines():
+                if line.startswith("import time:") and "|" in line and "self [us]" not in line:
+                    own, _, name = line[len("import time:"):].split("|")
+                    table[name.strip()] = min(int(own), table.get(name.strip(), int(own)))
     extra = {name: us for name, us in seen["safehub"].items() if name not in seen["torch"]}
     top = sorted(extra.items(), key=lambda kv: -kv[1])
     return {"count": len(extra), "total_ms": sum(extra.values()) / 1e3,
-            "top": [{"module": m, "ms": us / 1e3} for m, us in top[:15]]}
+            "top": [{"module": m, "ms": us / 1e3} for m, us in top[:15]],
+            "all": [{"module": m, "ms": us / 1e3} for m, us in top]}
 
 
 def concurrent(bench: Bench, size: int, procs: int) -> dict[str, Any]:
@@ -290,9 +309,29 @@ def report(res: dict[str, Any]) -> None:
     print(f"safehub vs torch.hub on a loopback GitHub; torch {res['torch']}, Python "
           f"{res['python']}, {res['cpus']} CPUs; load average {res['loadavg_before']} before, "
           f"{res['loadavg_after']} after; files in {res['written_to']}")
+    if "warm" in res:
+        _report_warm(res["warm"])
+    if "fresh_warm" in res or "fresh_cold" in res:
+        _report_fresh(res)
+    if "imports" in res:
+        imp = res["imports"]
+        print(f"\n3. the first load imports {imp['count']} modules beyond torch.hub's own, "
+              f"{imp['total_ms']:.1f} ms of their own import time; the costliest:")
+        for item in imp["top"]:
+            print(f"     {item['ms']:7.2f} ms  {item['module']}")
+    if "concurrent" in res:
+        c = res["concurrent"]
+        print(f"\n4. {c['procs']} processes cold-loading at once: ok torch.hub "
+              f"{c['torch_ok']}, safehub {c['safehub_ok']}; archive downloads "
+              f"{c['torch_downloads']} and {c['safehub_downloads']}")
+        if c["torch_failures"]:
+            print(f"   torch.hub failures: {c['torch_failures']}")
+
+
+def _report_warm(rows: dict[str, Any]) -> None:
     print("\n1. warm loads in a process (median ms per load; CPU, then wall)")
     print(f"{'':28}{'CPU':>9}{'+CPU':>9}{'ratio':>8}{'wall':>9}{'ratio':>8}")
-    for size, row in res["warm"].items():
+    for size, row in rows.items():
         t = row["torch"]
         print(f"{size + ' files: torch.hub':28}{t['cpu']:9.2f}{'':9}{'':8}{t['wall']:9.2f}")
         for mode in MODES:
@@ -305,26 +344,20 @@ def report(res: dict[str, Any]) -> None:
               f"{after['torch_after_cpu'] - t['cpu']:+9.2f}"
               f"{after['torch_after_cpu'] / t['cpu']:7.2f}x{after['torch_after_wall']:9.2f}"
               f"{after['torch_after_wall'] / t['wall']:7.2f}x")
+
+
+def _report_fresh(res: dict[str, Any]) -> None:
     print("\n2. a whole fresh process: python -c 'import torch; load(...)' (median ms)")
     print(f"{'':28}{'torch.hub':>10}{'safehub':>10}{'ratio':>8}   "
           f"{'wall':>8}{'wall':>8}{'ratio':>8}")
     for label, key in (("warm", "fresh_warm"), ("cold", "fresh_cold")):
-        for size, f in res[key].items():
+        for size, f in res.get(key, {}).items():
             t, s = f["torch"], f["safehub"]
             print(f"{f'{label}, {size} files, CPU':28}{t['cpu']:10.0f}{s['cpu']:10.0f}"
                   f"{s['cpu'] / t['cpu']:7.3f}x   {t['wall']:8.0f}{s['wall']:8.0f}"
                   f"{s['wall'] / t['wall']:7.3f}x")
-    imp = res["imports"]
-    print(f"\n3. the first load imports {imp['count']} modules beyond torch.hub's own, "
-          f"{imp['total_ms']:.1f} ms of their own import time; the costliest:")
-    for item in imp["top"]:
-        print(f"     {item['ms']:7.2f} ms  {item['module']}")
-    c = res["concurrent"]
-    print(f"\n4. {c['procs']} processes cold-loading at once: ok torch.hub {c['torch_ok']}, "
-          f"safehub {c['safehub_ok']}; archive downloads {c['torch_downloads']} and "
-          f"{c['safehub_downloads']}")
-    if c["torch_failures"]:
-        print(f"   torch.hub failures: {c['torch_failures']}")
+            if t["full_gc"] or s["full_gc"]:
+                print(f"{'  of which full GC, CPU':28}{t['full_gc']:10.0f}{s['full_gc']:10.0f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -336,13 +369,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few rounds")
     ap.add_argument("--json", help="write the results here too")
+    ap.add_argument("--sections", default="warm,fresh,cold,imports,concurrent",
+                    help="which parts to run, comma-separated (default: all): warm (1), "
+                    "fresh (2, warm cache), cold (2, nothing cached), imports (3), "
+                    "concurrent (4)")
     ap.add_argument("--dir", help="where the caches, torch's hub dir and the repos go (default: "
                     "the temp folder); a tmpfs such as /dev/shm leaves out the disk's cost")
     args = ap.parse_args(argv)
     if args.quick:
         args.warm, args.fresh, args.procs = 20, 1, 4
-    sizes = sorted({int(s) for s in args.files.split(",")} | {args.cold_files})
+    sections = set(args.sections.split(","))
+    unknown = sections - {"warm", "fresh", "cold", "imports", "concurrent"}
+    if unknown:
+        ap.error(f"unknown sections: {', '.join(sorted(unknown))}")
     warm_sizes = [int(s) for s in args.files.split(",")]
+    cold_sizes = {args.cold_files} if sections & {"cold", "concurrent"} else set()
+    sizes = sorted(set(warm_sizes) | cold_sizes)
 
     import torch
 
@@ -357,13 +399,18 @@ def main(argv: list[str] | None = None) -> int:
             for which in ("torch", "safehub"):
                 _spawn_timed([sys.executable, "-c", FRESH, which, f"bench/hub{size}:v1.0"],
                              bench.child_env(size))
-        res["warm"] = warm(bench, warm_sizes, args.warm)
-        res["fresh_warm"] = {str(n): fresh(bench, n, args.fresh, cold=False)
-                             for n in warm_sizes}
-        res["fresh_cold"] = {str(args.cold_files): fresh(bench, args.cold_files, args.fresh,
-                                                         cold=True)}
-        res["imports"] = imports(bench, warm_sizes[0])
-        res["concurrent"] = concurrent(bench, args.cold_files, args.procs)
+        if "warm" in sections:
+            res["warm"] = warm(bench, warm_sizes, args.warm)
+        if "fresh" in sections:
+            res["fresh_warm"] = {str(n): fresh(bench, n, args.fresh, cold=False)
+                                 for n in warm_sizes}
+        if "cold" in sections:
+            res["fresh_cold"] = {str(args.cold_files): fresh(bench, args.cold_files,
+                                                             args.fresh, cold=True)}
+        if "imports" in sections:
+            res["imports"] = imports(bench, warm_sizes[0])
+        if "concurrent" in sections:
+            res["concurrent"] = concurrent(bench, args.cold_files, args.procs)
     finally:
         bench.stop()
         rmtree(work)  # the caches are read-only

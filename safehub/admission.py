@@ -17,7 +17,7 @@ import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from safehub._internal import fixes
 from safehub._internal.warn import warn
@@ -25,7 +25,9 @@ from safehub.errors import PinError, PolicyDenied
 from safehub.policy import Decision, Policy
 from safehub.resolve import Resolved, Resolver
 from safehub.spec import RepoSpec
-from safehub.store.lockfile import Locked, Lockfile, spec_key
+
+if TYPE_CHECKING:  # the lockfile module is imported where a lockfile is read
+    from safehub.store.lockfile import Locked, Lockfile
 
 __all__ = ["Admission", "Admitted"]
 
@@ -97,6 +99,8 @@ class Admission:
         is_locked = lock is not None if locked is None else locked
         self.decide(spec, entrypoint=entrypoint, locked=is_locked, warn_violations=False)
         if missing is not None and locked is None:
+            from safehub.store.lockfile import spec_key
+
             where = shlex.quote(str(self._lockfile_path()))  # the file named, wherever from
             raise PinError(missing.message, fix=fixes.either(
                 fixes.run(f"safehub lock {shlex.quote(spec_key(spec))} --lockfile {where}"),

@@ -14,20 +14,22 @@ import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
-from safehub.config import Settings
 from safehub.errors import IntegrityError
-from safehub.resolve import Resolved
-from safehub.sources.interface import Source
-from safehub.sources.transport import Progress
 from safehub.store.cache import Cache, CachedTree, Verdict, integrity
 from safehub.store.cache.integrity import Survey
-from safehub.store.lockfile import Locked
-from safehub.store.records import VerifiedRecords
-from safehub.verify.archive import check_tree, drop_empty_dirs, extract
+
+if TYPE_CHECKING:
+    from safehub.config import Settings
+    from safehub.resolve import Resolved
+    from safehub.sources.interface import Source
+    from safehub.sources.transport import Progress
+    from safehub.store.lockfile import Locked
+    from safehub.store.records import VerifiedRecords
 
 __all__ = ["TreeFetcher"]
 
@@ -141,6 +143,8 @@ class TreeFetcher:
 
     def _download_and_verify(self, resolved: Resolved, locked: Locked | None, stage: Path,
                              verbose: bool) -> Verdict:
+        from safehub.verify.archive import check_tree, drop_empty_dirs, extract  # cold path
+
         spec, commit = resolved.spec, resolved.commit
         zip_path = stage / "archive.zip"
         if verbose:
@@ -189,6 +193,8 @@ class TreeFetcher:
 
     def archive_digest(self, zip_path: Path, commit: str) -> str:
         """The content digest of a downloaded archive, fully checked (for mirrors)."""
+        from safehub.verify.archive import extract
+
         with tempfile.TemporaryDirectory(dir=self.cache.staging_root(), prefix="mirror-") as d:
             try:
                 return extract(zip_path, Path(d) / "tree", commit=commit,

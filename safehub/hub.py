@@ -9,12 +9,11 @@ trust, audit). The operations that are not loads (check, verify, lock, prefetch)
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safehub._internal import fixes
 from safehub._internal.progress import terminal_progress
@@ -34,16 +33,17 @@ from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.policy import Policy, load_policy
 from safehub.resolve import CALLERS_FIXES, Resolver, moved_fix
 from safehub.run import environment, guards, runtime, torchhub
-from safehub.run.runtime import RuntimeReport
-from safehub.sources.github import GitHub
-from safehub.sources.interface import Source
-from safehub.sources.transport import Transport
-from safehub.spec import RepoSpec, plain_text
+from safehub.spec import RepoSpec, is_full_sha, looks_like_sha, plain_text
 from safehub.store.cache import Cache, CachedTree
-from safehub.store.lockfile import Lockfile
 from safehub.store.records import Consent, ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.trust import Subject, Trust, check_trust_repo
 from safehub.verify.signatures.check import SignatureCheck, SignatureStatus
+
+if TYPE_CHECKING:  # imported where first used: a warm load needs none of them
+    from safehub.sources.github import GitHub
+    from safehub.sources.interface import Source
+    from safehub.sources.transport import Transport
+    from safehub.store.lockfile import Lockfile
 
 __all__ = ["Hub", "Prepared"]
 
@@ -108,7 +108,7 @@ class Hub:
         self._weights_transport: Transport | None = None
         self._github: GitHub | None = None
         self._source = source
-        self.last_report: RuntimeReport | None = None
+        self.last_report: runtime.RuntimeReport | None = None
         """What the repo's code did during the latest load (the runtime guard's record)."""
         self._lockfile: Lockfile | None = None
         self._no_lockfile = False
@@ -125,16 +125,14 @@ class Hub:
 
     def transport(self) -> Transport:
         if self._transport is None:
-            self._transport = Transport(self.settings.transport_config())
+            self._transport = self.settings.transport()
         return self._transport
 
     def weights_transport(self) -> Transport:
         """The transport for weights downloads: any https host (the weights guard checks
         every hop against the policy), with a longer deadline for large files."""
         if self._weights_transport is None:
-            config = self.settings.transport_config()
-            self._weights_transport = Transport(dataclasses.replace(
-                config, deadline=max(config.deadline, 3600.0)))
+            self._weights_transport = self.settings.transport(weights=True)
         return self._weights_transport
 
     def source(self) -> Source:
@@ -145,6 +143,8 @@ class Hub:
 
     def github(self) -> GitHub:
         if self._github is None:
+            from safehub.sources.github import GitHub
+
             s = self.settings
             self._github = GitHub(self.transport(), api_url=s.api_url, web_url=s.web_url,
                                   token=s.token)
@@ -284,7 +284,7 @@ class Hub:
         audit line), returns what the code returned."""
         weights = guards.weights_guard(
             prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
-            data_dir=self.settings.data_dir, transport=self.weights_transport())
+            data_dir=self.settings.data_dir, transport=self.weights_transport)
         handlers = {**weights.handlers(),
                     **{name: self._nested(name) for name in ("load", "list", "help")}}
         guard = guards.runtime_guard(
@@ -392,6 +392,8 @@ _LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}
 
 def load_lockfile(path: Path) -> Lockfile:
     """A parsed lockfile, kept per process until the file changes."""
+    from safehub.store.lockfile import Lockfile
+
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -435,8 +437,6 @@ def _call_args(repo_or_dir: object, source: object, entrypoint: object, force_re
 def _trusted_commit(commit: str, consents: Sequence[Consent], spec: RepoSpec) -> str:
     """The full commit ``untrust`` forgets: ``commit`` itself, or the one commit trusted
     for the repo that it abbreviates. ``untrust`` asks no server (forgetting needs none)."""
-    from safehub.spec import is_full_sha, looks_like_sha
-
     if is_full_sha(commit):
         return commit
     matches: list[str] = sorted({c.commit for c in consents if looks_like_sha(commit)

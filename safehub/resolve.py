@@ -29,13 +29,16 @@ import dataclasses
 import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub.errors import NotFoundError, PinError, RepoMovedError
-from safehub.sources.interface import Source
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 from safehub.store.cache import Cache, CommitProof, RefRecord
-from safehub.store.lockfile import Locked, spec_key
+
+if TYPE_CHECKING:  # types only: the lockfile module is imported where a lockfile is read
+    from safehub.sources.interface import Source
+    from safehub.store.lockfile import Locked
 
 __all__ = ["MAX_COMPARES", "Resolved", "Resolver", "resolve_online"]
 
@@ -213,6 +216,8 @@ class Resolver:
                 if hit is None:
                     self._record(spec, resolved)
         if locked is not None and resolved.commit != locked.entry.commit:
+            from safehub.store.lockfile import spec_key
+
             raise PinError(
                 f"{spec} is locked to commit {locked.entry.commit}, but {resolved.ref} now names "
                 f"{resolved.commit}: the ref moved. Nothing new was run",

@@ -167,6 +167,38 @@ def test_module_level_calls_obey_a_policy_changed_between_them(
         load(spec)
 
 
+#: What only a cold load needs: the archive and attribute checks, the HTTPS stack and
+#: GitHub, the cross-process locks. Only their names are checked, never a time.
+COLD_PATH = ("safehub.verify.archive", "safehub.verify.gitattributes", "safehub.sources.github",
+             "safehub.sources.transport", "requests", "filelock")
+
+
+def _imported_by_a_load(spec: str) -> set[str]:
+    """The modules a new Python process has imported after one ``safehub.load(spec)``."""
+    code = ("import sys, safehub\n"
+            f"safehub.load({spec!r}, 'tiny', trust_repo=True)\n"
+            "print('\\n'.join(sys.modules))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True)
+    return set(out.stdout.split())
+
+
+def test_a_warm_load_in_a_new_process_imports_nothing_of_the_cold_path(
+        hub_repo: HubRepo, canary: Path) -> None:
+    """A fresh process's warm load imports what it uses (issue 18): not the archive
+    checks, the transport, GitHub, the locks, the signature verifier and signer (no
+    policy asks for a signature) or the lockfile module (there is none); a weights
+    transport is made only for a download. A cold load still imports the cold path."""
+    spec = f"{hub_repo.spec}:v1.0"
+    cold = _imported_by_a_load(spec)
+    assert set(COLD_PATH) <= cold
+    warm = _imported_by_a_load(spec)
+    assert runs(canary) == 2
+    unused = (*COLD_PATH, "safehub.verify.signatures.verify", "safehub.verify.signatures.sign",
+              "safehub.verify.signatures.locate", "safehub.store.lockfile", "sysconfig")
+    assert sorted(warm & set(unused)) == []
+
+
 def test_trust_repo_false_always_asks(hub_repo: HubRepo) -> None:
     load(f"{hub_repo.spec}:v1.0")
     with pytest.raises(safehub.UntrustedRepoError):

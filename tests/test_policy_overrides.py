@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 import safehub
-from safehub import config
 from safehub._internal.fixes import AnyOf, Run
 from safehub.cli import main
 from safehub.config import Settings
+from safehub.policy import held
 
 SITE_FINAL = '[safehub]\nfinal = true\ncache_dir = "{cache}"\noffline = true\n' \
              'runtime = "enforce"\ntree_fallback = false\n'
@@ -24,7 +24,7 @@ SITE_FINAL = '[safehub]\nfinal = true\ncache_dir = "{cache}"\noffline = true\n' 
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings() -> None:
-    config._SAID.clear()
+    held._SAID.clear()
 
 
 def _site(isolated: Path, text: str) -> Path:

@@ -73,6 +73,8 @@ MERGES = (*LAYERS, "signer-set", "match", "note", "narrow")
 
 @dataclass(frozen=True)
 class Key:
+    """One policy key: its table, type, default, documentation and merge rule."""
+
     scope: str
     name: str
     type: ValueType

@@ -65,6 +65,8 @@ def _kind(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Bool(ValueType):
+    """``true`` or ``false``."""
+
     name: str = "true or false"
 
     def check(self, value: Any) -> bool:
@@ -75,6 +77,8 @@ class Bool(ValueType):
 
 @dataclass(frozen=True)
 class Version(ValueType):
+    """The policy format's version: ``1``."""
+
     name: str = "1"
 
     def check(self, value: Any) -> int:
@@ -107,6 +111,8 @@ class Choice(ValueType):
 
 @dataclass(frozen=True)
 class Text(ValueType):
+    """A string (``nonempty``: not an empty one)."""
+
     name: str = "text"
     nonempty: bool = False
 
@@ -139,6 +145,8 @@ class PathValue(ValueType):
 
 @dataclass(frozen=True)
 class PathList(ValueType):
+    """A list of paths, each checked as ``item`` says."""
+
     name: str = "list of paths"
     item: PathValue = PathValue()
 
@@ -148,6 +156,8 @@ class PathList(ValueType):
 
 @dataclass(frozen=True)
 class HttpsUrl(ValueType):
+    """An ``https://`` URL with a host."""
+
     name: str = "https:// URL"
 
     def check(self, value: Any) -> str:
@@ -227,6 +237,8 @@ _REPO_GLOB = re.compile(r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+")
 
 @dataclass(frozen=True)
 class Globs(ValueType):
+    """A list of globs, each checked as ``item`` says."""
+
     name: str = "list of globs"
     item: GlobValue = GlobValue()
 

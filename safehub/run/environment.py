@@ -17,7 +17,6 @@ holds code that might not be honest.
 from __future__ import annotations
 
 import os
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -62,6 +61,8 @@ class Hook:
 
 def site_packages() -> Path:
     """The active environment's site-packages (a virtual environment's own, if active)."""
+    import sysconfig  # only where the hook is looked for: not on a load the policy lets be
+
     return Path(sysconfig.get_paths()["purelib"])
 
 

@@ -6,17 +6,20 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safehub._internal.hosts import hosts_of_urls
-from safehub.config import Settings
-from safehub.policy import Decision
 from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules
 from safehub.run.weights import WeightsGuard
-from safehub.sources.transport import Transport, proxy_hosts
-from safehub.spec import RepoSpec
-from safehub.store.cache import CachedTree
-from safehub.store.lockfile import LockEntry
 from safehub.store.records import WeightPins
+
+if TYPE_CHECKING:
+    from safehub.config import Settings
+    from safehub.policy import Decision
+    from safehub.sources.transport import Transport
+    from safehub.spec import RepoSpec
+    from safehub.store.cache import CachedTree
+    from safehub.store.lockfile import LockEntry
 
 __all__ = ["own_work", "runtime_guard", "weights_guard"]
 
@@ -56,6 +59,8 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
     process."""
     import platformdirs
 
+    from safehub.sources.transport import proxy_hosts
+
     patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
     weights = hosts_of_urls(patterns)
     hosts: tuple[str, ...] | None = None
@@ -71,8 +76,9 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
-                  data_dir: Path, transport: Transport) -> WeightsGuard:
-    """The weights guard for one load: the policy's patterns, the lockfile's pins."""
+                  data_dir: Path, transport: Callable[[], Transport]) -> WeightsGuard:
+    """The weights guard for one load: the policy's patterns, the lockfile's pins;
+    ``transport`` makes the transport of its downloads (called on the first one)."""
     reqs = decision.requirements
     return WeightsGuard(
         repo=spec.repo, patterns=reqs.weights, rules=reqs.weights_rules,

@@ -30,16 +30,18 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PolicyDenied
-from safehub.sources.transport import Transport
 from safehub.spec import plain_text
 from safehub.store.records import WeightPins
+
+if TYPE_CHECKING:
+    from safehub.sources.transport import Transport
 
 __all__ = ["WeightsGuard"]
 
@@ -63,8 +65,9 @@ class WeightsGuard:
     repo_key: str = ""
     rules: tuple[tuple[str, str], ...] = ()
     """(policy file, table) of the rule each entry of ``patterns`` comes from."""
-    transport: Transport | None = None
-    """Downloads go through safehub's transport (every hop checked); None: torch's."""
+    transport: Callable[[], Transport] | None = None
+    """Downloads go through safehub's transport (every hop checked), made by this on the
+    first download (a load that downloads nothing makes none); None: torch's."""
     max_bytes: int = 64 * 1024**3
     locked_spec: str | None = None
     """The lockfile's spec for this repo, if it is locked (``safehub lock SPEC`` copies the
@@ -195,8 +198,9 @@ class WeightsGuard:
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
                                    suffix=".partial")
         try:
-            with os.fdopen(fd, "wb") as out, own_work():  # safehub's own download
-                self.transport.download(
+            # safehub's own work: the transport made (its modules imported) and the download
+            with os.fdopen(fd, "wb") as out, own_work():
+                self.transport().download(
                     url, out, what=f"weights {url}", max_bytes=self.max_bytes,
                     allow=self._hop if self.patterns else self._tell,
                     progress=terminal_progress(url) if progress else None,

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import BinaryIO, Protocol
+from typing import TYPE_CHECKING, BinaryIO, Protocol
 
-from safehub.sources.transport import Progress
-from safehub.spec import RepoSpec
-from safehub.verify.gitattributes.subst import CommitFacts
+if TYPE_CHECKING:  # types only: a warm load imports neither the transport nor the attributes
+    from safehub.sources.transport import Progress
+    from safehub.spec import RepoSpec
+    from safehub.verify.gitattributes.subst import CommitFacts
 
-__all__ = ["Progress", "RefTarget", "Source"]
+__all__ = ["RefTarget", "Source"]
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from safehub.errors import FetchError, NotFoundError, RepoMovedError
-from safehub.sources.interface import Progress, RefTarget
+from safehub.sources.interface import RefTarget
+from safehub.sources.transport import Progress
 from safehub.spec import RepoSpec
 from safehub.verify.gitattributes.subst import CommitFacts, Person
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, NoReturn, Protocol
 
 from safehub.errors import FetchError, IntegrityError, PinError, SafehubError, SignatureError
-from safehub.sources.interface import Progress, RefTarget
+from safehub.sources.interface import RefTarget
 from safehub.sources.oci.artifact import (
     MAX_MANIFEST,
     SIGNATURE_URL,
@@ -30,6 +30,7 @@ from safehub.sources.oci.artifact import (
     parse_config,
     parse_manifest,
 )
+from safehub.sources.transport import Progress
 from safehub.spec import RepoSpec
 from safehub.verify.gitattributes.subst import CommitFacts
 

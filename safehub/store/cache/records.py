@@ -103,6 +103,8 @@ def _file_entry(row: Any) -> FileEntry:
 
 @dataclass
 class RefRecord:
+    """A ref resolved before: the ref as asked, the commit it named."""
+
     ref: str
     commit: str
     full: str = ""
@@ -111,6 +113,8 @@ class RefRecord:
 
 @dataclass
 class CommitProof:
+    """A commit proven to be the repo's own: its tree, and how it was proven."""
+
     tree: str
     proof: str
 

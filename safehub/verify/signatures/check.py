@@ -14,10 +14,12 @@ from typing import TYPE_CHECKING
 
 from safehub._internal.warn import warn
 from safehub.errors import SignatureError
-from safehub.store.records import SignatureRecords
-from safehub.verify.signatures.locate import Found, find_signature
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
-from safehub.verify.signatures.verify import TreeSignature, Verifier
+
+if TYPE_CHECKING:  # the verifier is imported where a verdict is not recorded yet
+    from safehub.store.records import SignatureRecords
+    from safehub.verify.signatures.locate import Found
+    from safehub.verify.signatures.verify import TreeSignature
 
 if TYPE_CHECKING:
     from safehub.policy.model import Decision
@@ -51,6 +53,8 @@ class SignatureStatus:
 def verify_complete(what: str, tree: Path, found: Found,
                     sets: Sequence[SignerSet]) -> TreeSignature:
     """Verify ``found`` over ``tree``; every file must be covered (a load refuses others)."""
+    from safehub.verify.signatures.verify import Verifier  # only where a verdict is new
+
     result = Verifier(sets).verify_tree(tree, found.data, signature_in_tree=found.in_tree)
     if result.uncovered:
         raise SignatureError(
@@ -72,6 +76,8 @@ class SignatureCheck:
 
     def find(self, tree: Path, sets: Sequence[SignerSet],
              values: Mapping[str, str]) -> Found | None:
+        from safehub.verify.signatures.locate import find_signature
+
         return find_signature(tree, sets, values, web_url=self.web_url, fetch=self.fetch)
 
     def check(self, *, repo: str, commit: str, digest: str, tree: Path, signature: str,
