@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+from safehub.policy.decision import Decision, Requirements, RuntimeRequirements
 from safehub.policy.files import (
     PROJECT_FILE,
     Candidate,
@@ -31,7 +32,7 @@ from safehub.policy.files import (
     user_file,
     validate_file,
 )
-from safehub.policy.model import Decision, Policy, Requirements, Rule, RuntimeRequirements, Setting
+from safehub.policy.model import Policy, Rule, Setting
 from safehub.spec import RepoSpec
 
 __all__ = [

@@ -48,7 +48,7 @@ def holders(policy: Policy) -> list[Holder]:
 
 def decide_local(policy: Policy, folder: str) -> Decision:
     """The policy's answer on a local load of ``folder`` (see the module docstring)."""
-    from safehub.policy.model import Decision, Requirements
+    from safehub.policy.decision import Decision, Requirements
 
     real = os.path.realpath(folder)
     if not os.path.isdir(real):

@@ -24,15 +24,13 @@ from typing import Any, Literal, NamedTuple
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
+from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
 from safehub.policy.keys import KEYS, Choice
 from safehub.policy.schema import FileSpec, Table, parse_text
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
 from safehub.verify.signatures.signers import KeySigner, Signer, SignerSet
 
 __all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
-
-Verdict = Literal["allow", "prompt", "deny"]
-
 
 class Setting(NamedTuple):
     """A ``[safehub]`` setting's merged value, where it came from, and whether a final
@@ -68,104 +66,6 @@ class Rule:
 
     def matches(self, key: str) -> bool:
         return self.repo.match(key)
-
-
-@dataclass(frozen=True)
-class RuntimeRequirements:
-    """What the runtime guard holds hubconf code to (every matching rule's keys).
-
-    Each key merges as ``each`` (every rule that sets it must allow an action): the merged
-    lists keep only the entries every rule that sets the key lists, which never allows
-    more than any one rule does.
-
-    >>> RuntimeRequirements(network=(("a.example", "b.example"), ("b.example",))).merged()
-    (('b.example',), None, None)
-    """
-
-    network: tuple[tuple[str, ...], ...] = ()
-    subprocess: tuple[bool | tuple[str, ...], ...] = ()
-    writes: tuple[tuple[str, ...], ...] = ()
-    shadowing: str = "refuse"
-    rules: tuple[str, ...] = ()
-    edit: tuple[str, str] = ("", "")
-    """(file, table) where an admin would change these keys: the first matching rule."""
-    weights: tuple[tuple[str, ...], ...] = ()
-    """The ``weights`` patterns of each rule whose weights hosts may be connected to."""
-    floor: frozenset[str] = frozenset()
-    """Keys that only rules which may not widen them set: rules that cannot admit the repo
-    (after a ``final`` file) and rules of a later file than the first one whose rules
-    match. They narrow, never widen: under ``enforce`` such a key stays at enforce's
-    default (nothing allowed) whatever they list."""
-
-    def merged(self, mode: str = "observe"
-               ) -> tuple[tuple[str, ...] | None, bool | tuple[str, ...] | None,
-                          tuple[str, ...] | None]:
-        """(network, subprocess, writes) as one rule would say them (None: unset)."""
-        programs: bool | tuple[str, ...] | None = None
-        for value in self.subprocess:
-            if value is False or programs is False:
-                programs = False
-            elif value is True:
-                programs = True if programs is None else programs
-            else:
-                programs = value if programs in (None, True) else _common((programs, value))
-        network, writes = _common(self.network), _common(self.writes)
-        if mode == "enforce":  # unset where it may widen: nothing, whatever others say
-            network = () if "network" in self.floor else network
-            programs = False if "subprocess" in self.floor else programs
-            writes = () if "writes" in self.floor else writes
-        return network, programs, writes
-
-    def weights_patterns(self) -> tuple[str, ...]:
-        """The weights patterns whose hosts the code may connect to: those every rule that
-        sets ``weights`` shares by host; none if only narrowing rules set it."""
-        if "weights" in self.floor or not self.weights:
-            return ()
-        from urllib.parse import urlsplit
-
-        def host(pattern: str) -> str:
-            return urlsplit(pattern).netloc.rsplit("@", 1)[-1].lower()
-
-        shared = set.intersection(*({host(p) for p in ps} for ps in self.weights))
-        return tuple(p for p in self.weights[0] if host(p) in shared)
-
-
-def _common(lists: Sequence[Any]) -> tuple[str, ...] | None:
-    if not lists:
-        return None
-    first, *rest = lists
-    return tuple(x for x in first if all(x in other for other in rest))
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """What every matching allow rule asks of the content, merged (all must hold)."""
-
-    pin: bool = False
-    signature: str = "none"
-    signer_sets: tuple[SignerSet, ...] = ()
-    weights: tuple[tuple[Glob, ...], ...] = ()
-    weights_only: bool = True
-    runtime: RuntimeRequirements = RuntimeRequirements()
-    weights_rules: tuple[tuple[str, str], ...] = ()
-    """(file, table) of the rule each entry of ``weights`` comes from."""
-
-
-@dataclass(frozen=True)
-class Decision:
-    """The policy's answer for one spec (before or after the ref is resolved)."""
-
-    verdict: Verdict
-    reasons: tuple[str, ...]
-    requirements: Requirements = Requirements()
-    mode: str = "enforce"
-    """How the checks made once the content is downloaded (signature, weights URLs) fail:
-    ``warn`` only if every matching rule that asks for them is in a file that says
-    ``mode = "warn"`` (with none, if this decision's own refusals all only warn)."""
-    violations: tuple[str, ...] = ()
-    fix: fixes.Fix | None = None
-    rules: tuple[str, ...] = ()
-    """The rules that matched (``where`` of each), for hints."""
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ if TYPE_CHECKING:  # the verifier is imported where a verdict is not recorded ye
     from safehub.verify.signatures.verify import TreeSignature
 
 if TYPE_CHECKING:
-    from safehub.policy.model import Decision
+    from safehub.policy.decision import Decision
 
 __all__ = ["SignatureCheck", "SignatureStatus", "verify_complete"]
 
