@@ -437,10 +437,12 @@ def test_a_registry_with_the_referrers_api_is_read_and_a_hostile_one_is_passed_o
     stored[sha256(foreign)] = foreign
     huge = "sha256:" + "9" * 64  # a candidate whose manifest is over the 64 KiB cap
     stored[huge] = b" " * (65 * 1024)
-    listed = {"honest": [huge, honest[0]], "hostile": [sha256(foreign)]}
+    listed = {"honest": [huge, honest[0]], "hostile": [sha256(foreign)], "junk": []}
 
     def answer(record: RequestRecord) -> Reply:
         kind, rest = record.path.split("/v2/api/", 1)[1].split("/", 1)
+        if rest.startswith(f"referrers/{digest}") and kind == "junk":
+            return Reply(200, b"<html>not a list</html>", (("Content-Type", INDEX_TYPE),))
         if rest.startswith(f"referrers/{digest}"):
             return Reply(200, json.dumps({"schemaVersion": 2, "mediaType": INDEX_TYPE,
                                           "manifests": [{"mediaType": MANIFEST_TYPE,
@@ -462,6 +464,12 @@ def test_a_registry_with_the_referrers_api_is_read_and_a_hostile_one_is_passed_o
         fleet.load()
     assert not fleet.cached()
     fleet.node("fallback-node", f"{stand_in}/hostile,{fleet.target}")
+    assert fleet.load()
+    # A referrers API that answers junk names no signature; the next registry serves.
+    fleet.node("junk-api-node", f"{stand_in}/junk")
+    with pytest.raises(SignatureError, match="it has none"):
+        fleet.load()
+    fleet.node("junk-then-real-node", f"{stand_in}/junk,{fleet.target}")
     assert fleet.load()
 
 

@@ -143,7 +143,10 @@ class Registry:
                 if path != "referrers" or getattr(e.__cause__, "status", 0) not in (400, 405):
                     raise
                 continue
-            found += [d for d in candidates(listed, str(self.target)) if d not in found]
+            try:
+                found += [d for d in candidates(listed, str(self.target)) if d not in found]
+            except IntegrityError:
+                continue  # a broken list: the other one may still name the signature
         return found
 
     def blob(self, desc: Descriptor, out: IO[bytes]) -> None:
