@@ -183,21 +183,9 @@ print(f"{(time.perf_counter() - t) * 1e3:.3f} {(time.process_time() - c) * 1e3:.
 def oci_nodes(n: int, specs: list[str], env: dict[str, str], cwd: Path, root: Path
               ) -> list[tuple[float, ...]]:
     """N processes, each its own empty cache and data dir, released together."""
-    procs = []
-    for i in range(n):
-        node_env = {**env, "SAFEHUB_CACHE_DIR": str(root / f"n{i}/cache"),
-                    "XDG_DATA_HOME": str(root / f"n{i}/data")}
-        procs.append(subprocess.Popen([sys.executable, "-c", OCI_CHILD, *specs], cwd=cwd,
-                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True, env=node_env))
-    _release(procs)
-    times = []
-    for p in procs:
-        out, err = p.communicate(timeout=1800)
-        if p.returncode != 0:
-            raise RuntimeError(err)
-        times.append(tuple(map(float, out.strip().splitlines()[-1].split())))
-    return times
+    return _nodes(n, OCI_CHILD, specs, [{**env, "SAFEHUB_CACHE_DIR": str(root / f"n{i}/cache"),
+                                         "XDG_DATA_HOME": str(root / f"n{i}/data")}
+                                        for i in range(n)], cwd)
 
 
 def _summary(times: list[tuple[float, ...]]) -> str:
