@@ -64,19 +64,9 @@ def _release(procs: list[subprocess.Popen[str]]) -> None:
 
 
 def run_loaders(n: int, spec: str, env: dict[str, str],
-                cwd: Path) -> list[tuple[float, float, float]]:
-    procs = [subprocess.Popen([sys.executable, "-c", CHILD, spec], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              env=env, cwd=cwd) for _ in range(n)]
-    _release(procs)
-    times = []
-    for p in procs:
-        out, err = p.communicate(timeout=900)
-        if p.returncode != 0:
-            raise RuntimeError(err)
-        wall, cpu, second = out.strip().splitlines()[-1].split()
-        times.append((float(wall), float(cpu), float(second)))
-    return times
+                cwd: Path) -> list[tuple[float, ...]]:
+    """N processes loading ``spec`` (CHILD): (wall, CPU, second load) of each."""
+    return _nodes(n, CHILD, [spec], [env] * n, cwd)
 
 
 def p95(values: list[float]) -> float:
