@@ -208,21 +208,29 @@ def _spawn_timed(args: list[str], env: dict[str, str]) -> tuple[str, str, float,
     return stdout, stderr, usage.ru_utime + usage.ru_stime, wall
 
 
-def warm(bench: Bench, sizes: list[int], n: int) -> dict[str, Any]:
-    """Section 1."""
+def warm(bench: Bench, sizes: list[int], n: int, rounds: int) -> dict[str, Any]:
+    """Section 1: ``rounds`` rounds, each a torch.hub process and then one process per
+    kind and mode; each figure is the median over the rounds, and ``+CPU`` the median of
+    each round's difference from that round's torch.hub (the machine's load drifts over
+    seconds: a process compared with one timed right beside it drifts less)."""
     result: dict[str, Any] = {}
+    configs = [f"{kind}/{mode}" for mode in MODES for kind in ("module", "hub")]
     for size in sizes:
         spec = f"bench/hub{size}:v1.0"
-        row: dict[str, Any] = {}
-        out, *_ = _spawn_timed([sys.executable, "-c", WARM, "torch", spec, str(n)],
-                               bench.child_env(size))
-        row["torch"] = json.loads(out)
-        for mode in MODES:
-            for kind in ("module", "hub"):
+        runs: dict[str, list[dict[str, float]]] = {c: [] for c in ["torch", *configs]}
+        for _ in range(rounds):
+            out, *_ = _spawn_timed([sys.executable, "-c", WARM, "torch", spec, str(n)],
+                                   bench.child_env(size))
+            runs["torch"].append(json.loads(out))
+            for config in configs:
+                kind, mode = config.split("/")
                 out, *_ = _spawn_timed([sys.executable, "-c", WARM, kind, spec, str(n)],
                                        bench.child_env(size, mode))
-                row[f"{kind}/{mode}"] = json.loads(out)
-        result[str(size)] = row
+                got = json.loads(out)
+                got["extra_cpu"] = got["cpu"] - runs["torch"][-1]["cpu"]
+                runs[config].append(got)
+        result[str(size)] = {c: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+                             for c, rs in runs.items()}
     return result
 
 
@@ -329,7 +337,8 @@ def report(res: dict[str, Any]) -> None:
 
 
 def _report_warm(rows: dict[str, Any]) -> None:
-    print("\n1. warm loads in a process (median ms per load; CPU, then wall)")
+    print("\n1. warm loads in a process (median ms per load; CPU, then wall; medians over the "
+          "rounds, +CPU: over each round's torch.hub)")
     print(f"{'':28}{'CPU':>9}{'+CPU':>9}{'ratio':>8}{'wall':>9}{'ratio':>8}")
     for size, row in rows.items():
         t = row["torch"]
@@ -337,7 +346,7 @@ def _report_warm(rows: dict[str, Any]) -> None:
         for mode in MODES:
             for kind, label in (("module", "safehub.load"), ("hub", "Hub reused")):
                 r = row[f"{kind}/{mode}"]
-                print(f"{f'  {label}, {mode}':28}{r['cpu']:9.2f}{r['cpu'] - t['cpu']:+9.2f}"
+                print(f"{f'  {label}, {mode}':28}{r['cpu']:9.2f}{r['extra_cpu']:+9.2f}"
                       f"{r['cpu'] / t['cpu']:7.2f}x{r['wall']:9.2f}{r['wall'] / t['wall']:7.2f}x")
         after = row["module/observe"]
         print(f"{'  torch.hub after safehub':28}{after['torch_after_cpu']:9.2f}"
@@ -365,6 +374,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", default="10,5000", help="repo sizes, comma-separated")
     ap.add_argument("--cold-files", type=int, default=1000, help="repo size of the cold runs")
     ap.add_argument("--warm", type=int, default=200, help="warm loads per process (median)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="rounds of section 1, each timing torch.hub beside safehub")
     ap.add_argument("--fresh", type=int, default=5, help="fresh processes of each (median)")
     ap.add_argument("--procs", type=int, default=16, help="concurrent cold loaders")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few rounds")
@@ -377,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
                     "the temp folder); a tmpfs such as /dev/shm leaves out the disk's cost")
     args = ap.parse_args(argv)
     if args.quick:
-        args.warm, args.fresh, args.procs = 20, 1, 4
+        args.warm, args.fresh, args.procs, args.rounds = 20, 1, 4, 1
     sections = set(args.sections.split(","))
     unknown = sections - {"warm", "fresh", "cold", "imports", "concurrent"}
     if unknown:
@@ -400,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
                 _spawn_timed([sys.executable, "-c", FRESH, which, f"bench/hub{size}:v1.0"],
                              bench.child_env(size))
         if "warm" in sections:
-            res["warm"] = warm(bench, warm_sizes, args.warm)
+            res["warm"] = warm(bench, warm_sizes, args.warm, args.rounds)
         if "fresh" in sections:
             res["fresh_warm"] = {str(n): fresh(bench, n, args.fresh, cold=False)
                                  for n in warm_sizes}

@@ -119,12 +119,13 @@ def _key(paths: tuple[str, ...]) -> tuple[Any, ...]:
     import os
     import sys
 
+    from safehub._internal.fsutil import read_bytes
+
     def content(path: str) -> object:
         # The bytes, not the stat: two writes of one size within a clock tick share an
         # mtime. Reading a small file is cheap; parsing it again is what is saved.
         try:
-            with open(path, "rb") as f:
-                return f.read()
+            return read_bytes(path)
         except OSError as e:
             return e.errno
 

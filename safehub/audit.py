@@ -86,8 +86,12 @@ class AuditLog:
                           stacklevel=3)
 
     def _append(self, line: bytes) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+        try:
+            fd = os.open(str(self.path), flags, 0o600)
+        except FileNotFoundError:  # the first line: its folder is made then
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(str(self.path), flags, 0o600)
         try:
             os.write(fd, line)
         finally:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable, Generator, Iterator, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -189,7 +188,7 @@ class Hub:
             admitted = self.admission.admit(                              # 2, 3, 4
                 spec, entrypoint=asked.entrypoint,
                 resolution="fresh" if force_reload else "normal")
-            yield (done := replace(asked, admitted=admitted))
+            yield (done := asked._replace(admitted=admitted))
             tree = self.fetcher.tree(admitted.resolved, admitted.lock,    # 5, 6
                                      force=force_reload, verbose=verbose,
                                      checked_on_open=True)
@@ -197,14 +196,14 @@ class Hub:
             raise OfflineError(e.message, fix=self.settings.offline_fix(str(spec))) from e
         signers = getattr(self._source, "fleet_signers", {})  # who signed an OCI snapshot
         oci = admitted.lock.entry.oci if admitted.lock is not None else ""
-        yield (done := replace(done, tree=tree, fleet=signers.get(oci, "")))
+        yield (done := done._replace(tree=tree, fleet=signers.get(oci, "")))
         signature = self.signature(admitted, tree)                        # 7
-        yield (done := replace(done, signature=signature))
+        yield (done := done._replace(signature=signature))
         decision = signature.weighed(admitted.decision)
         trusted_by = self.trust_step.decide(                              # 8. trust
             self._subject(admitted, tree, signature.status), decision, trust_repo,
             nested=nested)
-        yield replace(done, decision=decision, trusted_by=trusted_by)
+        yield done._replace(decision=decision, trusted_by=trusted_by)
         return Prepared(spec, admitted.resolved, tree, decision, trusted_by, signature.status,
                         admitted.lock)
 
@@ -275,7 +274,7 @@ class Hub:
             return run(folder)
 
     def _local(self, asked: Outcome, real: str) -> Generator[Outcome, None, None]:
-        yield replace(asked, local=local_verdict(self.admission, self._ran, real))
+        yield asked._replace(local=local_verdict(self.admission, self._ran, real))
 
     def _delegate(self, prepared: Prepared, done: Outcome, run: Callable[[Path], Any],
                   nested: bool = False) -> Generator[Outcome, None, Any]:
@@ -298,7 +297,7 @@ class Hub:
         self._ran[real] = prepared.spec.repo
         if not nested:  # the load the caller asked for, not one its repo made
             self.last_report = guard.report
-        yield replace(done, runtime=guard.report)
+        yield done._replace(runtime=guard.report)
         try:
             with torchhub.handling(handlers), guard.active():
                 return run(prepared.path)

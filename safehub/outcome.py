@@ -75,9 +75,9 @@ class LocalVerdict(NamedTuple):
     reasons: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """What one load has produced so far; each step adds its own product."""
+class Outcome(NamedTuple):
+    """What one load has produced so far; each step adds its own product (``_replace``:
+    a named tuple, as a load makes six of them)."""
 
     repo: str
     """The repo key asked for, or a local folder's real path."""

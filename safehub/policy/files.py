@@ -51,10 +51,22 @@ class Candidate:
 
 def user_file() -> Path:
     """The user's policy file (``~/.config/safehub/policy.toml`` on Linux), existing or not:
-    where a fix for this user goes."""
-    import platformdirs
+    where a fix for this user goes. Worked out again when a variable it is made from
+    changes (every load's guard holds it for its fixes)."""
+    global _USER_FILE
+    key = tuple(os.environ.get(name) for name in _USER_FILE_FROM)
+    if _USER_FILE is None or _USER_FILE[0] != key:
+        import platformdirs
 
-    return Path(platformdirs.user_config_dir("safehub", appauthor=False)) / "policy.toml"
+        path = Path(platformdirs.user_config_dir("safehub", appauthor=False)) / "policy.toml"
+        _USER_FILE = (key, path)
+    return _USER_FILE[1]
+
+
+# What platformdirs builds the user's folder from (XDG on Linux, the home folder on macOS,
+# the profile on Windows).
+_USER_FILE_FROM = ("XDG_CONFIG_HOME", "HOME", "APPDATA", "LOCALAPPDATA", "USERPROFILE")
+_USER_FILE: tuple[tuple[str | None, ...], Path] | None = None
 
 
 def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:

@@ -8,7 +8,9 @@ tree is served, and its files read, only after the check that fits the moment:
    (:func:`scan_folders`: one ``lstat`` per folder; no entry added, removed, renamed or
    replaced anywhere), because each file is checked as it is opened (3). The operations
    that read files without that check (check, verify, lock, prefetch) compare the *entry
-   scan* (:func:`scan_entries`: every entry's stat data).
+   scan* (:func:`scan_entries`: every entry's stat data). Within one process, a folder
+   scan that passed with the kernel watching the folders (inotify, :mod:`.quiet`) is not
+   repeated while no change is reported: one ``read`` instead of an ``lstat`` a folder.
 2. **The re-hash** (:func:`rehash`): the set of files, every byte, the digest and the tree
    id, against the verdict. ``safehub cache verify`` runs it, and so does a hit the scan
    cannot vouch for (no record, or a scan that differs).
@@ -46,6 +48,7 @@ from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, git_tree_id, parents
 from safehub.errors import IntegrityError, TamperedError
+from safehub.store.cache import quiet
 
 if TYPE_CHECKING:
     from safehub.store.cache.tree import CachedTree
@@ -197,7 +200,16 @@ def unchanged(root: Path, recorded: Survey, *, checked_on_open: bool) -> bool:
     verified. ``checked_on_open``: its files are checked as they are opened (a load), so
     the folder scan is enough; otherwise every entry's stat data is compared."""
     if checked_on_open:
-        return recorded.dirs == scan_folders(root, recorded.folders or None)
+        if not recorded.folders:
+            return recorded.dirs == scan_folders(root, None)
+        base = str(root)
+        if quiet.quiet(base, recorded.dirs):  # watched since its last scan passed: no event
+            return True
+        armed = quiet.arm(base, recorded.dirs, recorded.folders)  # before the scan
+        same = recorded.dirs == scan_folders(root, recorded.folders)
+        if same and armed:
+            quiet.settle(base, recorded.dirs)
+        return same
     return recorded.scan == scan_entries(root)
 
 
