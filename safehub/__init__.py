@@ -103,15 +103,18 @@ def _hub() -> Hub:
     from may have changed (the environment, the working directory, whether stdin is a
     terminal, and the bytes of every policy path searched and of the lockfile), so a
     policy file edited, added or removed between two calls is obeyed on the second."""
-    from safehub.hub import Hub
-    from safehub.policy import searched
-
     last = _LAST.get("hub")
     if last is not None and last[0] == _key(last[0][3]):
         return last[1]
-    hub = Hub()
-    paths = (*(str(c.path) for c in searched()), str(hub.lockfile_path))
-    _LAST["hub"] = (_key(paths), hub)
+    from safehub._internal import gcpause
+
+    with gcpause.paused():  # the first call imports most of safehub (see gcpause)
+        from safehub.hub import Hub
+        from safehub.policy import searched
+
+        hub = Hub()
+        paths = (*(str(c.path) for c in searched()), str(hub.lockfile_path))
+        _LAST["hub"] = (_key(paths), hub)
     return hub
 
 

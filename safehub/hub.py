@@ -14,7 +14,7 @@ from collections.abc import Callable, Generator, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from safehub._internal import fixes
+from safehub._internal import fixes, gcpause
 from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission, Admitted
 from safehub.audit import AuditLog
@@ -177,7 +177,7 @@ class Hub:
         check_trust_repo(trust_repo)
         spec = RepoSpec.parse(repo)                                               # 1. parse
         asked = Outcome.asked(spec, entrypoint)
-        with Audited(self.audit, asked) as line, runtime.own_work():             # 10. audit
+        with Audited(self.audit, asked) as line, runtime.own_work(), gcpause.paused():  # 10.
             return line.follow(self._steps(asked, spec, trust_repo, force_reload, verbose))
 
     def _steps(self, asked: Outcome, spec: RepoSpec, trust_repo: Any, force_reload: bool,
@@ -259,7 +259,7 @@ class Hub:
         spec = RepoSpec.parse(target)                                             # 1. parse
         asked = Outcome.asked(spec, entrypoint)
         with Audited(self.audit, asked) as line:                                 # 10. audit
-            with runtime.own_work():  # safehub's own work, nested or not
+            with runtime.own_work(), gcpause.paused():  # safehub's own work, nested or not
                 prepared = line.follow(self._steps(asked, spec, trust_repo, force_reload,
                                                    verbose, nested))
             return line.follow(self._delegate(prepared, line.outcome, run, nested))  # 9

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import IO, Any
 from urllib.parse import urljoin, urlsplit
 
+from safehub._internal import gcpause
 from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
 from safehub.limits import DEFAULTS
 from safehub.sources.network import (
@@ -223,7 +224,8 @@ class Transport:
             out.flush()
             return count[0]
 
-        result: int = self._retrying(what, attempt)
+        with gcpause.running():  # a long wait: the collector is not held off meanwhile
+            result: int = self._retrying(what, attempt)
         return result
 
     def send(self, method: str, url: str, *, what: str, body: bytes | Path | None = None,
