@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.machinery
+import os
 import sys
 from pathlib import Path
 
@@ -180,3 +181,40 @@ def test_the_standard_library_stays_refused_for_a_distributions_source(tree: Pat
     with pytest.raises(RuntimeGuardError, match="standard library's module"), \
             pytest.warns(UserWarning), guard.active():
         raise AssertionError("the block must not run")
+
+
+def test_the_listing_shortcut_finds_what_a_path_search_finds(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
+    """Differential: for every top-level name importable here, and names that are not,
+    the search narrowed by one listing per folder answers as the path finder does."""
+    import importlib
+    import pkgutil
+
+    from safehub.run import hygiene
+
+    extra = tmp_path / "extra"
+    (extra / "pkgdir").mkdir(parents=True)
+    (extra / "pkgdir" / "__init__.py").write_text("")
+    (extra / "Mixed_Case.py").write_text("")
+    (extra / "dotted.name.py").write_text("")
+    (extra / "nsdir").mkdir()  # a namespace portion: no location
+    monkeypatch.syspath_prepend(str(extra))
+    importlib.invalidate_caches()
+    importlib.machinery.PathFinder.find_spec("pkgdir", [str(extra)])  # the finder is cached
+    monkeypatch.setattr(hygiene, "_SPECS", {})
+    others = tuple(sys.path)
+    names = sorted({m.name for m in pkgutil.iter_modules()} | {
+        "pkgdir", "Mixed_Case", "mixed_case", "dotted", "nsdir", "no_such_module_xyz",
+        "os", "torch", "safehub", "json"})
+    listed = hygiene._listed(others)
+    for name in names:
+        spec = importlib.machinery.PathFinder.find_spec(name, list(others))
+        want = spec.origin if spec is not None and spec.has_location else None
+        assert hygiene._origin(name, others, listed) == want, name
+    # A module added later is found: its folder's listing is taken again.
+    (extra / "added_later.py").write_text("")
+    os.utime(extra, ns=(1, 1))  # an mtime surely unlike the one listed
+    importlib.invalidate_caches()
+    assert hygiene._origin("added_later", others, hygiene._listed(others)) == str(
+        extra / "added_later.py")

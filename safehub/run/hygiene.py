@@ -99,16 +99,53 @@ def _module_names(tree: Path) -> dict[str, Path]:
     return names
 
 
-def _origin(name: str, others: tuple[str, ...]) -> str | None:
-    """Where ``name`` would be found on ``others`` (kept per process and search path)."""
+def _origin(name: str, others: tuple[str, ...],
+            listed: tuple[frozenset[str], tuple[str, ...]] | None = None) -> str | None:
+    """Where ``name`` would be found on ``others`` (kept per process and search path;
+    ``listed``: :func:`_listed` of ``others``, to search only where the name can be)."""
     key = (name, others)
     if key not in _SPECS:
+        where = list(others)
+        if listed is not None and name.lower() not in listed[0]:
+            where = list(listed[1])
         try:
-            spec = importlib.machinery.PathFinder.find_spec(name, list(others))
+            spec = importlib.machinery.PathFinder.find_spec(name, where) if where else None
         except (ImportError, ValueError, OSError):
             spec = None
         _SPECS[key] = spec.origin if spec is not None and spec.has_location else None
     return _SPECS[key]
+
+
+def _listed(others: tuple[str, ...]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """The names the plain folders of ``others`` hold, cut at the first dot, in lower case,
+    and the entries that are not plain folders (a zip, a path hook's own entry, one the
+    path finder has not seen yet), in their order. A name not listed can only come from
+    those: one listing per folder instead of a path search per name. A folder is listed
+    again when its mtime changes, as the path finder does."""
+    names: set[str] = set()
+    rest: list[str] = []
+    cache = sys.path_importer_cache
+    for entry in others:
+        finder = cache.get(entry or os.getcwd(), rest)
+        if finder is None:
+            continue  # no hook takes it: nothing is found there
+        if type(finder) is not importlib.machinery.FileFinder:
+            rest.append(entry)
+            continue
+        try:
+            mtime = os.stat(finder.path).st_mtime_ns
+            hit = _LISTINGS.get(finder.path)
+            if hit is None or hit[0] != mtime:
+                hit = _LISTINGS[finder.path] = (mtime, frozenset(
+                    n.partition(".")[0].lower() for n in os.listdir(finder.path)))
+        except OSError:
+            rest.append(entry)
+            continue
+        names |= hit[1]
+    return frozenset(names), tuple(rest)
+
+
+_LISTINGS: dict[str, tuple[int, frozenset[str]]] = {}
 
 
 def _list_module_names(tree: Path) -> dict[str, Path]:
@@ -265,13 +302,14 @@ def _shadowing(tree: Path, repo: str, names: dict[str, Path]) -> list[Shadow]:
     others = tuple(p for p in sys.path
                    if (os.path.abspath(p or os.curdir) + os.sep) not in roots)
     found: list[Shadow] = []
+    listed = _listed(others) if len(names) > 8 else None  # a few names: a search is less
     for name, path in names.items():
         if name in _SKIPPED or name in _NEVER_IMPORTED or name in sys.builtin_module_names \
                 or _imp.is_frozen(name):
             continue
         module = sys.modules.get(name)
         imported = module is not None and not _inside(_file_of(module), roots)
-        origin = _origin(name, others)
+        origin = _origin(name, others, listed)
         if origin:
             kind = _classify(name, origin)
             found.append(Shadow(name, path, kind, imported, kind.startswith("distribution")
