@@ -13,8 +13,10 @@ PYTHONDONTWRITEBYTECODE for its children and compiles safehub first), as users r
    reused, and ``torch.hub.load``, each in its own process (safehub's audit hook, once
    installed, is process-wide), in every runtime mode (``off``, ``observe``, ``enforce``),
    at each repo size. CPU time is the figure (wall time is noisy on a shared machine);
-   medians of ``--warm`` loads after a few untimed ones. The same process then times
-   torch.hub's own warm load after safehub's: what the hook costs torch.hub.
+   medians of ``--warm`` loads after a few untimed ones, in ``--rounds`` rounds that each
+   time torch.hub's process beside safehub's, then the median over the rounds. The same
+   process then times torch.hub's own warm load after safehub's: what the hook costs
+   torch.hub.
 2. **A whole fresh process** (``python -c "import torch; load(...)"``), warm cache and
    cold (nothing cached), alternating who goes first: the CPU time of the whole process
    (user + system, from ``wait4``) and its wall time, medians of ``--fresh``; and the CPU
@@ -249,9 +251,15 @@ def fresh(bench: Bench, size: int, rounds: int, cold: bool) -> dict[str, Any]:
                                              bench.child_env(size))
             runs[which].append((cpu, wall))
             full_gc[which].append(float(out.split()[-2]))
-    return {w: {"cpu": statistics.median(c for c, _ in v) * 1e3,
-                "wall": statistics.median(t for _, t in v) * 1e3,
-                "full_gc": statistics.median(full_gc[w])} for w, v in runs.items()}
+    result: dict[str, Any] = {
+        w: {"cpu": statistics.median(c for c, _ in v) * 1e3,
+            "wall": statistics.median(t for _, t in v) * 1e3,
+            "full_gc": statistics.median(full_gc[w])} for w, v in runs.items()}
+    # Each round's two processes ran one after the other: their ratio drifts less with the
+    # machine's load than the ratio of the two medians.
+    result["paired_cpu_ratio"] = statistics.median(
+        s[0] / t[0] for s, t in zip(runs["safehub"], runs["torch"], strict=True))
+    return result
 
 
 def imports(bench: Bench, size: int, rounds: int = 3) -> dict[str, Any]:
@@ -356,14 +364,16 @@ def _report_warm(rows: dict[str, Any]) -> None:
 
 
 def _report_fresh(res: dict[str, Any]) -> None:
-    print("\n2. a whole fresh process: python -c 'import torch; load(...)' (median ms)")
-    print(f"{'':28}{'torch.hub':>10}{'safehub':>10}{'ratio':>8}   "
+    print("\n2. a whole fresh process: python -c 'import torch; load(...)' (median ms; "
+          "paired: the median of each round's ratio)")
+    print(f"{'':28}{'torch.hub':>10}{'safehub':>10}{'ratio':>8}{'paired':>8}   "
           f"{'wall':>8}{'wall':>8}{'ratio':>8}")
     for label, key in (("warm", "fresh_warm"), ("cold", "fresh_cold")):
         for size, f in res.get(key, {}).items():
             t, s = f["torch"], f["safehub"]
             print(f"{f'{label}, {size} files, CPU':28}{t['cpu']:10.0f}{s['cpu']:10.0f}"
-                  f"{s['cpu'] / t['cpu']:7.3f}x   {t['wall']:8.0f}{s['wall']:8.0f}"
+                  f"{s['cpu'] / t['cpu']:7.3f}x{f['paired_cpu_ratio']:7.3f}x   "
+                  f"{t['wall']:8.0f}{s['wall']:8.0f}"
                   f"{s['wall'] / t['wall']:7.3f}x")
             if t["full_gc"] or s["full_gc"]:
                 print(f"{'  of which full GC, CPU':28}{t['full_gc']:10.0f}{s['full_gc']:10.0f}")
