@@ -34,7 +34,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from safehub.errors import PolicyError
+from safehub.errors import PolicyError, SafehubError
 
 __all__ = ["AuditLog"]
 
@@ -52,8 +52,11 @@ class AuditLog:
     """Appends decision records to ``path``."""
 
     def __init__(self, path: Path, *, required: bool, policy_files: Sequence[str] = (),
-                 around: Callable[[], AbstractContextManager[object]] = nullcontext) -> None:
+                 around: Callable[[], AbstractContextManager[object]] = nullcontext,
+                 sink: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = path
+        self.sink = sink
+        """Where records go instead of ``path`` (a confined job: its ``safehub run``)."""
         self.required = required
         self.policy_files = list(policy_files)
         self._around = around
@@ -71,19 +74,25 @@ class AuditLog:
             "entrypoint": entrypoint, "decision": decision, "reasons": list(reasons),
             "policy_files": self.policy_files, **extra,
         }
-        line = (json.dumps(record, sort_keys=True) + "\n").encode()
         try:
             with self._around():
-                self._append(line)
-        except OSError as e:
+                if self.sink is not None:
+                    self.sink(record)
+                else:
+                    self._append((json.dumps(record, sort_keys=True) + "\n").encode())
+        except (OSError, SafehubError) as e:
             if self.required:
                 raise PolicyError(
                     f"cannot write the audit log {str(self.path)!r} that the policy requires "
-                    f"({e.strerror or e})",
+                    f"({getattr(e, 'strerror', None) or e})",
                     hint="make it writable, or change audit_log in the policy",
                 ) from e
             warnings.warn(f"safehub could not write its audit log {self.path}: {e}",
                           stacklevel=3)
+
+    def append_record(self, record: dict[str, Any]) -> None:
+        """Append a record made elsewhere (a confined job's), as it is."""
+        self._append((json.dumps(record, sort_keys=True) + "\n").encode())
 
     def _append(self, line: bytes) -> None:
         flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC

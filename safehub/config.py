@@ -65,6 +65,8 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
            "(a bug) instead of one line"),
     EnvVar("SAFEHUB_CONFINED", "set by `safehub run --confine` for the programs it starts "
            "(what the kernel holds them to); not for you to set"),
+    EnvVar("SAFEHUB_BROKER", "set by `safehub run --confine` for the programs it starts "
+           "(the channel to ask it for a cache miss); not for you to set"),
     EnvVar("CI", "`true` (any yes): never prompt, as `SAFEHUB_NONINTERACTIVE=1`"),
     EnvVar("GITHUB_TOKEN", "sent as a bearer token to URLs under the API base only (API "
            "quota; private repos)"),
@@ -265,7 +267,7 @@ class Settings:
 
         offline, offline_source = resolve_setting(policy, "offline", env)
         ci = env.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-        noninteractive = (value("noninteractive") or ci
+        noninteractive = (value("noninteractive") or ci or bool(env.get("SAFEHUB_CONFINED"))
                           or not _stdin_is_tty())
         hosts_raw = value("allowed_hosts") or ()
         if isinstance(hosts_raw, str):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub._internal.warn import warn
-from safehub.errors import IntegrityError
+from safehub.errors import CacheError, IntegrityError
 from safehub.store.cache import Cache, CachedTree, Verdict, integrity
 from safehub.store.cache.integrity import Survey
 
@@ -63,6 +64,8 @@ class TreeFetcher:
             if hit is not None:
                 return hit
         commit = resolved.commit
+        if self.cache.frozen and not force:  # a confined job: safehub run fetches it
+            return self._through_broker(resolved, locked, checked_on_open)
         with self.cache.lock(commit):
             if not force:
                 hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
@@ -75,6 +78,25 @@ class TreeFetcher:
             finally:
                 rmtree(stage)  # gone after install; after a failure nothing may stay
         return self._remember(tree)
+
+    def _through_broker(self, resolved: Resolved, locked: Locked | None,
+                        checked_on_open: bool) -> CachedTree:
+        """A miss in a confined job's read-only cache: ``safehub run`` (outside the
+        sandbox) fetches and verifies the spec into the cache; then it is a hit."""
+        from safehub._internal import broker
+
+        spec = str(resolved.spec)
+        if not broker.available():
+            raise CacheError(
+                f"{spec} ({resolved.commit[:12]}) is not in the cache, which is read-only "
+                "inside `safehub run --confine`", hint=f"fetch it before the job: safehub "
+                f"prefetch {shlex.quote(spec)}")
+        broker.ask({"op": "prefetch", "spec": spec, "commit": resolved.commit})
+        hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
+        if hit is None:
+            raise CacheError(f"safehub run fetched {spec} for the job, yet the cache does "
+                             "not hold it", hint=f"safehub prefetch {shlex.quote(spec)}")
+        return hit
 
     def _remember(self, tree: CachedTree) -> CachedTree:
         """Record what this user verified (scans, verified time); the tree with ``verified_ns``."""

@@ -68,6 +68,29 @@ def _fixes_for_the_user() -> Iterator[None]:
                        "the call") from e
 
 
+
+def _confined() -> Any:
+    """The ruleset this process runs under (``safehub run --confine``), or None."""
+    if "SAFEHUB_CONFINED" not in os.environ:
+        return None
+    from safehub.run.confine.ruleset import current
+
+    return current()
+
+
+def _audit_sink(confined: Any, path: Path) -> Callable[[dict[str, Any]], None] | None:
+    """In a confined job whose audit log is read-only: its ``safehub run`` appends."""
+    if confined is None or not confined.refuses("write", os.path.realpath(path)):
+        return None
+    from safehub._internal import broker
+
+    if not broker.available():
+        return None
+    def send(record: dict[str, Any]) -> None:
+        broker.ask({"op": "audit", "record": record})
+
+    return send
+
 class Hub:
     """safehub with explicit configuration.
 
@@ -96,13 +119,17 @@ class Hub:
         self.settings = base.with_overrides(self.policy, **overrides) if overrides else base
         s = self.settings
         say_ignored(s.ignored)
+        confined = _confined()
         self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout,
-                           relocate=s.how_to_set("cache_dir", _RELOCATE))
+                           relocate=s.how_to_set("cache_dir", _RELOCATE),
+                           frozen=confined is not None and bool(confined.refuses(
+                               "write", os.path.realpath(s.cache_dir))))
         self.consents = ConsentStore(s.data_dir)
         self.verified = VerifiedRecords(s.data_dir)
-        self.audit = AuditLog(s.audit_log or s.log_dir / "audit.jsonl",
-                              required=s.audit_log is not None,
-                              policy_files=self.policy.files, around=runtime.own_work)
+        audit = s.audit_log or s.log_dir / "audit.jsonl"
+        self.audit = AuditLog(audit, required=s.audit_log is not None,
+                              policy_files=self.policy.files, around=runtime.own_work,
+                              sink=_audit_sink(confined, audit))
         self._transport = transport
         self._weights_transport: Transport | None = None
         self._github: GitHub | None = None

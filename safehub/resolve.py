@@ -207,7 +207,7 @@ class Resolver:
             hit = self.cached(spec)
             if hit is not None:
                 return hit
-        if self.cache.sealed:  # a shared read-only cache: resolve, record nothing
+        if self.cache.read_only:  # shared read-only, or a confined job's: record nothing
             resolved = self.online(spec)
         else:
             with self.cache.lock(f"repo-{spec.key}"):

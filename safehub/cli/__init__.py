@@ -300,7 +300,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
               ruleset.text() if ruleset else f"would run {command[0]} unconfined (no "
               "--confine, SAFEHUB_CONFINE or [safehub] confine = true)")
         return EXIT_OK
-    return launch(command, ruleset)
+    from safehub.operations.job import serve
+
+    return launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

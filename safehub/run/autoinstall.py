@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from safehub.errors import ConfineError, SpecError
 
 if TYPE_CHECKING:
+    from safehub._internal.broker import Broker
     from safehub.run.confine import Ruleset
 
 __all__ = ["SITE_DIR", "arm", "launch"]
@@ -101,25 +102,37 @@ def arm() -> None:
         sys.meta_path.insert(0, _Finder())
 
 
-def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
+def launch(command: Sequence[str], ruleset: Ruleset | None = None,
+           broker: Broker | None = None) -> int:
     """Run ``command`` with torch.hub routed through safehub in every Python process it
     starts (held to ``ruleset`` by the kernel, if given, from before its first
-    instruction); wait for it and return its exit code."""
+    instruction); wait for it and return its exit code. A confined job's requests (a
+    cache miss, its audit lines) are served by ``broker`` (:mod:`safehub.operations.job`);
+    its own temp dir (``TMPDIR``) is removed when it ends."""
     import subprocess
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH", ""))
                                         if p)
-    program, prepared = command[0], None
+    program, prepared, served = command[0], None, broker
     if ruleset is not None:
         from safehub.run import confine
 
         env[confine.ENV] = json.dumps(ruleset.to_json(), separators=(",", ":"))
         program = ruleset.exec[0].path  # the command's program, as the ruleset resolved it
+        if ruleset.job:
+            env["TMPDIR"] = ruleset.job
+        if served is not None:
+            env.update(served.environment())
         prepared = confine.prepare(ruleset)
     try:
-        return subprocess.call(list(command), executable=program, env=env, preexec_fn=(
-            None if prepared is None else lambda: confine.enter(prepared)))
+        job = subprocess.Popen(list(command), executable=program, env=env, preexec_fn=(
+            None if prepared is None else lambda: confine.enter(prepared)),
+            pass_fds=() if served is None else (served.child_fd,))
+        if served is not None:
+            served.start()
+        with job:
+            return job.wait()
     except OSError as e:
         raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
                         hint="check the command and its path") from e
@@ -129,3 +142,9 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
     finally:
         if prepared is not None:
             os.close(prepared)
+        if served is not None:
+            served.stop()
+        if ruleset is not None and ruleset.job:
+            import shutil  # descriptor-based: never follows a link the job left there
+
+            shutil.rmtree(ruleset.job, ignore_errors=True)

@@ -19,17 +19,20 @@ from __future__ import annotations
 import ctypes
 import errno
 import os
+import stat
 import sys
 from collections.abc import Iterable
 from typing import Any
 
 __all__ = ["ABI_NEEDED", "FS", "NET", "SCOPE", "LandlockError", "abi", "create", "enforce",
-           "restrict"]
+           "open_path", "restrict"]
 
 _CREATE_RULESET, _ADD_RULE, _RESTRICT_SELF = 444, 445, 446  # the same on every architecture
 _VERSION = 1
 _RULE_PATH_BENEATH, _RULE_NET_PORT = 1, 2
 _PR_SET_NO_NEW_PRIVS = 38
+_OPENAT2, _AT_FDCWD = 437, -100  # openat2(2): the same number on every architecture
+_RESOLVE_NO_MAGICLINKS, _RESOLVE_NO_SYMLINKS = 0x02, 0x04
 
 
 class FS:
@@ -82,6 +85,11 @@ class _PathBeneath(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
 
 
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64),
+                ("resolve", ctypes.c_uint64)]
+
+
 class _NetPort(ctypes.Structure):
     _fields_ = [("allowed_access", ctypes.c_uint64), ("port", ctypes.c_uint64)]
 
@@ -100,6 +108,43 @@ def _syscall(*args: object) -> int:
         number = ctypes.get_errno()
         raise LandlockError(number, os.strerror(number))
     return result
+
+
+def open_path(path: str) -> int:
+    """``path`` opened as a location (``O_PATH``, close-on-exec) without following a
+    symbolic link at any component (``openat2`` with ``RESOLVE_NO_SYMLINKS``): what a rule
+    is built from is the folder the path names now, never where a link points. A link
+    anywhere on the way is ``OSError(ELOOP)``.
+
+    >>> import os; os.close(open_path("/")) is None
+    True
+    """
+    if not os.path.isabs(path):
+        raise OSError(errno.EINVAL, f"not an absolute path: {path!r}")
+    how = _OpenHow(os.O_PATH | os.O_CLOEXEC, 0,
+                   _RESOLVE_NO_SYMLINKS | _RESOLVE_NO_MAGICLINKS)
+    try:
+        return _syscall(_OPENAT2, _AT_FDCWD, os.fsencode(path), ctypes.byref(how),
+                        ctypes.c_size_t(ctypes.sizeof(how)))
+    except LandlockError as e:
+        if e.errno != errno.ENOSYS:
+            raise OSError(e.errno, e.strerror, path) from None
+    # Before Linux 5.6 (no openat2; such kernels have no Landlock ABI 4 either): one
+    # component at a time, none of them followed.
+    fd = os.open("/", os.O_PATH | os.O_CLOEXEC | os.O_DIRECTORY)
+    try:
+        for part in [p for p in path.split("/") if p]:
+            if part == "..":
+                raise OSError(errno.EINVAL, "'..' in a granted path", path)
+            nxt = os.open(part, os.O_PATH | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+            if stat.S_ISLNK(os.fstat(fd).st_mode):
+                raise OSError(errno.ELOOP, "a symbolic link on the way", path)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def abi() -> int:
@@ -130,7 +175,7 @@ def create(*, handled_fs: int, paths: Iterable[tuple[str, int]], handled_net: in
     try:
         os.set_inheritable(ruleset, False)
         for path, rights in paths:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            fd = open_path(path)
             try:
                 rule = _PathBeneath(rights, fd)
                 _syscall(_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule),

@@ -127,38 +127,91 @@ def _command_programs(program: str, environ: Mapping[str, str]) -> tuple[list[Gr
     return grants, notes
 
 
-def _safehub_folders(settings: Any) -> list[Grant]:
-    import platformdirs
-
-    data = Path(settings.data_dir)
-    log = Path(settings.audit_log).parent if settings.audit_log else Path(settings.log_dir)
-    folders = [(settings.cache_dir, "safehub's cache"),
-               (data / "verified", "safehub's records"), (data / "signatures", "safehub's records"),
-               (data / "weights", "safehub's records"), (log, "safehub's audit log"),
-               (hub_dir(), "torch's hub dir"), (tempfile.gettempdir(), "the temp dir"),
-               (platformdirs.user_cache_dir("sigstore-python", appauthor=False),
-                "sigstore's cache"),
-               (platformdirs.user_data_dir("sigstore-python", appauthor=False),
-                "sigstore's data")]
-    grants = [Grant(os.path.realpath(os.path.expanduser(str(p))), why) for p, why in folders]
+def _job_folders(job: str) -> list[Grant]:
+    """What every job may change: its own temp dir, shared memory, the null device."""
+    grants = [Grant(job, "the job's own temp dir (its TMPDIR; removed when it ends)")]
     grants += [Grant(p, why) for p, why in (("/dev/shm", "shared memory (DataLoader workers)"),
                                             (os.devnull, "the null device"))
                if os.path.exists(p)]
     return grants
 
 
+def protected(settings: Any, lockfile: Path | None = None) -> list[Grant]:
+    """What a later safehub run trusts, so the job may never change it: the cache, every
+    record (consent, verified trees, signature verdicts, weight pins), each place a policy
+    file is read from, the lockfile in force (``./safehub.lock`` where none is named),
+    torch's checkpoint folder (safehub pins what it finds there) and the audit log."""
+    from safehub.policy.files import searched
+
+    audit = Path(settings.audit_log) if settings.audit_log else \
+        Path(settings.log_dir) / "audit.jsonl"
+    items = [(settings.cache_dir, "safehub's cache"),
+             (settings.data_dir, "safehub's records: consent, verified trees, signature "
+                                 "verdicts, weight pins"),
+             (lockfile or settings.lockfile or Path.cwd() / "safehub.lock",
+              "the lockfile in force"),
+             (os.path.join(hub_dir(), "checkpoints"), "torch's checkpoint folder"),
+             (audit, "safehub's audit log")]
+    items += [(c.path, f"a {c.origin} policy file" if c.exists else
+               f"where a {c.origin} policy file would be read") for c in searched()]
+    grants: list[Grant] = []
+    for path, why in items:
+        written = os.path.abspath(os.path.expanduser(str(path)))
+        grants += [Grant(p, why) for p in dict.fromkeys((written, os.path.realpath(written)))]
+    return _unique(grants)
+
+
+def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
+                  guarded: Sequence[Grant]) -> None:
+    """Refuse a ruleset in which the job could change what a later run trusts, or what a
+    later run's grants are made of."""
+    from safehub.run.confine import _landlock
+
+    for grant in writes:
+        for kept in guarded:
+            if _within(kept.path, grant.path) or _within(grant.path, kept.path):
+                where = "holds" if _within(kept.path, grant.path) else "lies inside"
+                raise ConfineError(
+                    f"the write grant {grant.path} ({grant.why}) {where} {kept.path} "
+                    f"({kept.why}): a confined job could change what the next safehub run "
+                    "trusts", hint="grant a folder that does not hold it (a subfolder for the "
+                    "job's output, such as checkpoints/), or move it (SAFEHUB_CACHE_DIR, "
+                    "SAFEHUB_LOCKFILE, or run the job from another folder)")
+        if not os.path.lexists(grant.path):
+            continue  # made when the command starts, then opened the same way
+        try:
+            os.close(_landlock.open_path(grant.path))
+        except OSError as e:
+            raise ConfineError(
+                f"the write grant {grant.path} ({grant.why}) cannot be opened without "
+                f"following a symbolic link ({e.strerror}): a link can be replaced between "
+                "runs and would move the grant", hint="name the real folder in [confine] "
+                f"writes: {os.path.realpath(grant.path)}") from e
+    for program in programs:
+        holder = next((g for g in writes if _within(program.path, g.path)), None)
+        if holder is not None and "[confine] exec" in program.why:
+            raise ConfineError(
+                f"the program {program.path} ({program.why}) lies in the write grant "
+                f"{holder.path} ({holder.why}): the job could replace what a later run is "
+                "allowed to start", hint="install the program outside the folders the job "
+                "may write, or drop it from [confine] exec")
+
+
 def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
-         environ: Mapping[str, str] | None = None) -> Ruleset:
-    """The ruleset for ``command`` (its first word is looked up on ``PATH``)."""
+         environ: Mapping[str, str] | None = None, job: str = "",
+         lockfile: Path | None = None) -> Ruleset:
+    """The ruleset for ``command`` (its first word is looked up on ``PATH``); ``job`` is
+    the job's own temp dir (a fresh one beneath the temp dir when it runs)."""
     env = os.environ if environ is None else environ
     real = find_program(command[0], env)[1]
     if not real or not os.path.isfile(real):
         raise SpecError(f"cannot run {command[0]!r}: not found",
                         hint="check the command and its path")
     writes, where = _narrowed(policy.confine_layers("writes"),
-                              lambda p: os.path.realpath(os.path.expanduser(p)), nested=True)
+                              lambda p: os.path.abspath(os.path.expanduser(p)), nested=True)
     grants = [Grant(p, f"[confine] writes in {where}") for p in writes]
-    grants += [g for g in _safehub_folders(settings) if g.path not in writes]
+    job = job or os.path.join(tempfile.gettempdir(), "safehub-job-XXXXXXXX")
+    grants += [g for g in _job_folders(job) if g.path not in writes]
     programs, notes = _command_programs(real, env)
     programs.append(Grant(os.path.realpath(sys.executable), "the Python running safehub"))
     entries, where = _narrowed(policy.confine_layers("exec"), lambda e: (e, _program(e, env)))
@@ -173,8 +226,19 @@ def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
     ports, _ = _narrowed(policy.confine_layers("connect_ports"), int)
     if not policy.confine_layers("connect_ports"):
         ports = [443]
-    return Ruleset(abi, tuple(_unique(grants)), tuple(_unique(programs)), tuple(ports),
-                   scoped=abi >= 6, notes=tuple(notes))
+    grants = _outermost(_unique(grants))
+    guarded = protected(settings, lockfile)
+    _check_writes(grants, programs, guarded)
+    return Ruleset(abi, tuple(grants), tuple(_unique(programs)), tuple(ports),
+                   scoped=abi >= 6, notes=tuple(notes), job=job, protected=tuple(guarded))
+
+
+def _outermost(grants: list[Grant]) -> list[Grant]:
+    """Grants that lie inside another write grant add nothing and are dropped: the outer
+    one is opened once, whatever the inner path is replaced with between runs."""
+    return [g for g in grants
+            if not any(o is not g and o.path != g.path and _within(g.path, o.path)
+                       for o in grants)]
 
 
 def _unique(grants: Iterable[Grant]) -> list[Grant]:
@@ -186,23 +250,29 @@ def _unique(grants: Iterable[Grant]) -> list[Grant]:
 
 def confinement(hub: Any, command: Sequence[str], *, dry_run: bool = False) -> Ruleset:
     """The ruleset for ``command`` under ``hub``'s policy and settings; unless
-    ``dry_run``, the kernel must offer what it needs (else :class:`ConfineError`) and the
-    audit line records it (decision ``confine``)."""
+    ``dry_run``, the kernel must offer what it needs (else :class:`ConfineError`), the
+    job's own temp dir is made, and the audit line records it (decision ``confine``)."""
     from safehub.run import confine
 
+    lockfile = hub.lockfile_path
     if dry_run:
         try:
             abi = confine.available()
         except ConfineError as e:
-            ruleset = plan(hub.policy, hub.settings, command, abi=0)
+            ruleset = plan(hub.policy, hub.settings, command, abi=0, lockfile=lockfile)
             return Ruleset(0, ruleset.writes, ruleset.exec, ruleset.connect_ports,
-                           notes=(*ruleset.notes, f"not applied here: {e.message}"))
-    else:
-        abi = confine.available()
-    ruleset = plan(hub.policy, hub.settings, command, abi=abi)
-    if not dry_run:
+                           notes=(*ruleset.notes, f"not applied here: {e.message}"),
+                           job=ruleset.job, protected=ruleset.protected)
+        return plan(hub.policy, hub.settings, command, abi=abi, lockfile=lockfile)
+    abi = confine.available()
+    job = tempfile.mkdtemp(prefix="safehub-job-")
+    try:
+        ruleset = plan(hub.policy, hub.settings, command, abi=abi, job=job, lockfile=lockfile)
         for note in ruleset.notes:
             warn(f"safehub run --confine: {note}")
         hub.audit.write("confine", repo="", reasons=[f"safehub run --confine, Landlock ABI {abi}"],
                         command=list(command), confine=ruleset.to_json())
+    except BaseException:
+        os.rmdir(job)
+        raise
     return ruleset

@@ -47,6 +47,11 @@ class Ruleset:
     connect_ports: tuple[int, ...] = (443,)
     scoped: bool = False
     notes: tuple[str, ...] = field(default=(), compare=False)
+    job: str = ""
+    """The job's own temp dir (its ``TMPDIR``), made at start and removed at the end."""
+    protected: tuple[Grant, ...] = ()
+    """What a later safehub run trusts (cache, records, policy files, lockfile, torch's
+    checkpoints, the audit log): never writable by the job, for ``--dry-run`` and records."""
 
     def refuses(self, kind: str, target: str | int) -> str:
         """Why the kernel refuses an action of ``kind`` (``write``: a real path;
@@ -68,7 +73,9 @@ class Ruleset:
         return {"abi": self.abi, "scoped": self.scoped,
                 "writes": [{"path": g.path, "why": g.why} for g in self.writes],
                 "exec": [{"path": g.path, "why": g.why} for g in self.exec],
-                "connect_ports": list(self.connect_ports), "notes": list(self.notes)}
+                "connect_ports": list(self.connect_ports), "notes": list(self.notes),
+                "job": self.job,
+                "protected": [{"path": g.path, "why": g.why} for g in self.protected]}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Ruleset:
@@ -76,13 +83,17 @@ class Ruleset:
                    tuple(Grant(str(g["path"]), str(g["why"])) for g in data["writes"]),
                    tuple(Grant(str(g["path"]), str(g["why"])) for g in data["exec"]),
                    tuple(int(p) for p in data["connect_ports"]), bool(data["scoped"]),
-                   tuple(str(n) for n in data.get("notes", ())))
+                   tuple(str(n) for n in data.get("notes", ())), str(data.get("job", "")),
+                   tuple(Grant(str(g["path"]), str(g["why"]))
+                         for g in data.get("protected", ())))
 
     def text(self) -> str:
         """The ruleset as ``--dry-run`` prints it."""
         lines = [f"Landlock ABI {self.abi}; reads are not restricted",
                  "may change (create, write, truncate, remove, rename into), and below:"]
         lines += [f"  {g.path}  ({g.why})" for g in self.writes]
+        lines.append("read-only to the job (a later safehub run trusts them):")
+        lines += [f"  {g.path}  ({g.why})" for g in self.protected]
         lines.append("may run:")
         lines += [f"  {g.path}  ({g.why})" for g in self.exec]
         lines.append("may connect to TCP ports: " + (", ".join(map(str, self.connect_ports))

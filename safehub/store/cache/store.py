@@ -45,8 +45,12 @@ class Cache:
     """The cache root: lookups without locks, installs under a per-commit lock."""
 
     def __init__(self, root: Path, *, lock_timeout: float = 600.0,
-                 relocate: str = "point SAFEHUB_CACHE_DIR at a folder you can write") -> None:
+                 relocate: str = "point SAFEHUB_CACHE_DIR at a folder you can write",
+                 frozen: bool = False) -> None:
         self.root = root
+        self.frozen = frozen
+        """Read-only to this process: a job under ``safehub run --confine`` (the kernel
+        refuses its writes here); a miss is fetched by ``safehub run`` itself."""
         self.relocate = relocate
         """How the user moves the cache (for messages; a final policy file may hold it)."""
         self.base = root / _LAYOUT
@@ -74,7 +78,17 @@ class Cache:
         the folders' modes do not stop)."""
         return os.path.lexists(self.base / _SEALED)
 
+    @property
+    def read_only(self) -> bool:
+        """Nothing is written here: sealed for sharing, or :attr:`frozen`."""
+        return self.frozen or self.sealed
+
     def _writable_dir(self, path: Path) -> Path:
+        if self.frozen:
+            raise CacheError(
+                f"the cache {str(self.root)!r} is read-only inside `safehub run --confine` "
+                "(nothing a confined job writes is trusted by a later run), and it does not "
+                "hold what this needs", hint="fetch it before the job: safehub prefetch SPEC")
         if self.sealed:
             raise CacheError(
                 f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
