@@ -25,6 +25,7 @@ from safehub.policy.schema import parse_text
 from safehub.run.confine.plan import plan
 from tests.conftest import HUBCONF, needs_torch
 from tests.test_confine import needs_landlock
+from tests.test_weights import weights  # noqa: F401,F811 - the fixture
 
 TAMPER = '''import json, os, sys
 from pathlib import Path
@@ -200,3 +201,33 @@ def test_the_job_gets_its_own_temp_dir_not_the_shared_one(isolated: Path) -> Non
     granted = [g.path for g in ruleset.writes]
     assert tempfile.gettempdir() not in granted and ruleset.job in granted
     assert "read-only to the job" in ruleset.text()
+
+
+WEIGHTS_JOB = '''import json, sys, torch
+try:
+    out = sorted(torch.hub.load("acme/weighted:v1.0", "weighted", sys.argv[1], verbose=False))
+except Exception as e:
+    out = f"refused: {type(e).__name__}: {e}"
+print("RESULTS " + json.dumps({"load": out}))
+'''
+
+
+@pytest.mark.slow
+@needs_landlock
+@needs_torch
+def test_weights_are_downloaded_outside_the_job_and_read_inside_it(
+        weights: str, server: Any, isolated: Path, tmp_path: Path) -> None:  # noqa: F811
+    """torch's checkpoint folder is read-only to the job (a later run pins what it finds
+    there): a download into it is refused by name, with the fix; once the model was loaded
+    outside, the job reads the pinned file."""
+    import safehub
+
+    policy = isolated / "config" / "safehub" / "policy.toml"
+    policy.write_text(policy.read_text() + f"[confine]\nconnect_ports = [{server.port}]\n")
+    results, done = _run(tmp_path, WEIGHTS_JOB, weights)
+    assert results["load"].startswith("refused: ConfineError"), (results, done.stderr)
+    assert "read-only inside `safehub run --confine`" in results["load"]
+    assert "safehub load SPEC ENTRYPOINT" in results["load"]
+    assert not (isolated / "cache" / "torch" / "hub" / "checkpoints" / "w.pth").exists()
+    safehub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)  # the fix
+    assert _run(tmp_path, WEIGHTS_JOB, weights)[0] == {"load": ["w"]}

@@ -183,12 +183,30 @@ class WeightsGuard:
         url, dst = _text(url, "url"), _text(os.fspath(dst), "dst")
         self.check_url(url)
         target = Path(os.path.expanduser(dst))
+        self._writable_here(url, target.parent)
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
             self._tell(url)
             _original("download_url_to_file")(url, dst, hash_prefix, progress)
         else:
             self._fetch(url, target, hash_prefix, progress)
         self.check_file(url, target)
+
+    def _writable_here(self, url: str, folder: Path) -> None:
+        """In a confined job, a download into a folder the kernel holds read-only (torch's
+        checkpoint folder: a later run pins what it finds there) is refused by name."""
+        if "SAFEHUB_CONFINED" not in os.environ:
+            return
+        from safehub.errors import ConfineError
+        from safehub.run.confine.ruleset import current
+
+        ruleset = current()
+        if ruleset is not None and ruleset.refuses("write", os.path.realpath(folder)):
+            raise ConfineError(
+                f"hubconf.py of {self.repo} tried to download {url} into {folder}, which is "
+                "read-only inside `safehub run --confine` (a later run trusts what it finds "
+                "there)", hint="load the model once outside the job (safehub load SPEC "
+                "ENTRYPOINT downloads and pins the file, and the job then reads it), or pass "
+                "a model_dir under [confine] writes")
 
     def _fetch(self, url: str, target: Path, hash_prefix: str | None, progress: bool) -> None:
         from safehub._internal.progress import terminal_progress
@@ -230,6 +248,8 @@ class WeightsGuard:
         cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
         if cached.is_file():  # torch would load it without downloading: check it first
             self.check_file(url, cached)
+        else:
+            self._writable_here(url, Path(folder))
         if self.weights_only and not weights_only:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
