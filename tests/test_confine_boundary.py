@@ -25,7 +25,7 @@ from safehub.policy.schema import parse_text
 from safehub.run.confine.plan import plan
 from tests.conftest import HUBCONF, needs_torch
 from tests.test_confine import needs_landlock
-from tests.test_weights import weights  # noqa: F401,F811 - the fixture
+from tests.test_weights import weights  # noqa: F401 - the fixture
 
 TAMPER = '''import json, os, sys
 from pathlib import Path
