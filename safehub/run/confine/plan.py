@@ -136,6 +136,23 @@ def _job_folders(job: str) -> list[Grant]:
     return grants
 
 
+_MOVE = {"safehub's cache": "SAFEHUB_CACHE_DIR",
+         "the lockfile in force": "SAFEHUB_LOCKFILE, or run the job from another folder",
+         "torch's checkpoint folder": "TORCH_HOME",
+         "safehub's audit log": "the policy's audit_log, or XDG_STATE_HOME",
+         "safehub's records": "XDG_DATA_HOME"}
+
+
+def _how_to_move(why: str) -> str:
+    """How the user moves a protected path out of a write grant."""
+    for what, how in _MOVE.items():
+        if why.startswith(what):
+            return f"move {what} elsewhere ({how})"
+    if "project policy file" in why:
+        return "run the job from another folder"
+    return "move the policy file (or the folder) out of the grant"
+
+
 def protected(settings: Any, lockfile: Path | None = None) -> list[Grant]:
     """What a later safehub run trusts, so the job may never change it: the cache, every
     record (consent, verified trees, signature verdicts, weight pins), each place a policy
@@ -174,9 +191,10 @@ def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
                 raise ConfineError(
                     f"the write grant {grant.path} ({grant.why}) {where} {kept.path} "
                     f"({kept.why}): a confined job could change what the next safehub run "
-                    "trusts", hint="grant a folder that does not hold it (a subfolder for the "
-                    "job's output, such as checkpoints/), or move it (SAFEHUB_CACHE_DIR, "
-                    "SAFEHUB_LOCKFILE, or run the job from another folder)")
+                    "trusts", hint=(f"grant a folder that does not hold it (a subfolder for "
+                                    "the job's output, such as checkpoints/), or "
+                                    if where == "holds" else "grant a folder outside it, or ")
+                    + _how_to_move(kept.why))
         if not os.path.lexists(grant.path):
             continue  # made when the command starts, then opened the same way
         try:
