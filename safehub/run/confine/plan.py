@@ -8,18 +8,21 @@
   absolute paths), and the dynamic loader each of them names;
 * **connect_ports**: ``[confine] connect_ports`` (default 443).
 
-The first policy file that sets a ``[confine]`` key bounds it; each later file may only
-narrow it: a folder is kept where it lies inside the bound (links resolved first), a
-program or a port where the bound lists it too.
+``[confine]`` merges as every policy key (``Policy.confine``, docs/policy.md): the
+default, or what the first file that sets a key says, is the bound, and a later file only
+narrows it (a project's or ``SAFEHUB_POLICY`` file, and every file after a ``final`` one,
+never widens even the default): a folder is kept where it lies inside the bound (links
+resolved first), a program or a port where the bound lists it too.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,30 +36,6 @@ from safehub.run.torchhub import hub_dir
 __all__ = ["confinement", "plan"]
 
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _narrowed(layers: Sequence[tuple[str, Any]], resolve: Callable[[Any], Any],
-              nested: bool = False) -> tuple[list[Any], str]:
-    """The values the first layer allows and every later one narrows to (each value
-    resolved), and where they come from."""
-    if not layers:
-        return [], ""
-    source, first = layers[0]
-    kept = list(dict.fromkeys(resolve(v) for v in first))
-    for later_source, values in layers[1:]:
-        later = list(dict.fromkeys(resolve(v) for v in values))
-        if nested:  # folders: the deeper of two that nest
-            kept = list(dict.fromkeys(
-                [b for b in later if any(_within(b, a) for a in kept)]
-                + [a for a in kept if any(_within(a, b) for b in later)]))
-        else:
-            kept = [v for v in kept if v in later]
-        source = f"{source}, narrowed by {later_source}"
-    return kept, source
 
 
 def _program(entry: str, environ: Mapping[str, str]) -> str:
@@ -155,25 +134,28 @@ def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
     if not real or not os.path.isfile(real):
         raise SpecError(f"cannot run {command[0]!r}: not found",
                         hint="check the command and its path")
-    writes, where = _narrowed(policy.confine_layers("writes"),
-                              lambda p: os.path.realpath(os.path.expanduser(p)), nested=True)
-    grants = [Grant(p, f"[confine] writes in {where}") for p in writes]
+    # [confine] merges as every policy key (Policy.confine); entries compare as resolved here.
+    folder = functools.cache(lambda p: os.path.realpath(os.path.expanduser(p)))
+    program = functools.cache(lambda e: _program(e, env))
+    merged = {name: policy.confine(name, resolve) for name, resolve in (
+        ("writes", folder), ("exec", lambda e: program(e) or e), ("connect_ports", None))}
+    writes = list(dict.fromkeys(map(folder, merged["writes"].value)))
+    grants = [Grant(p, f"[confine] writes in {merged['writes'].source}") for p in writes]
     grants += [g for g in _safehub_folders(settings) if g.path not in writes]
     programs, notes = _command_programs(real, env)
+    notes += [note for m in merged.values() for note in m.notes]
     programs.append(Grant(os.path.realpath(sys.executable), "the Python running safehub"))
-    entries, where = _narrowed(policy.confine_layers("exec"), lambda e: (e, _program(e, env)))
-    for entry, found in entries:
-        if found:
-            programs.append(Grant(found, f"{entry}: [confine] exec in {where}"))
+    where = merged["exec"].source
+    for entry in merged["exec"].value:
+        if program(entry):
+            programs.append(Grant(program(entry), f"{entry}: [confine] exec in {where}"))
         else:
             notes.append(f"[confine] exec entry {entry!r} ({where}) is not on PATH: not granted")
     programs += [Grant(os.path.realpath(loader), "the dynamic loader")
                  for loader in dict.fromkeys(filter(None, map(elf_interpreter,
                                                               (g.path for g in programs))))]
-    ports, _ = _narrowed(policy.confine_layers("connect_ports"), int)
-    if not policy.confine_layers("connect_ports"):
-        ports = [443]
-    return Ruleset(abi, tuple(_unique(grants)), tuple(_unique(programs)), tuple(ports),
+    ports = tuple(dict.fromkeys(merged["connect_ports"].value))
+    return Ruleset(abi, tuple(_unique(grants)), tuple(_unique(programs)), ports,
                    scoped=abi >= 6, notes=tuple(notes))
 
 
