@@ -224,8 +224,12 @@ def _not_granted(key: Key, spec: FileSpec, value: Any, kept: Any, bound: Setting
         asked = f"= {value!r}"
     name = f"{TABLE_NAMES[key.scope]} {key.name}" if key.scope != "safehub" else key.name
     if bound.source == "default":
+        admins = " or ".join(_ROLES[r] for r in key.widened_by if r in _ROLES)
         why = (f"{_ROLES.get(spec.origin, 'this file')} only narrows {name}, and the bound "
-               f"is the default {_plain(key.default)!r}")
+               f"is the default {_plain(key.default)!r}; {admins} may widen it")
+    elif bound.final and bound.value == key.default:
+        why = (f"a later file only narrows {name}: the bound is the default "
+               f"{_plain(key.default)!r}, held by {bound.source} (final = true)")
     else:
         held = " (final = true)" if bound.final else ""
         why = (f"a later file only narrows {name}: the bound is {_plain(bound.value)!r} "
