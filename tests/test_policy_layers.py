@@ -452,6 +452,7 @@ def test_the_docs_table_of_who_may_loosen_each_key_comes_from_the_declaration() 
 
     docs = (Path(__file__).parents[1] / "docs/policy.md").read_text()
     assert layers_table() in docs
+    assert layers_table("confine") in docs
 
 
 # -- [confine]: merged as every key, by the roles and final flags of the same stacks -------------

@@ -66,10 +66,10 @@ LAYERS: Mapping[str, tuple[str, str]] = {
     "each": ("set its own list: a folder must be in every file's list",
              "widen an earlier file's list"),
     "narrow": ("narrow it: {narrow}",
-               "widen it: what an earlier file sets is the bound; where none sets it, the "
-               "default is, and only a site or user file may widen the default; a project's "
-               "or `SAFEHUB_POLICY` file, and every file after a `final = true` file (which "
-               "holds the default where it leaves the key unset), only narrow the bound")}
+               "widen it; only a site or the user's file widens the default, where no "
+               "earlier file set the key and no `final = true` file came before (one that "
+               "leaves the key unset holds the default); a project's or `SAFEHUB_POLICY` "
+               "file never does")}
 #: How matching [[allow]] rules combine: ``each`` (every rule's list must allow it),
 #: ``strictest``, ``signer-set`` (each rule that asks for a signature adds a signer set
 #: that must accept it), ``match`` (selects the rule), ``note`` (for humans).

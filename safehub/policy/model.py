@@ -304,10 +304,11 @@ class Policy:
         return str(self.setting("mode").value)
 
     def confine(self, name: str, resolve: Callable[[Any], Any] | None = None) -> Setting:
-        """A ``[confine]`` key merged as every key is (:func:`merge_key`): the default or
-        what the first file that sets it says, each later file only narrowing it; entries
-        compared by what ``resolve`` makes of them (``safehub.run.confine.plan`` resolves
-        links and ``PATH`` names), the written entries kept.
+        """A ``[confine]`` key merged as every key is (:func:`merge_key`): the default is the
+        bound until a site or user file sets the key; every later file, a project's and a
+        ``SAFEHUB_POLICY`` file, and any file after a ``final`` one only narrow it. Entries
+        are compared by what ``resolve`` makes of them (``safehub.run.confine.plan``
+        resolves links and ``PATH`` names); the written entries are kept.
 
         >>> Policy.from_text("[confine]\\nconnect_ports = [443, 8443]\\n", "u.toml"
         ...                  ).confine("connect_ports").value
