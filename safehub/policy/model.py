@@ -10,7 +10,8 @@ requirements, never take one away.
 * every matching ``[[allow]]`` rule's requirements must hold;
 * each refusal carries its file's ``mode``: ``warn`` softens that file's refusals, never
   another's, and the verdict is the strictest of them and of the admission;
-* ``[safehub]`` settings merge as :data:`safehub.policy.keys.LAYERS` says.
+* ``[safehub]`` settings and ``[confine]`` keys merge as :data:`safehub.policy.keys.LAYERS`
+  says, by one function (:func:`safehub.policy.merge.merge_key`).
 """
 
 from __future__ import annotations
@@ -20,29 +21,18 @@ import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from safehub._internal import fixes
-from safehub._internal.fsutil import within
 from safehub._internal.globs import Glob
 from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
-from safehub.policy.keys import KEYS, TABLE_NAMES, Choice, Key
+from safehub.policy.keys import KEYS, Choice
+from safehub.policy.merge import Setting, merge_key, merge_settings
 from safehub.policy.schema import FileSpec, Table, parse_text
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
 from safehub.verify.signatures.signers import KeySigner, Signer, SignerSet
 
-__all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting", "meet_of", "merge_key",
-           "narrow"]
-
-class Setting(NamedTuple):
-    """A ``[safehub]`` or ``[confine]`` key's merged value, where it came from, whether a
-    final file holds it, and what files asked that the merge did not grant (``notes``)."""
-
-    value: Any
-    source: str
-    final: bool = False
-    notes: tuple[str, ...] = ()
-
+__all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
 
 @dataclass(frozen=True)
 class Rule:
@@ -94,165 +84,6 @@ def _strictest(scope: str, name: str, values: Iterable[str]) -> str:
     return max(values, key=choice.strictness, default=KEYS[scope][name].default)
 
 
-# -- the merge of a [safehub] or [confine] key ---------------------------------------------------
-
-#: The merges over an order from loose to strict in which a ``final = true`` file that
-#: leaves the key unset holds the default (``own``: ``mode``'s summary, FileSpec.warns).
-_FLOORED = ("strictest", "own", "narrow")
-
-Meet = Callable[[Any, Any], Any]
-"""``meet(bound, value)``: what both allow, the stricter of two values of one key."""
-
-_ROLES = {"site": "a site file", "user": "the user's file", "project": "a project's file",
-          "extra": "a SAFEHUB_POLICY file"}
-
-
-def narrow(bound: Iterable[Any], value: Iterable[Any], *, nested: bool = False,
-           resolve: Callable[[Any], Any] | None = None) -> tuple[Any, ...]:
-    """The entries of ``value`` that ``bound`` allows too, as ``value`` writes them, each
-    compared by what ``resolve`` makes of it (a real path, the program a name finds).
-    Folders (``nested``) are kept where they lie inside a folder of the bound, and a bound
-    folder inside one of ``value``'s is kept in its place: the deeper of two that nest.
-
-    >>> narrow((443, 8443), (8443, 22))
-    (8443,)
-    >>> narrow(("/data", "/srv/x"), ("/data/run", "/data2", "/srv"), nested=True)
-    ('/data/run', '/srv/x')
-    """
-    same = resolve or (lambda v: v)
-    theirs: dict[Any, Any] = {}
-    for entry in bound:
-        theirs.setdefault(same(entry), entry)
-    ours: dict[Any, Any] = {}
-    for entry in value:
-        ours.setdefault(same(entry), entry)
-    if not nested:
-        return tuple(v for r, v in ours.items() if r in theirs)
-    kept = {r: v for r, v in ours.items() if any(within(r, b) for b in theirs)}
-    for r, b in theirs.items():
-        if r not in kept and any(within(r, o) for o in ours):
-            kept[r] = b
-    return tuple(kept.values())
-
-
-def meet_of(key: Key, resolve: Callable[[Any], Any] | None = None) -> Meet | None:
-    """How ``key`` combines the bound with a later file's value; None where the later value
-    overrides (``latest``: unless a ``final`` file set it). ``resolve`` (``narrow`` keys):
-    what an entry is compared by."""
-    if key.merge in ("strictest", "own"):
-        choice = key.type
-        assert isinstance(choice, Choice)
-        return lambda bound, value: max((bound, value), key=choice.strictness)
-    if key.merge == "any-true":
-        return lambda bound, value: bool(bound or value)
-    if key.merge == "any-false":
-        return lambda bound, value: bool(bound and value)
-    if key.merge == "narrow":
-        return lambda bound, value: narrow(bound, value, nested=key.path, resolve=resolve)
-    if key.merge == "latest":
-        return None
-    raise ValueError(f"{key.scope}.{key.name} is not merged across files ({key.merge})")
-
-
-def merge_key(key: Key, files: Sequence[FileSpec],
-              resolve: Callable[[Any], Any] | None = None) -> Setting:
-    """A ``[safehub]`` or ``[confine]`` key merged across ``files`` (in merge order): the one
-    merge of every table's keys (docs/policy.md, "How files merge").
-
-    What the files before one set is its *bound* (where none set the key: the default). A
-    file may widen the default only where no earlier file set the key and its role may
-    (``key.widened_by``: never a project's); otherwise its value is met with the bound
-    (:func:`meet_of`): a stricter value tightens, a looser one is ignored, a list keeps only
-    what the bound allows too. A ``final = true`` file that leaves an ordered key unset,
-    where no earlier file set it, holds the default: after it every file only tightens. What
-    a file asked that the merge did not grant is in ``notes``.
-
-    >>> from safehub.policy.schema import parse_text
-    >>> site = parse_text("[safehub]\\nfinal = true\\n", "/etc/xdg/safehub/policy.toml")
-    >>> project = parse_text('[confine]\\nexec = ["sh"]\\nconnect_ports = [443, 22]\\n',
-    ...                      "/p/safehub.toml", origin="project")
-    >>> merge_key(KEYS["confine"]["exec"], [site, project]).value
-    ()
-    >>> merge_key(KEYS["confine"]["connect_ports"], [project]).value
-    (443,)
-    """
-    meet = meet_of(key, resolve)
-    held: Setting | None = None
-    notes: list[str] = []
-    for spec in files:
-        table: Table | None = getattr(spec, key.scope)
-        final = bool(spec.safehub.final)
-        if table is not None and key.name in table.given:
-            value = table[key.name]
-            if meet is None:  # latest: a later file overrides unless a final file set it
-                if held is None or not held.final:
-                    held = Setting(value, spec.source, final)
-            elif held is None:
-                widens = spec.origin in key.widened_by
-                kept = value if widens else meet(key.default, value)
-                notes += _not_granted(key, spec, value, kept, Setting(key.default, "default"),
-                                      meet)
-                if not (kept == key.default != value):  # a looser value than the default
-                    held = Setting(kept, spec.source, final)  # is ignored: room stays
-            else:
-                kept = meet(held.value, value)
-                notes += _not_granted(key, spec, value, kept, held, meet)
-                if kept != held.value:
-                    source = (spec.source if kept == value
-                              else f"{held.source}, narrowed by {spec.source}")
-                    held = Setting(kept, source,
-                                   (held.final or final) if key.merge in _FLOORED else final)
-        if final and held is None and key.merge in _FLOORED:
-            held = Setting(key.default, spec.source, True)  # a floor
-    if held is None:
-        held = Setting(key.default, "default")
-    return held._replace(notes=tuple(notes))
-
-
-def _not_granted(key: Key, spec: FileSpec, value: Any, kept: Any, bound: Setting,
-                 meet: Meet) -> list[str]:
-    """What ``spec`` asked of ``key`` beyond ``bound`` (``kept``: what the merge granted of
-    it), said once; empty if nothing."""
-    if isinstance(value, tuple):
-        left = [v for v in value if meet(kept, (v,)) != (v,)]
-        if not left:
-            return []
-        asked = " ".join(repr(v) for v in dict.fromkeys(left))
-    elif kept == value:
-        return []
-    else:
-        asked = f"= {value!r}"
-    name = f"{TABLE_NAMES[key.scope]} {key.name}" if key.scope != "safehub" else key.name
-    if bound.source == "default":
-        admins = " or ".join(_ROLES[r] for r in key.widened_by if r in _ROLES)
-        why = (f"{_ROLES.get(spec.origin, 'this file')} only narrows {name}, and the bound "
-               f"is the default {_plain(key.default)!r}; {admins} may widen it")
-    elif bound.final and bound.value == key.default:
-        why = (f"a later file only narrows {name}: the bound is the default "
-               f"{_plain(key.default)!r}, held by {bound.source} (final = true)")
-    else:
-        held = " (final = true)" if bound.final else ""
-        why = (f"a later file only narrows {name}: the bound is {_plain(bound.value)!r} "
-               f"from {bound.source}{held}")
-    return [f"{spec.source}: {name} {asked} is not granted ({why})"]
-
-
-def _plain(value: Any) -> Any:
-    return list(value) if isinstance(value, tuple) else value
-
-
-def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
-    """Every ``[safehub]`` key that merges across files, set by a file or held by a final
-    one (per-file keys are read from each file where used: ``Policy.decide_local``)."""
-    settings: dict[str, Setting] = {}
-    for key in KEYS["safehub"].values():
-        if key.merge not in ("per-file", "each"):
-            merged = merge_key(key, files)
-            if merged.source != "default":
-                settings[key.name] = merged
-    return settings
-
-
 @dataclass(frozen=True)
 class Policy:
     """The merged policy of every file found, in order.
@@ -292,7 +123,7 @@ class Policy:
                                   Glob(a.repo, fold=True), _globs(a.refs),
                                   _globs(a.entrypoints), layer, soft))
             final_seen = final_seen or spec.safehub.final
-        return cls(tuple(files), tuple(rules), _merge_settings(files))
+        return cls(tuple(files), tuple(rules), merge_settings(files))
 
     def setting(self, name: str) -> Setting:
         """A ``[safehub]`` key's merged value (its default, from ``"default"``, if unset)."""
