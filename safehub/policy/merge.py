@@ -10,23 +10,40 @@ default, where no earlier file set it; a ``final = true`` file is a floor.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from safehub._internal.fsutil import within
 from safehub.policy.keys import KEYS, TABLE_NAMES, Choice, Key
 from safehub.policy.schema import FileSpec, Table
 
-__all__ = ["Meet", "Setting", "meet_of", "merge_key", "merge_settings", "narrow"]
+__all__ = ["Meet", "Merged", "Setting", "meet_of", "merge_key", "merge_settings", "narrow"]
 
 
 class Setting(NamedTuple):
-    """A ``[safehub]`` or ``[confine]`` key's merged value, where it came from, whether a
-    final file holds it, and what files asked that the merge did not grant (``notes``)."""
+    """A ``[safehub]`` setting's merged value, where it came from, and whether a final
+    file holds it."""
+
+    value: Any
+    source: str
+    final: bool = False
+
+
+@dataclass(frozen=True)
+class Merged:
+    """A key merged across files (:func:`merge_key`): its value, where it came from
+    (``default``, a file, or ``A, narrowed by B``), whether a final file holds it, and what
+    files asked that it does not grant (``notes``: one line each, naming file, key, entry
+    and bound)."""
 
     value: Any
     source: str
     final: bool = False
     notes: tuple[str, ...] = ()
+
+    @property
+    def setting(self) -> Setting:
+        return Setting(self.value, self.source, self.final)
 
 
 #: The merges over an order from loose to strict in which a ``final = true`` file that
@@ -88,7 +105,7 @@ def meet_of(key: Key, resolve: Callable[[Any], Any] | None = None) -> Meet | Non
 
 
 def merge_key(key: Key, files: Sequence[FileSpec],
-              resolve: Callable[[Any], Any] | None = None) -> Setting:
+              resolve: Callable[[Any], Any] | None = None) -> Merged:
     """A ``[safehub]`` or ``[confine]`` key merged across ``files`` (in merge order): the one
     merge of every table's keys (docs/policy.md, "How files merge").
 
@@ -110,7 +127,7 @@ def merge_key(key: Key, files: Sequence[FileSpec],
     (443,)
     """
     meet = meet_of(key, resolve)
-    held: Setting | None = None
+    held: Merged | None = None
     notes: list[str] = []
     for spec in files:
         table: Table | None = getattr(spec, key.scope)
@@ -119,30 +136,30 @@ def merge_key(key: Key, files: Sequence[FileSpec],
             value = table[key.name]
             if meet is None:  # latest: a later file overrides unless a final file set it
                 if held is None or not held.final:
-                    held = Setting(value, spec.source, final)
+                    held = Merged(value, spec.source, final)
             elif held is None:
                 widens = spec.origin in key.widened_by
                 kept = value if widens else meet(key.default, value)
-                notes += _not_granted(key, spec, value, kept, Setting(key.default, "default"),
+                notes += _not_granted(key, spec, value, kept, Merged(key.default, "default"),
                                       meet)
                 if not (kept == key.default != value):  # a looser value than the default
-                    held = Setting(kept, spec.source, final)  # is ignored: room stays
+                    held = Merged(kept, spec.source, final)  # is ignored: room stays
             else:
                 kept = meet(held.value, value)
                 notes += _not_granted(key, spec, value, kept, held, meet)
                 if kept != held.value:
                     source = (spec.source if kept == value
                               else f"{held.source}, narrowed by {spec.source}")
-                    held = Setting(kept, source,
+                    held = Merged(kept, source,
                                    (held.final or final) if key.merge in _FLOORED else final)
         if final and held is None and key.merge in _FLOORED:
-            held = Setting(key.default, spec.source, True)  # a floor
+            held = Merged(key.default, spec.source, True)  # a floor
     if held is None:
-        held = Setting(key.default, "default")
-    return held._replace(notes=tuple(notes))
+        held = Merged(key.default, "default")
+    return replace(held, notes=tuple(notes))
 
 
-def _not_granted(key: Key, spec: FileSpec, value: Any, kept: Any, bound: Setting,
+def _not_granted(key: Key, spec: FileSpec, value: Any, kept: Any, bound: Merged,
                  meet: Meet) -> list[str]:
     """What ``spec`` asked of ``key`` beyond ``bound`` (``kept``: what the merge granted of
     it), said once; empty if nothing."""
@@ -182,5 +199,5 @@ def merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
         if key.merge not in ("per-file", "each"):
             merged = merge_key(key, files)
             if merged.source != "default":
-                settings[key.name] = merged
+                settings[key.name] = merged.setting
     return settings

@@ -27,7 +27,7 @@ from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
 from safehub.policy.keys import KEYS, Choice
-from safehub.policy.merge import Setting, merge_key, merge_settings
+from safehub.policy.merge import Merged, Setting, merge_key, merge_settings
 from safehub.policy.schema import FileSpec, Table, parse_text
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
 from safehub.verify.signatures.signers import KeySigner, Signer, SignerSet
@@ -134,7 +134,7 @@ class Policy:
     def mode(self) -> str:
         return str(self.setting("mode").value)
 
-    def confine(self, name: str, resolve: Callable[[Any], Any] | None = None) -> Setting:
+    def confine(self, name: str, resolve: Callable[[Any], Any] | None = None) -> Merged:
         """A ``[confine]`` key merged as every key is (:func:`merge_key`): the default is the
         bound until a site or user file sets the key; every later file, a project's and a
         ``SAFEHUB_POLICY`` file, and any file after a ``final`` one only narrow it. Entries
