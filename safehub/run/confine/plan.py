@@ -9,7 +9,7 @@
 * **connect_ports**: ``[confine] connect_ports`` (default 443).
 
 ``[confine]`` merges as every policy key (``Policy.confine``, docs/policy.md): the
-default, or what the first file that sets a key says, is the bound, and a later file only
+default is the bound until a site or user file sets a key, and every later file only
 narrows it (a project's or ``SAFEHUB_POLICY`` file, and every file after a ``final`` one,
 never widens even the default): a folder is kept where it lies inside the bound (links
 resolved first), a program or a port where the bound lists it too.
