@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -352,3 +353,107 @@ def test_the_first_file_that_sets_a_key_bounds_it() -> None:
     ruleset = _plan("[safehub]\nmode = 'enforce'\n", "[confine]\nconnect_ports = [8443]\n")
     assert ruleset.connect_ports == (8443,)
     assert _plan("").connect_ports == (443,)
+
+
+# -- [confine] merges as every policy key: a final file is a floor, a project only narrows ------
+
+def _in_force() -> Any:
+    """The ruleset of the policy files discovery finds (site, user, ./safehub.toml,
+    SAFEHUB_POLICY) for a command running this Python."""
+    from safehub.policy import load_policy
+
+    policy = load_policy()
+    return plan(policy, Settings.from_env(policy=policy), [sys.executable], abi=7)
+
+
+def _granted(ruleset: Any) -> tuple[list[str], list[str], tuple[int, ...]]:
+    """([confine] folders, [confine] programs by entry, ports) a ruleset grants."""
+    return ([g.path for g in ruleset.writes if "[confine]" in g.why],
+            [g.why.split(":")[0] for g in ruleset.exec if "[confine]" in g.why],
+            ruleset.connect_ports)
+
+
+def _file(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    return path
+
+
+def _widening(folder: Path) -> str:
+    return (f'[confine]\nwrites = ["{folder / "out"}"]\nexec = ["sh"]\n'
+            "connect_ports = [443, 22]\n")
+
+
+@pytest.mark.parametrize("site", ["final, confine = true, no [confine]", "none"])
+@pytest.mark.parametrize("later", ["project", "SAFEHUB_POLICY"])
+def test_a_project_or_safehub_policy_file_cannot_widen_confine(
+    isolated: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], site: str, later: str
+) -> None:
+    """The reported attack: the site says `final = true` and `confine = true` and has no
+    [confine] table; a cloned project's ./safehub.toml (or a SAFEHUB_POLICY file) lists
+    `sh`, port 22 and a folder. The defaults hold: none of it is granted, and the dry run
+    says so."""
+    if site != "none":
+        _file(isolated / "etc-xdg/safehub/policy.toml",
+              "[safehub]\nfinal = true\nconfine = true\n")
+    if later == "project":
+        _file(Path.cwd() / "safehub.toml", _widening(Path.cwd()))
+    else:
+        monkeypatch.setenv("SAFEHUB_POLICY", str(_file(tmp_path / "extra.toml",
+                                                        _widening(tmp_path))))
+    ruleset = _in_force()
+    assert _granted(ruleset) == ([], [], (443,))
+    said = "\n".join(ruleset.notes)
+    assert "exec 'sh' is not granted" in said and "connect_ports 22 is not granted" in said
+    assert "writes" in said and "the default" in said
+    asked = [] if site != "none" else ["--confine"]  # the site's confine = true asks for it
+    assert main(["run", *asked, "--dry-run", "--json", "--", sys.executable, "-c", "pass"]) == 0
+    shown = json.loads(capsys.readouterr().out)["confine"]
+    assert shown["connect_ports"] == [443] and "sh" not in {
+        g["why"].split(":")[0] for g in shown["exec"]}
+    assert any("exec 'sh' is not granted" in n for n in shown["notes"])
+
+
+def test_after_a_final_file_no_later_file_widens_confine(isolated: Path) -> None:
+    """Whatever its role: the user's own file after a final site file only narrows the
+    site's values, and the defaults for the keys the site leaves unset."""
+    _file(isolated / "etc-xdg/safehub/policy.toml",
+          "[safehub]\nfinal = true\n[confine]\nconnect_ports = [443, 8443]\n")
+    _file(isolated / "config/safehub/policy.toml",
+          '[confine]\nexec = ["git"]\nconnect_ports = [8443, 22]\n')
+    ruleset = _in_force()
+    assert _granted(ruleset) == ([], [], (8443,))
+    assert any("exec 'git' is not granted" in n and "final = true" in n for n in ruleset.notes)
+
+
+def test_a_project_file_narrows_what_the_site_grants(isolated: Path) -> None:
+    """The honest cases: the site grants git and a folder; the project narrows to no
+    program, or states git again (granted), and a folder inside the site's."""
+    data = Path.cwd() / "data"
+    _file(isolated / "etc-xdg/safehub/policy.toml",
+          f'[confine]\nexec = ["git"]\nwrites = ["{data}"]\n')
+    project = _file(Path.cwd() / "safehub.toml", "[confine]\nexec = []\n")
+    assert _granted(_in_force()) == ([str(data)], [], (443,))
+    project.write_text(f'[confine]\nexec = ["git"]\nwrites = ["{data / "run"}"]\n')
+    ruleset = _in_force()
+    assert _granted(ruleset) == ([str(data / "run")], ["git"], (443,))
+    assert ruleset.notes == ()
+
+
+def test_the_users_own_file_may_widen_the_defaults(isolated: Path) -> None:
+    """With no site file (or one that is not final and sets no [confine] key), the user's
+    own config file adds a program and a port."""
+    user = _file(isolated / "config/safehub/policy.toml",
+                 '[confine]\nexec = ["git"]\nconnect_ports = [443, 8443]\n')
+    assert _granted(_in_force()) == ([], ["git"], (443, 8443))
+    _file(isolated / "etc-xdg/safehub/policy.toml", "[safehub]\nconfine = true\n")
+    assert _granted(_in_force()) == ([], ["git"], (443, 8443))
+    # A project's entry is compared by the program it finds: git's own path is git.
+    git = os.path.realpath(shutil.which("git") or "git")
+    _file(Path.cwd() / "safehub.toml", f'[confine]\nexec = ["{git}", "curl"]\n')
+    ruleset = _in_force()
+    assert [g.path for g in ruleset.exec if "[confine]" in g.why] == [git]
+    assert [n.split(": ", 1)[1] for n in ruleset.notes] == [
+        "[confine] exec 'curl' is not granted (a later file only narrows [confine] exec: "
+        f"the bound is ['git'] from {user})"]

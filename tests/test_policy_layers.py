@@ -452,3 +452,141 @@ def test_the_docs_table_of_who_may_loosen_each_key_comes_from_the_declaration() 
 
     docs = (Path(__file__).parents[1] / "docs/policy.md").read_text()
     assert layers_table() in docs
+    assert layers_table("confine") in docs
+
+
+# -- [confine]: merged as every key, by the roles and final flags of the same stacks -------------
+
+CONFINE_DEFAULTS: dict[str, frozenset[object]] = {
+    "writes": frozenset(), "exec": frozenset(), "connect_ports": frozenset({443})}
+FOLDERS = ("", "data", "data/run", "data2", "srv", "srv/x")  # beneath the files' folder
+PROGRAMS = ("git", "sh", "curl")
+PORTS = (443, 22, 8443)
+WIDENS = ("site", "user")  # the roles that may widen a [confine] default
+
+
+@dataclass(frozen=True)
+class ConfineLayer:
+    origin: str
+    final: bool
+    writes: tuple[str, ...] | None
+    exec: tuple[str, ...] | None
+    connect_ports: tuple[int, ...] | None
+
+    def value(self, name: str, root: Path) -> frozenset[object] | None:
+        value: tuple[object, ...] | None = getattr(self, name)
+        if value is None:
+            return None
+        return frozenset(str(root / v) if name == "writes" else v for v in value)
+
+    def toml(self, root: Path) -> str:
+        lines = ["[safehub]", f"final = {'true' if self.final else 'false'}"]
+        given = {name: self.value(name, root) for name in CONFINE_DEFAULTS}
+        if any(v is not None for v in given.values()):
+            lines.append("[confine]")
+        for name, value in given.items():
+            if value is not None:
+                lines.append(f"{name} = [" + ", ".join(
+                    f'"{v}"' if isinstance(v, str) else str(v) for v in sorted(
+                        value, key=str)) + "]")
+        return "\n".join(lines) + "\n"
+
+
+def _some(values: tuple[object, ...]) -> st.SearchStrategy[object]:
+    return st.one_of(st.none(), st.lists(st.sampled_from(values), max_size=3,
+                                         unique=True).map(tuple))
+
+
+confine_stacks = st.lists(st.builds(
+    ConfineLayer, st.sampled_from(ORIGINS), st.sampled_from((False, False, True)),
+    _some(FOLDERS), _some(PROGRAMS), _some(PORTS)), min_size=1, max_size=5)
+
+
+def _inside(path: object, folder: object) -> bool:
+    return path == folder or str(path).startswith(f"{folder}/")
+
+
+def _meet(name: str, bound: frozenset[object], value: frozenset[object]) -> frozenset[object]:
+    """What both allow: folders nest (the deeper of two kept), programs and ports by name."""
+    if name != "writes":
+        return bound & value
+    return frozenset({v for v in value if any(_inside(v, b) for b in bound)}
+                     | {b for b in bound if any(_inside(b, v) for v in value)})
+
+
+def _narrower(name: str, a: frozenset[object], b: frozenset[object]) -> bool:
+    """``a`` allows nothing ``b`` does not."""
+    if name == "writes":
+        return all(any(_inside(x, y) for y in b) for x in a)
+    return a <= b
+
+
+def confine_model(stack: list[ConfineLayer], name: str, root: Path
+                  ) -> tuple[frozenset[object], bool]:
+    """(the merged value, whether a file holds it) by docs/policy.md: what an earlier file
+    sets is the bound, else the default; only a site or user file widens the default (where
+    no earlier file set the key); any other file's value is met with the default first, and
+    one that only asks for more than the default is ignored; a final file that leaves the
+    key unset, where no earlier file set it, holds the default."""
+    default = CONFINE_DEFAULTS[name]
+    bound: frozenset[object] | None = None
+    for layer in stack:
+        value = layer.value(name, root)
+        if value is not None:
+            if bound is not None:
+                bound = _meet(name, bound, value)
+            elif layer.origin in WIDENS:
+                bound = value
+            elif _meet(name, default, value) != default or value == default:
+                bound = _meet(name, default, value)
+        if layer.final and bound is None:
+            bound = default
+    return (default, False) if bound is None else (bound, True)
+
+
+def test_a_later_file_never_widens_confine(tmp_path: Path) -> None:
+    """For stacks of 1 to 5 files of every role, final or not: each merged [confine] key
+    equals the model of docs/policy.md; it is never wider than what the stack without its
+    last file gives (unless a site or user file sets a key no earlier file holds), never
+    wider than what any final file and the files before it give, and never wider than the
+    stack without its project and SAFEHUB_POLICY files; those alone never widen the
+    defaults."""
+    root = tmp_path
+    seen = dict.fromkeys(("room", "floor", "not granted", "narrowed"), 0)
+
+    def merged(stack: list[ConfineLayer], name: str) -> frozenset[object]:
+        policy = Policy.from_files([parse_text(
+            layer.toml(root), str(root / ("safehub.toml" if layer.origin == "project"
+                                          else f"{i}.toml")), origin=layer.origin)
+            for i, layer in enumerate(stack)])
+        setting = policy.confine(name)
+        seen["not granted"] += bool(setting.notes)
+        return frozenset(setting.value)
+
+    @settings(max_examples=300, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow])
+    @given(confine_stacks)
+    def check(stack: list[ConfineLayer]) -> None:
+        for name, default in CONFINE_DEFAULTS.items():
+            value = merged(stack, name)
+            assert (value, stack) == (confine_model(stack, name, root)[0], stack)
+            shorter = merged(stack[:-1], name)
+            if not _narrower(name, value, shorter):
+                assert stack[-1].origin in WIDENS, (name, stack)
+                assert not confine_model(stack[:-1], name, root)[1], (name, stack)
+                seen["room"] += 1
+            seen["narrowed"] += value != shorter and _narrower(name, value, shorter)
+            for i, layer in enumerate(stack):
+                if layer.final:
+                    floor = merged(stack[:i + 1], name)
+                    assert _narrower(name, value, floor), (name, stack, i)
+                    later = [x.value(name, root) for x in stack[i + 1:]]
+                    seen["floor"] += any(v is not None and not _narrower(name, v, floor)
+                                         for v in later)
+            admins = [x for x in stack if x.origin in WIDENS]
+            assert _narrower(name, value, merged(admins, name)), (name, stack)
+            others = [x for x in stack if x.origin not in WIDENS]
+            assert _narrower(name, merged(others, name), default), (name, stack)
+
+    check()
+    assert min(seen.values()) > 10, seen  # every kind of case was reached

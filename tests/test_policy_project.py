@@ -116,3 +116,41 @@ def test_a_project_file_that_validate_passes_loads(hub_repo, capsys: pytest.Capt
     Path("safehub.toml").write_text("[[allow]]\nrepo = 'acme/*'\n")
     assert cli(capsys, "policy", "validate", "safehub.toml")[0] == 0
     assert cli(capsys, "check", "acme/models:v1.0")[0] == 0
+
+
+# -- a project's [confine] only narrows: validate and show say what it cannot grant ----------
+
+WIDENING = "[confine]\nexec = ['sh']\nconnect_ports = [443, 22]\n"
+
+
+def test_validate_notes_what_a_project_file_cannot_grant(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Valid (a site or user file may grant it, where the project's file then narrows to
+    it), and the notes say that on its own it grants none of it."""
+    Path("safehub.toml").write_text(WIDENING)
+    rc, out, _ = cli(capsys, "policy", "validate", "safehub.toml")
+    assert rc == 0 and out.startswith("ok ")
+    assert "note: " in out and "[confine] exec 'sh' is not granted" in out
+    rc, out, _ = cli(capsys, "policy", "validate", "safehub.toml", "--json")
+    notes = json.loads(out)["files"][0]["notes"]
+    assert rc == 0 and len(notes) == 2 and "connect_ports 22" in notes[1], notes
+    rc, out, _ = cli(capsys, "policy", "validate", "safehub.toml", "--as", "user", "--json")
+    assert json.loads(out)["files"][0]["notes"] == []  # the user's own file may widen
+
+
+def test_policy_show_prints_the_merged_confine_and_what_was_not_granted(
+    isolated: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    policy(isolated, "[confine]\nexec = ['git', 'sh']\n")  # the user's file
+    Path("safehub.toml").write_text(WIDENING.replace("'sh'", "'git'"))
+    rc, out, _ = cli(capsys, "policy", "show", "--json")
+    shown = json.loads(out)["confine"]
+    assert rc == 0 and shown["exec"]["value"] == ["git"]
+    assert shown["exec"]["from"].endswith("safehub.toml")  # it narrowed the user's list
+    assert [layer["value"] for layer in shown["exec"]["layers"]] == [["git", "sh"], ["git"]]
+    assert shown["connect_ports"]["value"] == [443]
+    assert any("connect_ports 22 is not granted" in n for n in shown["connect_ports"]["notes"])
+    rc, out, _ = cli(capsys, "policy", "show")
+    assert "[confine] exec = ['git']" in out and "[confine] connect_ports = [443]" in out
+    assert "note: " in out and "the default [443]" in out

@@ -1,4 +1,5 @@
-"""Small filesystem helpers: atomic writes, removing read-only trees, JSON files."""
+"""Small filesystem helpers: atomic writes, removing read-only trees, JSON files, and the one
+answer to "is this path inside that folder" (:func:`within`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "read_json", "rmtree", "write_json"]
+__all__ = ["atomic_write", "read_json", "rmtree", "within", "write_json"]
+
+
+def within(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies beneath it, by whole path components: ``/data2`` is
+    not inside ``/data``. Both are compared as written: give absolute, normalised paths
+    (``os.path.realpath`` where links must not lead out).
+
+    >>> within("/data/run1", "/data"), within("/data", "/data/"), within("/data2", "/data")
+    (True, True, False)
+    >>> within("/etc", "/")
+    True
+    """
+    if path == folder:
+        return True
+    root = folder if folder.endswith(os.sep) else folder + os.sep
+    return path.startswith(root) or path + os.sep == root
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:

@@ -62,6 +62,7 @@ def environment_hook(args: argparse.Namespace) -> int:
 
 def policy_validate(args: argparse.Namespace) -> int:
     from safehub.policy import validate_file
+    from safehub.policy.keys import KEYS
 
     results = []
     for name in args.files:
@@ -70,11 +71,14 @@ def policy_validate(args: argparse.Namespace) -> int:
         result: dict[str, Any] = {"file": name, "role": role, "in_force": in_force}
         try:
             policy = validate_file(Path(name), origin=role)
-            result.update(ok=True, rules=len(policy.rules), faults=[], fix=None)
+            # A project's or SAFEHUB_POLICY file only narrows [confine]: say what it cannot
+            # grant on its own (valid all the same: a site or user file may grant it).
+            notes = [note for key in KEYS["confine"] for note in policy.confine(key).notes]
+            result.update(ok=True, rules=len(policy.rules), faults=[], fix=None, notes=notes)
         except PolicyError as e:
             faults = list(e.faults) or [e.message]
             result.update(ok=False, rules=None, faults=faults, fix=_validate_fix(
-                name, in_force, e))
+                name, in_force, e), notes=[])
         results.append(result)
     ok = all(r["ok"] for r in results)
     emit(args, {"ok": ok, "files": results}, "\n".join(_validated(r) for r in results))
@@ -85,7 +89,8 @@ def _validated(r: dict[str, Any]) -> str:
     where = ("in force" if r["in_force"] else
              "not in force: safehub does not read it where it is")
     if r["ok"]:
-        return f"ok   {r['file']} ({r['rules']} rules; {r['role']} file, {where})"
+        return "\n".join([f"ok   {r['file']} ({r['rules']} rules; {r['role']} file, {where})",
+                          *(f"    note: {note}" for note in r["notes"])])
     lines = [f"FAIL {r['file']} ({r['role']} file, {where}): "
              f"{len(r['faults'])} fault{'s' if len(r['faults']) != 1 else ''}"]
     lines += [f"    {fault}" for fault in r["faults"]]

@@ -194,10 +194,12 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
     for held in data.get("local_dirs", ()):
         dirs = "no local folder" if held["value"] is None else held["value"]
         lines.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
-    for name, layers in data.get("confine", {}).items():
-        for i, layer in enumerate(layers):
-            how = "" if i == 0 else ", narrows"
-            lines.append(f"  [confine] {name} = {layer['value']!r}  (from {layer['from']}{how})")
+    for name, merged in data.get("confine", {}).items():
+        if merged["from"] != "default" or merged["notes"]:
+            final = ", final" if merged["final"] else ""
+            lines.append(f"  [confine] {name} = {merged['value']!r}  (from {merged['from']}"
+                         f"{final})")
+            lines += [f"    note: {note}" for note in merged["notes"]]
     for table in data.get("oci", ()):
         who = [*(f"{x['identity']} ({x['issuer']})" for x in table.get("signers", ())),
                *(f"key {k}" for k in table.get("keys", ()))]

@@ -3,7 +3,9 @@
 * :mod:`safehub.policy.keys` declares every key once (type, default, who may set it,
   how files merge it);
 * :mod:`safehub.policy.schema` reads one file against that declaration;
-* :mod:`safehub.policy.model` merges files and decides on a spec;
+* :mod:`safehub.policy.merge` merges each ``[safehub]`` and ``[confine]`` key across files,
+  by one function;
+* :mod:`safehub.policy.model` holds the merged files and decides on a spec;
 * :mod:`safehub.policy.files` finds, reads and caches the files, and describes the
   merged policy (``safehub policy show``).
 

@@ -193,7 +193,10 @@ def validate_file(path: Path, *, origin: str = "extra") -> Policy:
 
 def describe(policy: Policy) -> dict[str, Any]:
     """The merged policy as data, each rule with its file (``safehub policy show``, beside
-    :func:`searched`); ``warn_files``: the files whose own refusals only warn."""
+    :func:`searched`); ``warn_files``: the files whose own refusals only warn; ``confine``:
+    each key merged (entries compared as written: ``safehub run --confine --dry-run``
+    resolves links and ``PATH`` names), what no file could widen (``notes``) and each file's
+    own value (``layers``)."""
     mode, unknown = policy.setting("mode"), policy.setting("unknown_repos")
     return {
         "files": list(policy.files),
@@ -206,9 +209,11 @@ def describe(policy: Policy) -> dict[str, Any]:
                      for s in (policy.setting(name),)},
         "local_dirs": [{"from": source, "value": None if dirs is None else list(dirs)}
                        for _, source, dirs in holders(policy)],
-        "confine": {name: [{"from": source, "value": _plain(value)}
-                           for source, value in policy.confine_layers(name)]
-                    for name in KEYS["confine"]},
+        "confine": {name: {"value": _plain(merged.value), "from": merged.source,
+                           "final": merged.final, "notes": list(merged.notes),
+                           "layers": [{"from": source, "value": _plain(value)}
+                                      for source, value in policy.confine_layers(name)]}
+                    for name in KEYS["confine"] for merged in (policy.confine(name),)},
         "oci": [{"from": f.source, **_plain(f.oci)} for f in policy.layers if f.oci is not None],
         "rules": [
             {"kind": r.kind, "from": r.source, "index": r.index + 1,

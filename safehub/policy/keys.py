@@ -45,10 +45,12 @@ __all__ = ["KEYS", "LAYERS", "Choice", "Fault", "Key", "ValueType", "layers_tabl
 
 # -- the declaration --------------------------------------------------------------------------
 
-#: How a [safehub] setting merges across files, as what a later file (user, project,
+#: How a [safehub] or [confine] key merges across files, as what a later file (user, project,
 #: ``SAFEHUB_POLICY``) may do to it and what it cannot (docs/policy.md: :func:`layers_table`).
 #: ``own`` is ``mode``'s: it softens only its own file's refusals (the value shown merged is
 #: the strictest); ``each``: see ``Policy.decide_local``. None loosens another's refusal.
+#: ``strictest``, ``own``, ``any-true``, ``any-false`` and ``narrow`` are one merge over an
+#: order from loose to strict (``safehub.policy.model.merge_key``).
 LAYERS: Mapping[str, tuple[str, str]] = {
     "strictest": ("set a stricter value ({order})", "loosen it: a value looser than an "
                   "earlier file's is ignored, and so is a project's value looser than the "
@@ -62,13 +64,16 @@ LAYERS: Mapping[str, tuple[str, str]] = {
                "change it once a `final = true` file set it (nor can the environment)"),
     "per-file": ("set its own", "change another file's"),
     "each": ("set its own list: a folder must be in every file's list",
-             "widen an earlier file's list")}
-#: ``narrow`` ([confine]): the first file that sets a key bounds it; a later file may only
-#: narrow it (see ``Policy.confine``).
+             "widen an earlier file's list"),
+    "narrow": ("narrow it: {narrow}",
+               "widen it; only a site or the user's file widens the default, where no "
+               "earlier file set the key and no `final = true` file came before (one that "
+               "leaves the key unset holds the default); a project's or `SAFEHUB_POLICY` "
+               "file never does")}
 #: How matching [[allow]] rules combine: ``each`` (every rule's list must allow it),
 #: ``strictest``, ``signer-set`` (each rule that asks for a signature adds a signer set
 #: that must accept it), ``match`` (selects the rule), ``note`` (for humans).
-MERGES = (*LAYERS, "signer-set", "match", "note", "narrow")
+MERGES = (*LAYERS, "signer-set", "match", "note")
 
 
 @dataclass(frozen=True)
@@ -85,9 +90,14 @@ class Key:
     env: str | None = None
     required: bool = False
     values_doc: str = ""
+    widened_by: tuple[str, ...] = ("site", "user", "extra")
+    """The roles of file (``site``, ``user``, ``project``, ``extra``) whose value counts in
+    full where no earlier file set the key, even if looser than the default; any other
+    file's value is first narrowed to the default (a project's, always)."""
 
     def __post_init__(self) -> None:
         assert self.merge in MERGES, self.merge
+        assert "project" not in self.widened_by, "a project's file never widens a default"
 
     @property
     def path(self) -> bool:
@@ -102,6 +112,9 @@ _SHADOWING = Choice(values=("refuse", "warn"), order=("warn", "refuse"))
 _PIN = Choice(values=("none", "commit"))
 _SIGNATURE = Choice(values=("none", "if-present", "required"))
 _FLEET_SIGNATURE = Choice(values=("none", "required"))
+#: [confine] keys widen the default only from an admin's or the user's own file: a
+#: ``SAFEHUB_POLICY`` file (which a project's tooling can set) only narrows, as a project's.
+_ADMIN = ("site", "user")
 
 _DECLARED: tuple[Key, ...] = (
     # [safehub]
@@ -157,12 +170,12 @@ _DECLARED: tuple[Key, ...] = (
     Key("confine", "writes", PathList(item=PathValue(absolute=True)), (), "folders the "
         "command may change (create, write, truncate, remove, rename into), besides "
         "safehub's cache, data and log folders, torch's hub dir and the temp dir; absolute "
-        "(`~` expanded); a later file may only narrow it", "narrow"),
+        "(`~` expanded); a later file may only narrow it", "narrow", widened_by=_ADMIN),
     Key("confine", "exec", ProgramList(), (), "programs the command may run (names looked "
         "up on `PATH` once, or absolute paths), besides its own interpreter; a later file "
-        "may only narrow it", "narrow"),
+        "may only narrow it", "narrow", widened_by=_ADMIN),
     Key("confine", "connect_ports", Ports(), (443,), "TCP ports the command may connect "
-        "to (Landlock ABI 4); a later file may only narrow it", "narrow"),
+        "to (Landlock ABI 4); a later file may only narrow it", "narrow", widened_by=_ADMIN),
     # [oci]: the fleet signature a snapshot from a registry must carry (docs/fleet.md)
     Key("oci", "signature", _FLEET_SIGNATURE, "none", "`required`: a snapshot "
         "loaded through `oci` / `SAFEHUB_OCI` must carry a signature over its manifest "
@@ -258,15 +271,23 @@ def markdown_table(scope: str, *, with_default: bool = True) -> str:
     return "\n".join(rows)
 
 
-def layers_table() -> str:
-    """Who may tighten or loosen each [safehub] key: docs/policy.md, "How files merge"."""
+def layers_table(scope: str = "safehub") -> str:
+    """Who may tighten or loosen each key of ``scope`` ([safehub] or [confine]):
+    docs/policy.md, "How files merge"."""
     rows = ["| key | a later file may | it cannot | project file | environment |",
             "|---|---|---|---|---|"]
-    for key in KEYS["safehub"].values():
+    for key in KEYS[scope].values():
         may, cannot = LAYERS[key.merge]
         if isinstance(key.type, Choice):
             order = key.type.order or key.type.values
             may = may.format(order=" < ".join(f"`{v}`" for v in order))
+        elif key.merge == "narrow":
+            may = may.format(narrow="keep only the folders that lie inside a folder of the "
+                             "bound (as written: a granted folder may not go through a "
+                             "link; the deeper of two that nest)"
+                             if key.path else "keep only what the bound lists too" + (
+                                 " (names and paths compared by the program they find)"
+                                 if isinstance(key.type, ProgramList) else ""))
         rows.append(f"| `{key.name}` | {may} | {cannot} | {'yes' if key.project else 'no'} | "
                     + (f"`{key.env}` |" if key.env else " |"))
     return "\n".join(rows)

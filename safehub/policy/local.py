@@ -19,6 +19,7 @@ import os
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.fsutil import within
 from safehub.policy.schema import FileSpec
 
 if TYPE_CHECKING:
@@ -59,7 +60,7 @@ def decide_local(policy: Policy, folder: str) -> Decision:
                            "load (source='local' loads a folder on this machine)",
                            hint="check the path")
     def admits(dirs: tuple[str, ...] | None) -> bool:
-        return any(_inside(real, os.path.realpath(os.path.expanduser(d))) for d in dirs or ())
+        return any(within(real, os.path.realpath(os.path.expanduser(d))) for d in dirs or ())
 
     held = holders(policy)
     failing = [(spec, source, dirs) for spec, source, dirs in held if not admits(dirs)]
@@ -94,7 +95,3 @@ def _user_file() -> str:
     from safehub.policy.files import user_file
 
     return str(user_file())
-
-
-def _inside(path: str, folder: str) -> bool:
-    return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)

@@ -10,36 +10,29 @@ requirements, never take one away.
 * every matching ``[[allow]]`` rule's requirements must hold;
 * each refusal carries its file's ``mode``: ``warn`` softens that file's refusals, never
   another's, and the verdict is the strictest of them and of the admission;
-* ``[safehub]`` settings merge as :data:`safehub.policy.keys.LAYERS` says.
+* ``[safehub]`` settings and ``[confine]`` keys merge as :data:`safehub.policy.keys.LAYERS`
+  says, by one function (:func:`safehub.policy.merge.merge_key`).
 """
 
 from __future__ import annotations
 
 import json
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
 from safehub.policy.keys import KEYS, Choice
+from safehub.policy.merge import Merged, Setting, merge_key, merge_settings
 from safehub.policy.schema import FileSpec, Table, parse_text
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
 from safehub.verify.signatures.signers import KeySigner, Signer, SignerSet
 
 __all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
-
-class Setting(NamedTuple):
-    """A ``[safehub]`` setting's merged value, where it came from, and whether a final
-    file holds it."""
-
-    value: Any
-    source: str
-    final: bool = False
-
 
 @dataclass(frozen=True)
 class Rule:
@@ -91,49 +84,6 @@ def _strictest(scope: str, name: str, values: Iterable[str]) -> str:
     return max(values, key=choice.strictness, default=KEYS[scope][name].default)
 
 
-#: Merges to the strictest value any file sets (``own``: ``mode``'s summary, FileSpec.warns).
-_STRICTEST = ("strictest", "own")
-
-
-def _merge_settings(files: Sequence[FileSpec]) -> dict[str, Setting]:
-    settings: dict[str, Setting] = {}
-    final_seen = False
-    for spec in files:
-        section = spec.safehub
-        for key in KEYS["safehub"].values():
-            if key.merge in ("per-file", "each"):
-                continue  # read from each file where used (Policy.decide_local)
-            held = settings.get(key.name)
-            given = key.name in section.given
-            if (given and spec.origin == "project" and key.merge in _STRICTEST
-                    and _strictest("safehub", key.name, (section[key.name], key.default))
-                    != section[key.name]):
-                # A project's file arrives with whatever was cloned: it may only tighten (no
-                # `runtime = "off"`, no `unknown_repos = "allow"` from a project).
-                given = False
-            if not given:
-                if (spec.safehub.final and key.merge in _STRICTEST and held is None
-                        and not final_seen):
-                    settings[key.name] = Setting(key.default, spec.source, True)  # a floor
-                continue
-            value = section[key.name]
-            if held is None:
-                settings[key.name] = Setting(value, spec.source, section.final)
-            elif key.merge in _STRICTEST:
-                if _strictest("safehub", key.name, (held.value, value)) != held.value:
-                    settings[key.name] = Setting(value, spec.source, held.final or section.final)
-            elif key.merge == "any-true":
-                if value and not held.value:
-                    settings[key.name] = Setting(True, spec.source, section.final)
-            elif key.merge == "any-false":
-                if not value and held.value:
-                    settings[key.name] = Setting(False, spec.source, section.final)
-            elif not held.final:  # latest: a later file overrides unless a final file set it
-                settings[key.name] = Setting(value, spec.source, section.final)
-        final_seen = final_seen or section.final
-    return settings
-
-
 @dataclass(frozen=True)
 class Policy:
     """The merged policy of every file found, in order.
@@ -173,7 +123,7 @@ class Policy:
                                   Glob(a.repo, fold=True), _globs(a.refs),
                                   _globs(a.entrypoints), layer, soft))
             final_seen = final_seen or spec.safehub.final
-        return cls(tuple(files), tuple(rules), _merge_settings(files))
+        return cls(tuple(files), tuple(rules), merge_settings(files))
 
     def setting(self, name: str) -> Setting:
         """A ``[safehub]`` key's merged value (its default, from ``"default"``, if unset)."""
@@ -184,10 +134,22 @@ class Policy:
     def mode(self) -> str:
         return str(self.setting("mode").value)
 
+    def confine(self, name: str, resolve: Callable[[Any], Any] | None = None) -> Merged:
+        """A ``[confine]`` key merged as every key is (:func:`merge_key`): the default is the
+        bound until a site or user file sets the key; every later file, a project's and a
+        ``SAFEHUB_POLICY`` file, and any file after a ``final`` one only narrow it. Entries
+        are compared by what ``resolve`` makes of them (``safehub.run.confine.plan``
+        resolves links and ``PATH`` names); the written entries are kept.
+
+        >>> Policy.from_text("[confine]\\nconnect_ports = [443, 8443]\\n", "u.toml"
+        ...                  ).confine("connect_ports").value
+        (443, 8443)
+        """
+        return merge_key(KEYS["confine"][name], self.layers, resolve)
+
     def confine_layers(self, name: str) -> list[tuple[str, Any]]:
-        """(file, value) of each file whose ``[confine]`` table sets ``name``, in order:
-        the first bounds the key, each later one may only narrow it (``safehub.confine``
-        works out the narrowing, once names and links are resolved)."""
+        """(file, value) of each file whose ``[confine]`` table sets ``name``, in order (what
+        ``safehub policy show`` lists under the merged value)."""
         return [(f.source, f.confine[name]) for f in self.layers
                 if f.confine is not None and name in f.confine.given]
 

@@ -1,28 +1,34 @@
 """The ruleset for one ``safehub run --confine`` command, from the policy and settings.
 
-* **writes**: the ``[confine] writes`` folders, plus safehub's own folders (the cache, the
-  data folders but never the consent records, the log folder), torch's hub dir, the temp
-  dir, ``/dev/shm`` (torch's shared memory between DataLoader workers) and ``/dev/null``;
+* **writes**: the ``[confine] writes`` folders, the job's own temp dir (its ``TMPDIR``),
+  ``/dev/shm`` (torch's shared memory between DataLoader workers) and ``/dev/null``; never
+  what a later run trusts (:func:`protected`: the cache, records, policy files, lockfile,
+  torch's checkpoints, the audit log): a write grant that holds one is refused;
 * **exec**: the command's own program (and, for a script, its interpreter), the Python
   running safehub, the ``[confine] exec`` programs (names looked up on ``PATH`` once, or
   absolute paths), and the dynamic loader each of them names;
 * **connect_ports**: ``[confine] connect_ports`` (default 443).
 
-The first policy file that sets a ``[confine]`` key bounds it; each later file may only
-narrow it: a folder is kept where it lies inside the bound (links resolved first), a
-program or a port where the bound lists it too.
+``[confine]`` merges as every policy key (``Policy.confine``, docs/policy.md): the
+default is the bound until a site or user file sets a key, and every later file only
+narrows it (a project's or ``SAFEHUB_POLICY`` file, and every file after a ``final`` one,
+never widens even the default): a folder is kept where it lies inside the bound, a program
+or a port where the bound lists it too. Folders are opened without following a link at any
+component, so a link replaced between runs moves no grant.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
 import sys
 import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from safehub._internal.fsutil import within
 from safehub._internal.programs import find_program
 from safehub._internal.warn import warn
 from safehub.errors import ConfineError, SpecError
@@ -33,30 +39,6 @@ from safehub.run.torchhub import hub_dir
 __all__ = ["confinement", "plan"]
 
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash"})
-
-
-def _within(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _narrowed(layers: Sequence[tuple[str, Any]], resolve: Callable[[Any], Any],
-              nested: bool = False) -> tuple[list[Any], str]:
-    """The values the first layer allows and every later one narrows to (each value
-    resolved), and where they come from."""
-    if not layers:
-        return [], ""
-    source, first = layers[0]
-    kept = list(dict.fromkeys(resolve(v) for v in first))
-    for later_source, values in layers[1:]:
-        later = list(dict.fromkeys(resolve(v) for v in values))
-        if nested:  # folders: the deeper of two that nest
-            kept = list(dict.fromkeys(
-                [b for b in later if any(_within(b, a) for a in kept)]
-                + [a for a in kept if any(_within(a, b) for b in later)]))
-        else:
-            kept = [v for v in kept if v in later]
-        source = f"{source}, narrowed by {later_source}"
-    return kept, source
 
 
 def _program(entry: str, environ: Mapping[str, str]) -> str:
@@ -186,12 +168,12 @@ def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
 
     for grant in writes:
         for kept in guarded:
-            if _within(kept.path, grant.path) or _within(grant.path, kept.path):
-                where = "holds" if _within(kept.path, grant.path) else "lies inside"
+            if within(kept.path, grant.path) or within(grant.path, kept.path):
+                where = "holds" if within(kept.path, grant.path) else "lies inside"
                 raise ConfineError(
                     f"the write grant {grant.path} ({grant.why}) {where} {kept.path} "
                     f"({kept.why}): a confined job could change what the next safehub run "
-                    "trusts", hint=(f"grant a folder that does not hold it (a subfolder for "
+                    "trusts", hint=("grant a folder that does not hold it (a subfolder for "
                                     "the job's output, such as checkpoints/), or "
                                     if where == "holds" else "grant a folder outside it, or ")
                     + _how_to_move(kept.why))
@@ -206,7 +188,7 @@ def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
                 "runs and would move the grant", hint="name the real folder in [confine] "
                 f"writes: {os.path.realpath(grant.path)}") from e
     for program in programs:
-        holder = next((g for g in writes if _within(program.path, g.path)), None)
+        holder = next((g for g in writes if within(program.path, g.path)), None)
         if holder is not None and "[confine] exec" in program.why:
             raise ConfineError(
                 f"the program {program.path} ({program.why}) lies in the write grant "
@@ -225,29 +207,34 @@ def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
     if not real or not os.path.isfile(real):
         raise SpecError(f"cannot run {command[0]!r}: not found",
                         hint="check the command and its path")
-    writes, where = _narrowed(policy.confine_layers("writes"),
-                              lambda p: os.path.abspath(os.path.expanduser(p)), nested=True)
-    grants = [Grant(p, f"[confine] writes in {where}") for p in writes]
+    # [confine] merges as every policy key (Policy.confine); entries compare as resolved
+    # here. Folders are never resolved through links: a grant is opened without following
+    # one (a link in a granted path is refused when the ruleset is checked).
+    folder = functools.cache(lambda p: os.path.abspath(os.path.expanduser(p)))
+    program = functools.cache(lambda e: _program(e, env))
+    merged = {name: policy.confine(name, resolve) for name, resolve in (
+        ("writes", folder), ("exec", lambda e: program(e) or e), ("connect_ports", None))}
+    writes = list(dict.fromkeys(map(folder, merged["writes"].value)))
+    grants = [Grant(p, f"[confine] writes in {merged['writes'].source}") for p in writes]
     job = job or os.path.join(tempfile.gettempdir(), "safehub-job-XXXXXXXX")
     grants += [g for g in _job_folders(job) if g.path not in writes]
     programs, notes = _command_programs(real, env)
+    notes += [note for m in merged.values() for note in m.notes]
     programs.append(Grant(os.path.realpath(sys.executable), "the Python running safehub"))
-    entries, where = _narrowed(policy.confine_layers("exec"), lambda e: (e, _program(e, env)))
-    for entry, found in entries:
-        if found:
-            programs.append(Grant(found, f"{entry}: [confine] exec in {where}"))
+    where = merged["exec"].source
+    for entry in merged["exec"].value:
+        if program(entry):
+            programs.append(Grant(program(entry), f"{entry}: [confine] exec in {where}"))
         else:
             notes.append(f"[confine] exec entry {entry!r} ({where}) is not on PATH: not granted")
     programs += [Grant(os.path.realpath(loader), "the dynamic loader")
                  for loader in dict.fromkeys(filter(None, map(elf_interpreter,
                                                               (g.path for g in programs))))]
-    ports, _ = _narrowed(policy.confine_layers("connect_ports"), int)
-    if not policy.confine_layers("connect_ports"):
-        ports = [443]
+    ports = tuple(dict.fromkeys(merged["connect_ports"].value))
     grants = _outermost(_unique(grants))
     guarded = protected(settings, lockfile)
     _check_writes(grants, programs, guarded)
-    return Ruleset(abi, tuple(grants), tuple(_unique(programs)), tuple(ports),
+    return Ruleset(abi, tuple(grants), tuple(_unique(programs)), ports,
                    scoped=abi >= 6, notes=tuple(notes), job=job, protected=tuple(guarded))
 
 
@@ -255,7 +242,7 @@ def _outermost(grants: list[Grant]) -> list[Grant]:
     """Grants that lie inside another write grant add nothing and are dropped: the outer
     one is opened once, whatever the inner path is replaced with between runs."""
     return [g for g in grants
-            if not any(o is not g and o.path != g.path and _within(g.path, o.path)
+            if not any(o is not g and o.path != g.path and within(g.path, o.path)
                        for o in grants)]
 
 
