@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from safehub._internal.fsutil import within
+
 __all__ = ["ENV", "Grant", "Ruleset", "current"]
 
 ENV = "SAFEHUB_CONFINED"
@@ -58,8 +60,7 @@ class Ruleset:
         ``exec``: a program's real path; ``connect``: a TCP port), or ``""``."""
         if kind == "write":
             path = str(target)
-            if any(path == g.path or path.startswith(g.path.rstrip(os.sep) + os.sep)
-                   for g in self.writes):
+            if any(within(path, g.path) for g in self.writes):
                 return ""
             return "outside [confine] writes"
         if kind == "exec":
