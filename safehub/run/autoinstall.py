@@ -104,7 +104,11 @@ def arm() -> None:
 def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
     """Run ``command`` with torch.hub routed through safehub in every Python process it
     starts (held to ``ruleset`` by the kernel, if given, from before its first
-    instruction); wait for it and return its exit code."""
+    instruction); wait for it and return its exit code (128 + N if signal N ended it).
+
+    A confined job runs in a session of its own, without the controlling terminal (no
+    ``TIOCSTI`` into the user's shell, no ``/dev/tty``): the terminal's signals reach
+    only this process, which passes them on to the job's process group."""
     import subprocess
 
     env = dict(os.environ)
@@ -118,8 +122,11 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
         program = ruleset.exec[0].path  # the command's program, as the ruleset resolved it
         prepared = confine.prepare(ruleset)
     try:
-        return subprocess.call(list(command), executable=program, env=env, preexec_fn=(
-            None if prepared is None else lambda: confine.enter(prepared)))
+        with _Forward(prepared is not None) as forward:
+            job = subprocess.Popen(list(command), executable=program, env=env,
+                                   start_new_session=prepared is not None, preexec_fn=(
+                None if prepared is None else lambda: confine.enter(prepared)))
+            code = forward.wait(job)
     except OSError as e:
         raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
                         hint="check the command and its path") from e
@@ -128,4 +135,63 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
                            "nothing ran", hint="report this as a safehub bug") from e
     finally:
         if prepared is not None:
-            os.close(prepared)
+            prepared.close()
+    return 128 - code if code < 0 else code
+
+
+class _Forward:
+    """While a job in a session of its own runs: the signals this process gets from the
+    terminal or from ``kill`` (interrupt, quit, hangup, terminate, window size) go to
+    the job's process group instead. A signal ignored here stays ignored, and the job
+    inherits that (``SIGINT`` in a background job of a shell). Signals that come before
+    the job has started are passed on once it has."""
+
+    SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGWINCH")
+
+    def __init__(self, enabled: bool) -> None:
+        import signal
+        import threading
+
+        self.group = 0
+        self.pending: list[int] = []
+        self.previous: dict[int, Any] = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            self.signals = [getattr(signal, name) for name in self.SIGNALS]
+        else:  # not confined (the job shares the terminal), or no handlers in this thread
+            self.signals = []
+
+    def __enter__(self) -> _Forward:
+        import signal
+
+        for number in self.signals:
+            if signal.getsignal(number) not in (signal.SIG_IGN, None):
+                self.previous[number] = signal.signal(number, self._received)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+
+    def _received(self, number: int, frame: object) -> None:
+        if not self.group:
+            self.pending.append(number)
+            return
+        try:
+            os.killpg(self.group, number)
+        except (ProcessLookupError, PermissionError):  # the job's group has gone
+            pass
+
+    def wait(self, job: Any) -> int:
+        """Pass signals on to ``job`` (a ``subprocess.Popen``) until it ends; its code."""
+        if self.previous:
+            self.group = job.pid  # its own session: its process group has its number
+            while self.pending:
+                self._received(self.pending.pop(0), None)
+        try:
+            return int(job.wait())
+        except BaseException:  # as subprocess.call: no job left behind
+            job.kill()
+            job.wait()
+            raise
