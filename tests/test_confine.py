@@ -161,6 +161,9 @@ def job(make_hub_repo, server, isolated: Path, tmp_path: Path,  # type: ignore[n
     program.write_text(PROGRAM)
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir"), "CI": "true",
            "SAFEHUB_TEST_CANARY": str(canaries / "canary")}
+    # in the cache before the job: installing sets file modes, which the job may not
+    subprocess.run([sys.executable, "-m", "safehub", "prefetch", "acme/models:v1.0"],
+                   env=env, check=True, capture_output=True, timeout=600)
     return {"env": env, "program": program, "outside": tmp_path / "outside",
             "checkpoints": checkpoints, "listener": listener, "policy": policy,
             "canaries": canaries}

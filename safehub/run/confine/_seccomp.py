@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import termios
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["REFUSED", "Program", "Rule", "SeccompError", "available", "build", "rules"]
+__all__ = ["DROPPED_CAPABILITIES", "REFUSED", "Program", "Rule", "SeccompError", "available", "build", "rules"]
 
 REFUSED = ("sockets other than TCP and UDP over IPv4/IPv6, Unix and netlink-route "
            "sockets; io_uring; TIOCSTI/TIOCLINUX; memfds that could be executed; "
@@ -155,6 +154,8 @@ def _ioctls() -> list[Rule]:
     ``TIOCSTI`` queues input on a terminal (typed into the user's shell after the job);
     ``TIOCLINUX`` pastes a virtual console's selection as input; ``FS_IOC_SETFLAGS`` and
     ``FS_IOC_FSSETXATTR`` are ``chattr``, a metadata change on a file opened read-only."""
+    import termios
+
     requests = [termios.TIOCSTI, getattr(termios, "TIOCLINUX", 0x541C)]
     if not os.uname().machine.startswith(("alpha", "mips", "ppc", "powerpc", "sparc")):
         def write(kind: str, number: int, size: int) -> int:  # _IOW in asm-generic/ioctl.h
@@ -212,7 +213,7 @@ def _lib() -> ctypes.CDLL:
 
 def _libc() -> ctypes.CDLL:
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl.restype = ctypes.c_int
+    libc.prctl.restype = libc.capget.restype = libc.capset.restype = ctypes.c_int
     return libc
 
 
@@ -312,26 +313,66 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+_CAPABILITY_VERSION_3 = 0x20080522
+
+#: Capabilities that reach past both engines, dropped from a job that has them (root
+#: outside a container): CAP_SYS_ADMIN (21) and CAP_CHECKPOINT_RESTORE (40) open
+#: ``/proc/*/map_files/``, where a shared memory mapping is a file on the kernel's internal
+#: mount that ``execve`` runs and Landlock does not check; CAP_SYS_MODULE (16) loads kernel
+#: code; CAP_SYS_RAWIO (17) does port I/O; CAP_BPF (39) and CAP_PERFMON (38) load BPF
+#: programs that write other processes' memory; CAP_NET_ADMIN (12) changes routes and
+#: firewalls through the netlink route socket the filter allows.
+DROPPED_CAPABILITIES = (12, 16, 17, 21, 38, 39, 40)
+
+
 class Program:
     """A filter exported by :func:`build`, held in memory with everything :meth:`load`
-    needs, so that loading it allocates nothing."""
+    needs, so that loading it allocates nothing; with it, the capabilities of
+    :data:`DROPPED_CAPABILITIES` this process has (read now: the job is a fork of it)."""
 
     def __init__(self, code: bytes) -> None:
         self.code = code
         self._buffer = ctypes.create_string_buffer(code, len(code))
         self._fprog = _SockFprog(len(code) // 8, ctypes.addressof(self._buffer))
-        self._libc = _libc()
+        self._libc = libc = _libc()
         self._no_new_privs = (ctypes.c_int(_PR_SET_NO_NEW_PRIVS), ctypes.c_ulong(1),
                               ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
         self._set = (ctypes.c_int(_PR_SET_SECCOMP), ctypes.c_ulong(_SECCOMP_MODE_FILTER),
                      ctypes.c_void_p(ctypes.addressof(self._fprog)), ctypes.c_ulong(0),
                      ctypes.c_ulong(0))
+        self._header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+        self._caps = (_CapData * 2)()
+        if libc.capget(ctypes.byref(self._header), self._caps) != 0:
+            number = ctypes.get_errno()
+            raise SeccompError(number, f"capget: {os.strerror(number)}")
+        self.drops = False
+        for cap in DROPPED_CAPABILITIES:
+            word, bit = self._caps[cap // 32], 1 << (cap % 32)
+            self.drops |= bool(word.permitted & bit)
+            word.effective &= ~bit
+            word.permitted &= ~bit
+            word.inheritable &= ~bit
 
     def load(self) -> None:
         """Filter every system call of the calling thread, and of every process it starts
-        from now on, for good (``no_new_privs`` first, as the kernel requires of a process
-        without ``CAP_SYS_ADMIN``; Landlock has set it already in a confined job)."""
-        for args in (self._no_new_privs, self._set):
-            if self._libc.prctl(*args) != 0:
+        from now on, for good: ``no_new_privs`` first (as the kernel requires of a process
+        without ``CAP_SYS_ADMIN``, and so that no ``execve`` gives back what is dropped;
+        Landlock has set it already in a confined job), then the capabilities dropped,
+        then the filter."""
+        steps = [(self._libc.prctl, self._no_new_privs)]
+        if self.drops:
+            steps.append((self._libc.capset, (ctypes.byref(self._header), self._caps)))
+        steps.append((self._libc.prctl, self._set))
+        for call, args in steps:
+            if call(*args) != 0:
                 number = ctypes.get_errno()
                 raise SeccompError(number, os.strerror(number))
