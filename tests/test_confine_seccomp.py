@@ -633,7 +633,7 @@ def handler(number, frame):
 initial = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
 for number in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(number, handler)
-print("READY " + json.dumps([os.getsid(0) == os.getpid(), initial]), flush=True)
+print("READY " + json.dumps([os.getsid(0) == os.getpid(), initial, os.getpid()]), flush=True)
 while True:
     signal.pause()
 '''
@@ -652,11 +652,14 @@ def _start(ignore_sigint: bool) -> subprocess.Popen[str]:
                             preexec_fn=dispositions)
 
 
-def _ready(outer: subprocess.Popen[str]) -> list[bool]:
+def _ready(outer: subprocess.Popen[str]) -> tuple[list[bool], int]:
+    """Once the job has its handlers: whether it leads a session of its own, whether it
+    started with SIGINT ignored; its process id."""
     assert outer.stdout is not None
     line = outer.stdout.readline()
     assert line.startswith("READY "), line
-    return list(json.loads(line[len("READY "):]))
+    *flags, pid = json.loads(line[len("READY "):])
+    return flags, pid
 
 
 @needs_confine
@@ -666,7 +669,7 @@ def test_the_job_gets_the_signals_safehub_run_gets(confine_table: Any, name: str
     confine_table("")
     number = getattr(signal, name)
     with _start(ignore_sigint=False) as outer:
-        assert _ready(outer) == [True, False]  # a session of its own
+        assert _ready(outer)[0] == [True, False]  # a session of its own
         os.killpg(outer.pid, number)  # as the terminal does: safehub run's process group
         assert outer.wait(timeout=120) == 10 + number  # the job's own exit code
         assert outer.stdout is not None
@@ -678,7 +681,7 @@ def test_a_sigint_ignored_by_safehub_run_stays_ignored(confine_table: Any) -> No
     """A background job of a shell ignores SIGINT: so does safehub run, so does its job."""
     confine_table("")
     with _start(ignore_sigint=True) as outer:
-        assert _ready(outer) == [True, True]  # the job started with SIGINT ignored
+        assert _ready(outer)[0] == [True, True]  # the job started with SIGINT ignored
         os.kill(outer.pid, signal.SIGINT)  # dropped: ignored signals are not queued
         os.kill(outer.pid, signal.SIGTERM)
         assert outer.wait(timeout=120) == 10 + signal.SIGTERM
@@ -731,3 +734,21 @@ def test_the_rules_are_data(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "False"
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@needs_confine
+def test_ctrl_z_stops_the_job_and_fg_continues_it(confine_table: Any) -> None:
+    confine_table("")
+    with _start(ignore_sigint=False) as outer:
+        job = _ready(outer)[1]
+        os.killpg(outer.pid, signal.SIGTSTP)  # Ctrl-Z
+        _, status = os.waitpid(outer.pid, os.WUNTRACED)  # as the shell sees safehub run stop
+        assert os.WIFSTOPPED(status)
+        assert _state(job) == "T"  # the job stopped before safehub run did
+        os.killpg(outer.pid, signal.SIGCONT)  # fg
+        os.killpg(outer.pid, signal.SIGTERM)
+        assert outer.wait(timeout=120) == 10 + signal.SIGTERM

@@ -3,6 +3,7 @@ start the command it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -142,11 +143,12 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None) -> int:
 class _Forward:
     """While a job in a session of its own runs: the signals this process gets from the
     terminal or from ``kill`` (interrupt, quit, hangup, terminate, window size) go to
-    the job's process group instead. A signal ignored here stays ignored, and the job
+    the job's process group instead, and Ctrl-Z stops the job, then this process (and
+    ``fg``/``bg`` continue both). A signal ignored here stays ignored, and the job
     inherits that (``SIGINT`` in a background job of a shell). Signals that come before
     the job has started are passed on once it has."""
 
-    SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGWINCH")
+    SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGWINCH", "SIGTSTP")
 
     def __init__(self, enabled: bool) -> None:
         import signal
@@ -175,13 +177,22 @@ class _Forward:
             signal.signal(number, handler)
 
     def _received(self, number: int, frame: object) -> None:
+        import signal
+
         if not self.group:
             self.pending.append(number)
-            return
-        try:
+        elif number != signal.SIGTSTP:
+            self._send(number)
+        else:  # SIGSTOP: a job in another session (an orphaned group) ignores SIGTSTP
+            self._send(signal.SIGSTOP)
+            with contextlib.suppress(ChildProcessError):  # until it has stopped (or ended)
+                os.waitid(os.P_PID, self.group, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            self._send(signal.SIGCONT)  # continued by fg, bg or kill -CONT
+
+    def _send(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group has gone
             os.killpg(self.group, number)
-        except (ProcessLookupError, PermissionError):  # the job's group has gone
-            pass
 
     def wait(self, job: Any) -> int:
         """Pass signals on to ``job`` (a ``subprocess.Popen``) until it ends; its code."""

@@ -30,7 +30,8 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-__all__ = ["DROPPED_CAPABILITIES", "REFUSED", "Program", "Rule", "SeccompError", "available", "build", "rules"]
+__all__ = ["DROPPED_CAPABILITIES", "REFUSED", "Program", "Rule", "SeccompError", "available",
+           "build", "rules"]
 
 REFUSED = ("sockets other than TCP and UDP over IPv4/IPv6, Unix and netlink-route "
            "sockets; io_uring; TIOCSTI/TIOCLINUX; memfds that could be executed; "
@@ -350,10 +351,9 @@ class Program:
                      ctypes.c_void_p(ctypes.addressof(self._fprog)), ctypes.c_ulong(0),
                      ctypes.c_ulong(0))
         self._header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+        self._header_ref = ctypes.byref(self._header)
         self._caps = (_CapData * 2)()
-        if libc.capget(ctypes.byref(self._header), self._caps) != 0:
-            number = ctypes.get_errno()
-            raise SeccompError(number, f"capget: {os.strerror(number)}")
+        _done(libc.capget(self._header_ref, self._caps))
         self.drops = False
         for cap in DROPPED_CAPABILITIES:
             word, bit = self._caps[cap // 32], 1 << (cap % 32)
@@ -368,11 +368,13 @@ class Program:
         without ``CAP_SYS_ADMIN``, and so that no ``execve`` gives back what is dropped;
         Landlock has set it already in a confined job), then the capabilities dropped,
         then the filter."""
-        steps = [(self._libc.prctl, self._no_new_privs)]
+        _done(self._libc.prctl(*self._no_new_privs))
         if self.drops:
-            steps.append((self._libc.capset, (ctypes.byref(self._header), self._caps)))
-        steps.append((self._libc.prctl, self._set))
-        for call, args in steps:
-            if call(*args) != 0:
-                number = ctypes.get_errno()
-                raise SeccompError(number, os.strerror(number))
+            _done(self._libc.capset(self._header_ref, self._caps))
+        _done(self._libc.prctl(*self._set))
+
+
+def _done(result: int) -> None:
+    if result != 0:
+        number = ctypes.get_errno()
+        raise SeccompError(number, os.strerror(number))
