@@ -16,8 +16,9 @@ x32 bit), and every Debian machine has it (``libseccomp2``). The Python binding 
 (``python3-seccomp``) is not on PyPI, so safehub binds the C library's seven functions.
 
 Allocation is not safe between fork and exec, so :func:`build` runs in the parent and
-exports the filter as classic BPF (:class:`Program`); :meth:`Program.load` is one
-``prctl`` on memory that is already there.
+exports the filter as classic BPF (:class:`Program`); :meth:`Program.load` is three
+calls (``prctl``, ``capset``, ``prctl``) on memory that is already there. It also drops
+the capabilities that would reach past both engines (:data:`DROPPED_CAPABILITIES`).
 
 >>> len(rules()) > 50 and all(r.syscall for r in rules())
 True
@@ -70,8 +71,8 @@ _METADATA = ("chmod", "fchmod", "fchmodat", "fchmodat2", "chown", "fchown", "lch
              "setxattrat", "removexattr", "lremovexattr", "fremovexattr", "removexattrat",
              "file_setattr")
 
-#: Neither held by Landlock nor needed by an honest job: io_uring does the work of reads,
-#: writes, connects and socket creation without the system calls the rules see; the kernel
+#: Neither held by Landlock nor needed by an honest job: io_uring does the work of system
+#: calls (making a socket, an ioctl on some files) without the calls the rules see; the kernel
 #: keyrings are not namespaced and outlive the job (a key added to the user keyring is
 #: there for the user's next login); userfaultfd is an exploit's way to stop the kernel in
 #: the middle of a copy. ``socketcall`` (i386, s390x, ppc) hides a socket's arguments in
