@@ -162,6 +162,7 @@ def job(make_hub_repo, server, isolated: Path, tmp_path: Path,  # type: ignore[n
     program.write_text(PROGRAM)
     env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir"), "CI": "true",
            "SAFEHUB_TEST_CANARY": str(canaries / "canary")}
+    # Not in the cache before the job: safehub run fetches it for the job (the broker).
     return {"env": env, "program": program, "outside": tmp_path / "outside",
             "checkpoints": checkpoints, "listener": listener, "policy": policy,
             "canaries": canaries}

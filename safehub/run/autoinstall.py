@@ -3,6 +3,7 @@ start the command it runs."""
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
 import json
@@ -106,7 +107,11 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
            broker: Broker | None = None) -> int:
     """Run ``command`` with torch.hub routed through safehub in every Python process it
     starts (held to ``ruleset`` by the kernel, if given, from before its first
-    instruction); wait for it and return its exit code. A confined job's requests (a
+    instruction); wait for it and return its exit code (128 + N if signal N ended it).
+
+    A confined job runs in a session of its own, without the controlling terminal (no
+    ``TIOCSTI`` into the user's shell, no ``/dev/tty``): the terminal's signals reach
+    only this process, which passes them on to the job's process group. Its requests (a
     cache miss, its audit lines) are served by ``broker`` (:mod:`safehub.operations.job`);
     its own temp dir (``TMPDIR``) is removed when it ends."""
     import subprocess
@@ -126,13 +131,14 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
             env.update(served.environment())
         prepared = confine.prepare(ruleset)
     try:
-        job = subprocess.Popen(list(command), executable=program, env=env, preexec_fn=(
-            None if prepared is None else lambda: confine.enter(prepared)),
-            pass_fds=() if served is None else (served.child_fd,))
-        if served is not None:
-            served.start()
-        with job:
-            return job.wait()
+        with _Forward(prepared is not None) as forward:
+            job = subprocess.Popen(list(command), executable=program, env=env,
+                                   start_new_session=prepared is not None, preexec_fn=(
+                None if prepared is None else lambda: confine.enter(prepared)),
+                pass_fds=() if served is None else (served.child_fd,))
+            if served is not None:
+                served.start()
+            code = forward.wait(job)
     except OSError as e:
         raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
                         hint="check the command and its path") from e
@@ -141,10 +147,79 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
                            "nothing ran", hint="report this as a safehub bug") from e
     finally:
         if prepared is not None:
-            os.close(prepared)
+            prepared.close()
         if served is not None:
             served.stop()
         if ruleset is not None and ruleset.job:
             import shutil  # descriptor-based: never follows a link the job left there
 
             shutil.rmtree(ruleset.job, ignore_errors=True)
+    return 128 - code if code < 0 else code
+
+
+class _Forward:
+    """While a job in a session of its own runs: the signals this process gets from the
+    terminal or from ``kill`` (interrupt, quit, hangup, terminate, window size) go to
+    the job's process group instead, and Ctrl-Z stops the job, then this process (and
+    ``fg``/``bg`` continue both). A signal ignored here stays ignored, and the job
+    inherits that (``SIGINT`` in a background job of a shell). Signals that come before
+    the job has started are passed on once it has."""
+
+    SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGWINCH", "SIGTSTP")
+
+    def __init__(self, enabled: bool) -> None:
+        import signal
+        import threading
+
+        self.group = 0
+        self.pending: list[int] = []
+        self.previous: dict[int, Any] = {}
+        if enabled and threading.current_thread() is threading.main_thread():
+            self.signals = [getattr(signal, name) for name in self.SIGNALS]
+        else:  # not confined (the job shares the terminal), or no handlers in this thread
+            self.signals = []
+
+    def __enter__(self) -> _Forward:
+        import signal
+
+        for number in self.signals:
+            if signal.getsignal(number) not in (signal.SIG_IGN, None):
+                self.previous[number] = signal.signal(number, self._received)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        for number, handler in self.previous.items():
+            signal.signal(number, handler)
+
+    def _received(self, number: int, frame: object) -> None:
+        import signal
+
+        if not self.group:
+            self.pending.append(number)
+        elif number != signal.SIGTSTP:
+            self._send(number)
+        else:  # SIGSTOP: a job in another session (an orphaned group) ignores SIGTSTP
+            self._send(signal.SIGSTOP)
+            with contextlib.suppress(ChildProcessError):  # until it has stopped (or ended)
+                os.waitid(os.P_PID, self.group, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
+            os.kill(os.getpid(), signal.SIGSTOP)
+            self._send(signal.SIGCONT)  # continued by fg, bg or kill -CONT
+
+    def _send(self, number: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):  # the group has gone
+            os.killpg(self.group, number)
+
+    def wait(self, job: Any) -> int:
+        """Pass signals on to ``job`` (a ``subprocess.Popen``) until it ends; its code."""
+        if self.previous:
+            self.group = job.pid  # its own session: its process group has its number
+            while self.pending:
+                self._received(self.pending.pop(0), None)
+        try:
+            return int(job.wait())
+        except BaseException:  # as subprocess.call: no job left behind
+            job.kill()
+            job.wait()
+            raise

@@ -1,25 +1,34 @@
 """Kernel confinement: ``safehub run --confine -- CMD`` holds a job to its policy with the
-kernel's Landlock, whatever code runs in it (native code, threads, ctypes, child
-processes: the ruleset is inherited by every thread and child and cannot be undone).
+kernel's Landlock and a seccomp filter for what Landlock cannot hold, whatever code runs
+in it (native code, threads, ctypes, child processes: both are inherited by every thread
+and child and cannot be undone).
 
 * :mod:`~safehub.run.confine.plan` -- the ruleset for a command, from the ``[confine]`` table;
 * :mod:`~safehub.run.confine.ruleset` -- the ruleset as a value (dry run, audit line, record);
-* :func:`prepare`, :func:`enter` -- build the kernel's ruleset, and enter it in the child
-  that becomes the command (between fork and exec); :func:`apply` -- both, in-process;
-* :mod:`~safehub.run.confine._landlock` -- the system calls.
+* :func:`prepare`, :func:`enter` -- build the kernel's ruleset and the filter, and enter
+  both in the child that becomes the command (between fork and exec); :func:`apply` --
+  both, in-process;
+* :mod:`~safehub.run.confine._landlock` -- the system calls;
+* :mod:`~safehub.run.confine._seccomp` -- the filter (sockets, terminal ioctls, memfds
+  that could run, io_uring, metadata changes), through libseccomp.
 
-A kernel without Landlock, or without the ABI the ruleset needs, is a
-:class:`~safehub.errors.ConfineError`: never silently unconfined.
+A kernel without Landlock, or without the ABI the ruleset needs, or a machine without
+libseccomp, is a :class:`~safehub.errors.ConfineError`: never silently unconfined.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
 from safehub.errors import ConfineError
-from safehub.run.confine import _landlock
+from safehub.run.confine import _landlock, _seccomp
 from safehub.run.confine.ruleset import ENV, Grant, Ruleset, current
 
-__all__ = ["ENV", "MIN_ABI", "Grant", "Ruleset", "apply", "available", "current", "enter",
-           "prepare"]
+__all__ = ["ENV", "MIN_ABI", "Grant", "Prepared", "Ruleset", "apply", "available", "current",
+           "enter", "prepare"]
 
 MIN_ABI = 4
 """TCP rules (ABI 4, Linux 6.7) and truncation (ABI 3): below it a job could connect
@@ -53,15 +62,47 @@ def available() -> int:
             f"the kernel's Landlock ABI is {abi}; confinement needs ABI {MIN_ABI} (Linux 6.7) "
             f"for its TCP connect_ports rule and ABI 3 for truncation",
             hint="upgrade the kernel to Linux 6.7 or newer")
+    _with_seccomp(lambda: None)
     return abi
 
 
-def prepare(ruleset: Ruleset) -> int:
-    """The kernel's ruleset for ``ruleset`` (a descriptor, close-on-exec), ready to be
-    entered with :func:`enter` (in the child, between fork and exec). Folders it grants
-    that do not exist yet are created first."""
-    import os
+_T = TypeVar("_T")
+_SECCOMP_FIX = "install libseccomp (Debian, Ubuntu: `apt-get install libseccomp2`; Fedora: " \
+               "`dnf install libseccomp`), or drop --confine on this machine"
 
+
+def _with_seccomp(step: Callable[[], _T]) -> _T:
+    """``step``, once libseccomp and the kernel's seccomp filters are there;
+    :class:`ConfineError` where they are not, or ``step`` fails."""
+    try:
+        _seccomp.available()
+        return step()
+    except _seccomp.SeccompError as e:
+        raise ConfineError(f"cannot build the seccomp filter: {e.strerror}",
+                           hint=_SECCOMP_FIX) from e
+    except OSError as e:  # the library itself
+        raise ConfineError(f"cannot load libseccomp ({e}); confinement needs it for what "
+                           "Landlock cannot hold (socket kinds, terminal ioctls, memfds)",
+                           hint=_SECCOMP_FIX) from e
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What :func:`prepare` built in the parent: the Landlock ruleset (a descriptor,
+    close-on-exec) and the seccomp filter (BPF in memory)."""
+
+    landlock: int
+    seccomp: _seccomp.Program
+
+    def close(self) -> None:
+        os.close(self.landlock)
+
+
+def prepare(ruleset: Ruleset) -> Prepared:
+    """The kernel's ruleset for ``ruleset`` and the seccomp filter, ready to be entered
+    with :func:`enter` (in the child, between fork and exec); :meth:`Prepared.close` when
+    done. Folders it grants that do not exist yet are created first."""
+    seccomp = _with_seccomp(lambda: _seccomp.Program(_seccomp.build(_seccomp.rules())))
     paths: list[tuple[str, int]] = []
     for grant in ruleset.writes:
         if not os.path.exists(grant.path):
@@ -76,30 +117,31 @@ def prepare(ruleset: Ruleset) -> int:
     scoped = (_landlock.SCOPE.ABSTRACT_UNIX_SOCKET | _landlock.SCOPE.SIGNAL
               if ruleset.scoped else 0)
     try:
-        return _landlock.create(handled_fs=_WRITE | _landlock.FS.EXECUTE, paths=paths,
-                                handled_net=_landlock.NET.CONNECT_TCP,
-                                ports=ruleset.connect_ports, scoped=scoped)
+        return Prepared(_landlock.create(handled_fs=_WRITE | _landlock.FS.EXECUTE, paths=paths,
+                                         handled_net=_landlock.NET.CONNECT_TCP,
+                                         ports=ruleset.connect_ports, scoped=scoped), seccomp)
     except OSError as e:
         raise ConfineError(f"the kernel refused the Landlock ruleset ({e.strerror}); "
                            "nothing was started", hint="run `safehub run --confine --dry-run "
                            "-- CMD` to see the ruleset, and report it if it looks right") from e
 
 
-def enter(prepared: int) -> None:
-    r"""Restrict this thread, and every process it starts, to a :func:`prepare`\ d ruleset."""
-    _landlock.enforce(prepared)
+def enter(prepared: Prepared) -> None:
+    r"""Restrict this thread, and every process it starts, to a :func:`prepare`\ d ruleset:
+    Landlock first (it sets ``no_new_privs``, which the filter needs), then the filter
+    (last, so that it need not allow the Landlock calls). Allocates nothing in C."""
+    _landlock.enforce(prepared.landlock)
+    prepared.seccomp.load()
 
 
 def apply(ruleset: Ruleset) -> None:
     """Restrict this process (the calling thread, and every process it starts from now
     on) to ``ruleset``, for good."""
-    import os
-
     prepared = prepare(ruleset)
     try:
         enter(prepared)
     except OSError as e:
-        raise ConfineError(f"the kernel refused to enter the Landlock ruleset ({e.strerror})",
-                           hint="report this as a safehub bug") from e
+        raise ConfineError(f"the kernel refused to enter the Landlock ruleset or the seccomp "
+                           f"filter ({e.strerror})", hint="report this as a safehub bug") from e
     finally:
-        os.close(prepared)
+        prepared.close()

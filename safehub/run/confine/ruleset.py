@@ -101,6 +101,8 @@ class Ruleset:
                                                     or "none"))
         lines.append("abstract Unix sockets and signals: "
                      + ("inside the job only" if self.scoped else "not restricted (ABI < 6)"))
+        from safehub.run.confine._seccomp import REFUSED
+        lines.append(f"seccomp refuses (EPERM): {REFUSED}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
