@@ -24,7 +24,7 @@ from safehub.policy import Policy
 from safehub.policy.schema import parse_text
 from safehub.run.confine.plan import plan
 from tests.conftest import HUBCONF, needs_torch
-from tests.test_confine import needs_landlock
+from tests.test_confine import job, listener, needs_landlock  # noqa: F401 - fixtures
 from tests.test_weights import weights  # noqa: F401 - the fixture
 
 TAMPER = '''import json, os, sys
@@ -231,3 +231,25 @@ def test_weights_are_downloaded_outside_the_job_and_read_inside_it(
     assert not (isolated / "cache" / "torch" / "hub" / "checkpoints" / "w.pth").exists()
     safehub.load("acme/weighted:v1.0", "weighted", weights, verbose=False)  # the fix
     assert _run(tmp_path, WEIGHTS_JOB, weights)[0] == {"load": ["w"]}
+
+
+@pytest.mark.slow
+@needs_landlock
+@needs_torch
+def test_a_refused_metadata_change_is_named_in_the_loads_record(
+        job: dict[str, Any], isolated: Path) -> None:  # noqa: F811
+    """seccomp refuses chmod everywhere (it cannot see paths): the job sees EPERM, and the
+    record of the load says that confinement refused it and which engine."""
+    from tests.test_confine import run as run_job
+
+    job["checkpoints"].mkdir()
+    target = job["checkpoints"] / "model.pt"
+    target.write_bytes(b"x")
+    target.chmod(0o600)
+    results, done = run_job(job, [("chmod", [str(target)])], "--confine")
+    assert results["chmod"].startswith("refused: PermissionError: [Errno 1]"), done.stderr
+    assert target.stat().st_mode & 0o777 == 0o600
+    lines = [json.loads(x) for x in (isolated / "state" / "safehub" / "log" / "audit.jsonl")
+             .read_text().splitlines()]
+    kernel = [k for x in lines if "runtime" in x for k in x["runtime"]["kernel"]]
+    assert any("os.chmod" in k and "seccomp" in k and "--confine" in k for k in kernel), kernel

@@ -67,6 +67,12 @@ def _realpath(path: str) -> str:
     return os.path.realpath(path)
 
 
+#: Audit events of metadata changes, which ``safehub run --confine``'s seccomp filter
+#: refuses on every path (it cannot see paths): shutil's copies that set modes included.
+_METADATA = frozenset({"os.chmod", "os.chown", "os.utime", "os.chflags", "os.lchflags",
+                       "os.setxattr", "os.removexattr", "shutil.copymode",
+                       "shutil.copystat", "shutil.chown"})
+
 class _AddressBook:
     """Which allowed names an address came from, for decisions at ``connect``.
 
@@ -288,6 +294,11 @@ class RuntimeGuard:
         """Note what the kernel will refuse of ``action`` (the record of a confined job)."""
         assert self._confined is not None
         checks: list[tuple[str, str | int]] = []
+        if action.op in _METADATA:  # seccomp refuses these wherever the file is
+            self.report.add_entry(self.report.kernel, f"{action.target}: {action.op} is "
+                                  "refused under safehub run --confine (seccomp: no "
+                                  "metadata changes)")
+            return
         if action.kind == "write":
             checks = [("write", p) for p in action.paths]
         elif action.kind == "process" and action.real:
