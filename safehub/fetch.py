@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
+from safehub._internal.text import printable
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError
 from safehub.store.cache import Cache, CachedTree, Verdict, integrity
@@ -148,8 +149,9 @@ class TreeFetcher:
         spec, commit = resolved.spec, resolved.commit
         zip_path = stage / "archive.zip"
         if verbose:
-            sys.stderr.write(f"safehub: downloading {resolved.url_name}@{commit[:12]} to "
-                             f"{self.cache.commit_dir(commit) / 'tree'}\n")
+            where = self.cache.commit_dir(commit) / "tree"
+            sys.stderr.write(printable(f"safehub: downloading {resolved.url_name}@"
+                                       f"{commit[:12]} to {where}") + "\n")
         self.download(resolved, zip_path, verbose=verbose)
         ext = extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)

@@ -6,22 +6,9 @@ import os
 import sys
 import warnings
 
+from safehub._internal.text import printable
+
 __all__ = ["printable", "warn"]
-
-_CONTROL = {c: f"\\x{c:02x}" for c in (*range(0x20), 0x7f, *range(0x80, 0xa0))
-            if chr(c) not in "\n\t"}
-
-
-def printable(text: str) -> str:
-    """``text`` with control characters shown escaped (``\\x1b``), newlines and tabs kept:
-    a repo's names, rules and messages reach a terminal, where an escape sequence could
-    erase lines, fake a verdict or write the clipboard.
-
-    >>> print(printable("tag\x1b[2Kok"))
-    tag\\x1b[2Kok
-    """
-    return text.translate(_CONTROL)
-
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -32,7 +19,8 @@ def _outside(filename: str) -> bool:
 
 
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn`` with the stack level of the first frame outside safehub.
+    """``warnings.warn`` with the stack level of the first frame outside safehub, the
+    message made printable (its lines kept: :func:`~safehub._internal.text.printable`).
 
     So a warning from ``safehub.load`` (or ``torch.hub.load`` routed through safehub)
     names the user's line, whichever internal path raised it.
@@ -42,4 +30,4 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and not _outside(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
-    warnings.warn(printable(message), category, stacklevel=level)
+    warnings.warn(printable(message, lines=True), category, stacklevel=level)
