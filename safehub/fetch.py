@@ -183,11 +183,11 @@ class TreeFetcher:
             fetch_blob=lambda sha: source.blob(resolved.location, sha),
             fetch_commit=lambda: source.commit(resolved.location, commit))
         if any(d.from_attributes for d in check.differences):
-            unverified = (f"; not tied byte for byte (export-subst): "
+            unverified = (f"  not tied byte for byte (export-subst): "
                           f"{', '.join(check.unverified)}" if check.unverified else "")
             warn(f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree as "
-                 f"its .gitattributes say (each difference checked):\n{check.describe()}"
-                 + unverified)
+                 "its .gitattributes say (each difference checked):",
+                 details=[*check.lines(), *([unverified] if unverified else [])])
         return Verdict(
             commit=commit, tree=resolved.tree, digest=ext.digest, level=check.level,
             files=ext.files, unverified=check.unverified, omitted=check.omitted,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from collections.abc import Sequence
 
 from safehub._internal.text import printable
 
@@ -18,9 +19,12 @@ def _outside(filename: str) -> bool:
     return not (path == _PACKAGE or path.startswith(_PACKAGE + os.sep))
 
 
-def warn(message: str, category: type[Warning] = UserWarning) -> None:
-    """``warnings.warn`` with the stack level of the first frame outside safehub, the
-    message made printable (its lines kept: :func:`~safehub._internal.text.printable`).
+def warn(message: str, category: type[Warning] = UserWarning, *,
+         details: Sequence[str] = ()) -> None:
+    """``warnings.warn`` with the stack level of the first frame outside safehub; the
+    message, and each line of ``details`` under it, made printable as one line
+    (:func:`~safehub._internal.text.printable`: a rule's reason or a path in it cannot
+    start a line of its own).
 
     So a warning from ``safehub.load`` (or ``torch.hub.load`` routed through safehub)
     names the user's line, whichever internal path raised it.
@@ -30,4 +34,5 @@ def warn(message: str, category: type[Warning] = UserWarning) -> None:
     while frame is not None and not _outside(frame.f_code.co_filename):
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
-    warnings.warn(printable(message, lines=True), category, stacklevel=level)
+    shown = "\n".join(printable(line) for line in (message, *details))
+    warnings.warn(shown, category, stacklevel=level)
