@@ -3,7 +3,9 @@
 Every error derives from :class:`SafehubError` and carries two parts: what failed (the
 message) and how to fix it (:attr:`SafehubError.fix`, as data: see
 :mod:`safehub._internal.fixes`; :attr:`SafehubError.hint` is its text). ``str(err)`` shows
-both.
+both as a terminal may show them (Python's traceback printer writes it there): text from
+outside in them (a rule's reason, a path, a server's words) made printable, one line a
+field; ``message``, ``fix`` and ``hint`` stay exact, for a program to read.
 
 Families, one per kind of failure a caller may want to handle apart:
 

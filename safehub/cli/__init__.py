@@ -354,11 +354,9 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
     except SpecError as e:
-        return _fail(wants_json, type(e).__name__, e.summary, fix_for_cli(e.fix, args),
-                     EXIT_USAGE, e.details)
+        return _fail(wants_json, type(e).__name__, e, fix_for_cli(e.fix, args), EXIT_USAGE)
     except SafehubError as e:
-        return _fail(wants_json, type(e).__name__, e.summary, fix_for_cli(e.fix, args),
-                     EXIT_REFUSED, e.details)
+        return _fail(wants_json, type(e).__name__, e, fix_for_cli(e.fix, args), EXIT_REFUSED)
     except text.RepoCodeError as e:
         return _fail(wants_json, "RepoCodeError", e.message, e.fix, EXIT_REFUSED)
     except KeyboardInterrupt:
@@ -374,23 +372,26 @@ def _main(argv: list[str]) -> int:
                      "the traceback", EXIT_REFUSED)
 
 
-def _fail(wants_json: bool, kind: str, message: str, fix: fixes.Fix | str | None,
-          code: int, details: Sequence[str] = ()) -> int:
-    """Say what failed and its fix (the ``--json`` object, exact: ``hint`` as text, ``fix``
-    as data, see :func:`safehub._internal.fixes.to_json`); the exit code.
+def _fail(wants_json: bool, kind: str, message: str | SafehubError,
+          fix: fixes.Fix | str | None, code: int) -> int:
+    """Say what failed (``message``, or a safehub error's message and details) and its fix
+    (the ``--json`` object, exact: ``hint`` as text, ``fix`` as data, see
+    :func:`safehub._internal.fixes.to_json`); the exit code.
 
     On stderr, what came from outside (a rule's reason, a path, a server's words, a
     repo's exception) is made printable field by field: :func:`safehub._internal.text.error`.
     """
     if isinstance(fix, str):
         fix = fixes.say(fix)
+    exact, summary, details = ((message.message, message.summary, message.details)
+                               if isinstance(message, SafehubError) else (message, message, ()))
     if wants_json:
         hint = fixes.render(fix) if fix is not None else None
-        text.out_json({"error": kind, "message": message + "".join(f"\n    {d}" for d in details),
-                       "hint": hint, "fix": fixes.to_json(fix) if fix is not None else None,
-                       "exit": code}, sort_keys=False)
+        text.out_json({"error": kind, "message": exact, "hint": hint,
+                       "fix": fixes.to_json(fix) if fix is not None else None, "exit": code},
+                      sort_keys=False)
     label = "usage error" if kind == "usage" else kind
-    said = f"safehub: {printable(label)}: {_error_text(message, fix, details)}\n"
+    said = f"safehub: {printable(label)}: {_error_text(summary, fix, details)}\n"
     try:
         sys.stderr.write(said)
         sys.stderr.flush()
