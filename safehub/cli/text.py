@@ -163,8 +163,8 @@ def verified(report: Any, keys: Sequence[str], issuer: str | None,
     if not wanted:
         return lines([line])
     return lines([line, "  to require this signature at every load, set in the repo's "
-                       "[[allow]] rule of your policy (`safehub policy show` lists them):",
-                       '    signature = "required"', *(f"    {w}" for w in wanted)])
+                  "[[allow]] rule of your policy (`safehub policy show` lists them):",
+                  '    signature = "required"', *(f"    {w}" for w in wanted)])
 
 
 def lock_statuses(results: Sequence[Any]) -> str:
@@ -224,7 +224,7 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
         rows.append(f"  {name} = {info['value']!r}  (from {info['from']}{final})")
     if "cache" in data:
         rows.append(f"  the cache: {data['cache']['path']}  (chosen by "
-                     f"{data['cache']['chosen_by']})")
+                    f"{data['cache']['chosen_by']})")
     for held in data.get("local_dirs", ()):
         dirs = "no local folder" if held["value"] is None else held["value"]
         rows.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
@@ -236,14 +236,14 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
         who = [*(f"{x['identity']} ({x['issuer']})" for x in table.get("signers", ())),
                *(f"key {k}" for k in table.get("keys", ()))]
         rows.append(f"  [oci] signature = {table.get('signature', 'none')!r}"
-                     + (f" by one of: {', '.join(who)}" if who else "")
-                     + f"  (from {table['from']})")
+                    + (f" by one of: {', '.join(who)}" if who else "")
+                    + f"  (from {table['from']})")
     hook = data.get("environment_hook")
     if hook:
         rows.append(f"environment hook: {hook['state']} ({hook['path']})")
     for item in data.get("ignored", ()):
         rows.append(f"  IGNORED {item['given']}: {item['by']} sets {item['key']} = "
-                     f"{item['held']!r} ({item['why']})")
+                    f"{item['held']!r} ({item['why']})")
     rows.append("rules:" if data["rules"] else "rules: (none)")
     for rule in data["rules"]:
         extra = {k: v for k, v in rule.items()
@@ -251,7 +251,7 @@ def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
         note = "" if rule["admits"] in (None, True) else \
             "  [after a final file: adds requirements only]"
         rows.append(f"  [[{rule['kind']}]] {rule['repo']}  {extra or ''}  "
-                     f"({rule['from']} #{rule['index']}){note}")
+                    f"({rule['from']} #{rule['index']}){note}")
     return lines(rows)
 
 
