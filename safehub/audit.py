@@ -34,6 +34,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from safehub._internal.text import printable
 from safehub.errors import PolicyError, SafehubError
 
 __all__ = ["AuditLog"]
@@ -87,7 +88,7 @@ class AuditLog:
                     f"({getattr(e, 'strerror', None) or e})",
                     hint="make it writable, or change audit_log in the policy",
                 ) from e
-            warnings.warn(f"safehub could not write its audit log {self.path}: {e}",
+            warnings.warn(printable(f"safehub could not write its audit log {self.path}: {e}"),
                           stacklevel=3)
 
     def append_record(self, record: dict[str, Any]) -> None:

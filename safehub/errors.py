@@ -3,7 +3,9 @@
 Every error derives from :class:`SafehubError` and carries two parts: what failed (the
 message) and how to fix it (:attr:`SafehubError.fix`, as data: see
 :mod:`safehub._internal.fixes`; :attr:`SafehubError.hint` is its text). ``str(err)`` shows
-both.
+both as a terminal may show them (Python's traceback printer writes it there): text from
+outside in them (a rule's reason, a path, a server's words) made printable, one line a
+field; ``message``, ``fix`` and ``hint`` stay exact, for a program to read.
 
 Families, one per kind of failure a caller may want to handle apart:
 
@@ -25,6 +27,7 @@ Families, one per kind of failure a caller may want to handle apart:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the fixes module is imported when an error is made (import safehub stays cheap)
@@ -62,16 +65,24 @@ class SafehubError(Exception):
       fix: do the other thing
     >>> err.fix
     Say(text='do the other thing')
+    >>> print(SafehubError("denied: \\x1b]0;title\\x07", hint="ask\\n  fix: sh"))
+    denied: \\x1b]0;title\\x07
+      fix: ask\\n  fix: sh
 
     ``hint``: the fix in words; ``fix``: the fix as data (one or the other).
     """
 
-    def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None
-                 ) -> None:
+    def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None,
+                 details: Sequence[str] = ()) -> None:
         from safehub._internal.fixes import Say
 
-        super().__init__(message)
-        self.message = message
+        self.details = tuple(details)
+        """Lines under the message (the faults of an invalid file), each one line."""
+        self.summary = message
+        """The message without its details."""
+        self.message = message + "".join(f"\n    {d}" for d in self.details)
+        """What failed, exactly as written (the summary, then each detail on its line)."""
+        super().__init__(self.message)
         self.fix: Fix | None = fix if fix is not None else Say(hint) if hint else None
         """How to fix it, as data (:mod:`safehub._internal.fixes`)."""
 
@@ -83,9 +94,13 @@ class SafehubError(Exception):
         return render(self.fix) if self.fix is not None else None
 
     def __str__(self) -> str:
-        if self.hint:
-            return f"{self.message}\n  fix: {self.hint}"
-        return self.message
+        """The message and the fix as a terminal shows them: what came from outside (a
+        rule's reason, a path, a server's words) made printable, on the lines it was
+        written for (:func:`safehub._internal.text.error`). :attr:`message`, :attr:`fix`
+        and :attr:`hint` stay exact."""
+        from safehub._internal.text import error
+
+        return error(self.summary, self.fix, self.details)
 
 
 class SpecError(SafehubError, ValueError):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
+from safehub._internal.text import printable
 from safehub._internal.warn import warn
 from safehub.errors import CacheError, IntegrityError
 from safehub.store.cache import Cache, CachedTree, Verdict, integrity
@@ -170,8 +171,9 @@ class TreeFetcher:
         spec, commit = resolved.spec, resolved.commit
         zip_path = stage / "archive.zip"
         if verbose:
-            sys.stderr.write(f"safehub: downloading {resolved.url_name}@{commit[:12]} to "
-                             f"{self.cache.commit_dir(commit) / 'tree'}\n")
+            where = self.cache.commit_dir(commit) / "tree"
+            sys.stderr.write(printable(f"safehub: downloading {resolved.url_name}@"
+                                       f"{commit[:12]} to {where}") + "\n")
         self.download(resolved, zip_path, verbose=verbose)
         ext = extract(zip_path, stage / "tree", commit=commit,
                               limits=self.settings.limits)
@@ -203,11 +205,11 @@ class TreeFetcher:
             fetch_blob=lambda sha: source.blob(resolved.location, sha),
             fetch_commit=lambda: source.commit(resolved.location, commit))
         if any(d.from_attributes for d in check.differences):
-            unverified = (f"; not tied byte for byte (export-subst): "
+            unverified = (f"  not tied byte for byte (export-subst): "
                           f"{', '.join(check.unverified)}" if check.unverified else "")
             warn(f"{spec.repo}@{commit[:12]}: the archive differs from the commit's tree as "
-                 f"its .gitattributes say (each difference checked):\n{check.describe()}"
-                 + unverified)
+                 "its .gitattributes say (each difference checked):",
+                 details=[*check.lines(), *([unverified] if unverified else [])])
         return Verdict(
             commit=commit, tree=resolved.tree, digest=ext.digest, level=check.level,
             files=ext.files, unverified=check.unverified, omitted=check.omitted,

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.text import printable
 from safehub._internal.warn import warn
 from safehub.errors import SpecError, UntrustedRepoError
 from safehub.policy import Decision
@@ -36,9 +37,14 @@ def check_trust_repo(value: Any) -> None:
 def ask(lines: list[str], question: str) -> bool:
     """Show ``lines`` and ``question [y/N]`` on stderr; read one answer from stdin.
 
+    Each line, and the question, is made printable as one line (its repo, ref, reason or
+    path cannot start a line, move the cursor or colour a verdict): only the line breaks
+    written here reach the terminal.
+
     Only ``y`` or ``yes`` (any case) agree; anything else, including end of input, refuses.
     """
-    sys.stderr.write("\n".join(lines) + f"\n{question} [y/N] ")
+    shown = [printable(line) for line in (*lines, question)]
+    sys.stderr.write("\n".join(shown) + " [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline()
     return answer.strip().lower() in ("y", "yes")

@@ -150,8 +150,15 @@ def clear_cache(path: object) -> Fix:
                   say("load with force_reload=True (a fresh copy, fetched and verified)"))
 
 
-def render(fix: Fix) -> str:
-    """The fix as the hint's text: each alternative complete on its own."""
+def render(fix: Fix, field: Callable[[str], str] | None = None) -> str:
+    """The fix as the hint's text: each alternative complete on its own.
+
+    ``field``: applied to each text of the fix (a command, a file, a line) before the
+    layout is added; a terminal passes :func:`safehub._internal.text.printable`, so that
+    only the line breaks written here reach it.
+    """
+    if field is not None:
+        fix = reworded(fix, field)
     if isinstance(fix, Run):
         return f"run{' ' + fix.where if fix.where else ''}:\n{_INDENT}{fix.command}"
     if isinstance(fix, AddLines):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import time
 
+from safehub._internal.text import printable
+
 __all__ = ["terminal_progress"]
 
 
@@ -27,9 +29,10 @@ class _Bar:
 
 
 def terminal_progress(label: str) -> _Bar | None:
-    """A progress callback ``(done, total)`` for a download, or None off a terminal."""
+    """A progress callback ``(done, total)`` for a download, or None off a terminal
+    (``label``, a URL or a repo's name, made printable)."""
     try:
         tty = sys.stderr.isatty()
     except (AttributeError, ValueError):
         tty = False
-    return _Bar(f"Downloading {label}") if tty else None
+    return _Bar(printable(f"Downloading {label}")) if tty else None

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
-from safehub._internal.warn import printable
+from safehub._internal.text import error as _error_text
+from safehub._internal.text import printable
 from safehub.cli import admin, fleet, text
 from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
 from safehub.cli.common import Parser as _Parser
@@ -122,8 +123,8 @@ def _cmd_load(args: argparse.Namespace) -> int:
         raise
     info = _describe(obj)
     data: dict[str, Any] = {"spec": args.spec, "entrypoint": args.entrypoint, "result": info}
-    shown = (f"loaded {args.spec} {args.entrypoint}: {info['type']}"
-             + (f" ({info['parameters']:,} parameters)" if "parameters" in info else ""))
+    shown = text.lines([f"loaded {args.spec} {args.entrypoint}: {info['type']}" + (
+        f" ({info['parameters']:,} parameters)" if "parameters" in info else "")])
     if args.report and args.source == "local":
         data["runtime"] = None
         shown += ("\nno runtime report: a local folder is your own code and runs without the "
@@ -140,7 +141,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
     names = _repo_code(hub, False, args.spec, None, lambda: hub.list(
         args.spec, force_reload=args.force_reload, trust_repo=_trust(args),
         verbose=not args.json))
-    _emit(args, {"spec": args.spec, "entrypoints": names}, "\n".join(names))
+    _emit(args, {"spec": args.spec, "entrypoints": names}, text.lines(names))
     return EXIT_OK
 
 
@@ -154,7 +155,8 @@ def _cmd_help(args: argparse.Namespace) -> int:
         args.spec, "github", args.entrypoint, _trust(args), args.force_reload, True,
         lambda path: torchhub.described(path, args.entrypoint)))
     _emit(args, {"spec": args.spec, "entrypoint": args.entrypoint, "signature": line,
-                 "doc": doc}, f"{line}\n\n" + (inspect.cleandoc(doc) if doc else "(no docstring)"))
+                 "doc": doc}, text.lines([line, ""]) + "\n"  # the docstring: its lines kept
+          + (printable(inspect.cleandoc(doc), lines=True) if doc else "(no docstring)"))
     return EXIT_OK
 
 
@@ -171,13 +173,15 @@ def _cmd_trust(args: argparse.Namespace) -> int:
     prepared = _hub(args).trust(args.spec, force_reload=args.force_reload)
     r = prepared.resolved
     data = {"repo": r.spec.key, "ref": r.ref, "commit": r.commit, "digest": prepared.tree.digest}
-    _emit(args, data, f"trusted {r.spec.repo} at {r.commit} ({prepared.tree.digest})")
+    _emit(args, data, text.lines([f"trusted {r.spec.repo} at {r.commit} "
+                                  f"({prepared.tree.digest})"]))
     return EXIT_OK
 
 
 def _cmd_untrust(args: argparse.Namespace) -> int:
     removed = _hub(args).untrust(args.spec)
-    _emit(args, {"removed": removed}, f"forgot {removed} consent record(s) for {args.spec}")
+    _emit(args, {"removed": removed},
+          text.lines([f"forgot {removed} consent record(s) for {args.spec}"]))
     return EXIT_OK
 
 
@@ -247,7 +251,7 @@ def _cmd_sign(args: argparse.Namespace) -> int:
 
     out = sign_directory(Path(args.directory), Path(args.key),
                          out=Path(args.out) if args.out else None)
-    _emit(args, {"signature": str(out)}, f"wrote {out}")
+    _emit(args, {"signature": str(out)}, text.lines([f"wrote {out}"]))
     return EXIT_OK
 
 
@@ -279,8 +283,8 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         return EXIT_OK if ok else EXIT_REFUSED
     removed = operations.cache_clear(hub, args.commit)
     _emit(args, {"cleared": args.commit or "all", "removed": removed},
-          f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} from "
-          f"{hub.cache.root}" + "".join(f"\n  {c}" for c in removed))
+          text.lines([f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} "
+                      f"from {hub.cache.root}", *(f"  {c}" for c in removed)]))
     return EXIT_OK
 
 
@@ -297,8 +301,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
                if args.confine or hub.settings.confine else None)
     if args.dry_run:
         _emit(args, {"command": command, "confine": ruleset and ruleset.to_json()},
-              ruleset.text() if ruleset else f"would run {command[0]} unconfined (no "
-              "--confine, SAFEHUB_CONFINE or [safehub] confine = true)")
+              ruleset.text() if ruleset else text.lines([f"would run {command[0]} unconfined "
+                                                         "(no --confine, SAFEHUB_CONFINE or "
+                                                         "[safehub] confine = true)"]))
         return EXIT_OK
     from safehub.operations.job import serve
 
@@ -351,11 +356,9 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
     except SpecError as e:
-        return _fail(wants_json, type(e).__name__, e.message, fix_for_cli(e.fix, args),
-                     EXIT_USAGE)
+        return _fail(wants_json, type(e).__name__, e, fix_for_cli(e.fix, args), EXIT_USAGE)
     except SafehubError as e:
-        return _fail(wants_json, type(e).__name__, e.message, fix_for_cli(e.fix, args),
-                     EXIT_REFUSED)
+        return _fail(wants_json, type(e).__name__, e, fix_for_cli(e.fix, args), EXIT_REFUSED)
     except text.RepoCodeError as e:
         return _fail(wants_json, "RepoCodeError", e.message, e.fix, EXIT_REFUSED)
     except KeyboardInterrupt:
@@ -371,19 +374,26 @@ def _main(argv: list[str]) -> int:
                      "the traceback", EXIT_REFUSED)
 
 
-def _fail(wants_json: bool, kind: str, message: str, fix: fixes.Fix | str | None,
-          code: int) -> int:
-    """Say what failed and its fix (the ``--json`` object: ``hint`` as text, ``fix`` as
-    data, see :func:`safehub._internal.fixes.to_json`); the exit code."""
+def _fail(wants_json: bool, kind: str, message: str | SafehubError,
+          fix: fixes.Fix | str | None, code: int) -> int:
+    """Say what failed (``message``, or a safehub error's message and details) and its fix
+    (the ``--json`` object, exact: ``hint`` as text, ``fix`` as data, see
+    :func:`safehub._internal.fixes.to_json`); the exit code.
+
+    On stderr, what came from outside (a rule's reason, a path, a server's words, a
+    repo's exception) is made printable field by field: :func:`safehub._internal.text.error`.
+    """
     if isinstance(fix, str):
         fix = fixes.say(fix)
-    hint = fixes.render(fix) if fix is not None else None
+    exact, summary, details = ((message.message, message.summary, message.details)
+                               if isinstance(message, SafehubError) else (message, message, ()))
     if wants_json:
-        text.out(json.dumps({"error": kind, "message": message, "hint": hint,
-                             "fix": fixes.to_json(fix) if fix is not None else None,
-                             "exit": code}, indent=2))
+        hint = fixes.render(fix) if fix is not None else None
+        text.out_json({"error": kind, "message": exact, "hint": hint,
+                       "fix": fixes.to_json(fix) if fix is not None else None, "exit": code},
+                      sort_keys=False)
     label = "usage error" if kind == "usage" else kind
-    said = printable(f"safehub: {label}: {message}\n" + (f"  fix: {hint}\n" if hint else ""))
+    said = f"safehub: {printable(label)}: {_error_text(summary, fix, details)}\n"
     try:
         sys.stderr.write(said)
         sys.stderr.flush()

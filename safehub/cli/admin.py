@@ -11,6 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
+from safehub._internal.text import printable
 from safehub.cli import text
 from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
 from safehub.errors import PolicyError, SafehubError
@@ -49,14 +51,15 @@ def environment_hook(args: argparse.Namespace) -> int:
     """``safehub install --environment`` and ``safehub uninstall --environment``."""
     if args.command == "install":
         found = environment.install()
-        emit(args, found.to_json(), f"wrote {found.path}: every Python process of this "
-             "environment now routes torch.hub through safehub (`safehub uninstall "
-             "--environment` removes it)")
+        emit(args, found.to_json(), text.lines([
+            f"wrote {found.path}: every Python process of this environment now routes "
+            "torch.hub through safehub (`safehub uninstall --environment` removes it)"]))
         return EXIT_OK
     removed = environment.uninstall()
     found = environment.hook()
     emit(args, {**found.to_json(), "removed": removed},
-         f"removed {found.path}" if removed else f"no environment hook at {found.path}")
+         text.lines([f"removed {found.path}" if removed else f"no environment hook at "
+                     f"{found.path}"]))
     return EXIT_OK
 
 
@@ -64,7 +67,7 @@ def policy_validate(args: argparse.Namespace) -> int:
     from safehub.policy import validate_file
     from safehub.policy.keys import KEYS
 
-    results = []
+    results, shown = [], []
     for name in args.files:
         role, in_force = _role(Path(name))
         role = args.role or role
@@ -75,36 +78,42 @@ def policy_validate(args: argparse.Namespace) -> int:
             # grant on its own (valid all the same: a site or user file may grant it).
             notes = [note for key in KEYS["confine"] for note in policy.confine(key).notes]
             result.update(ok=True, rules=len(policy.rules), faults=[], fix=None, notes=notes)
+            fix = None
         except PolicyError as e:
             faults = list(e.faults) or [e.message]
-            result.update(ok=False, rules=None, faults=faults, fix=_validate_fix(
-                name, in_force, e), notes=[])
+            fix = _validate_fix(name, in_force, e)
+            result.update(ok=False, rules=None, faults=faults, fix=fixes.render(fix),
+                          notes=[])
         results.append(result)
+        shown.append(_validated(result, fix))
     ok = all(r["ok"] for r in results)
-    emit(args, {"ok": ok, "files": results}, "\n".join(_validated(r) for r in results))
+    emit(args, {"ok": ok, "files": results}, "\n".join(shown))
     return EXIT_OK if ok else EXIT_REFUSED
 
 
-def _validated(r: dict[str, Any]) -> str:
+def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
     where = ("in force" if r["in_force"] else
              "not in force: safehub does not read it where it is")
     if r["ok"]:
-        return "\n".join([f"ok   {r['file']} ({r['rules']} rules; {r['role']} file, {where})",
-                          *(f"    note: {note}" for note in r["notes"])])
-    lines = [f"FAIL {r['file']} ({r['role']} file, {where}): "
-             f"{len(r['faults'])} fault{'s' if len(r['faults']) != 1 else ''}"]
-    lines += [f"    {fault}" for fault in r["faults"]]
-    return "\n".join([*lines, f"  fix: {r['fix']}"])
+        return text.lines([f"ok   {r['file']} ({r['rules']} rules; {r['role']} file, {where})",
+                           *(f"    note: {note}" for note in r["notes"])])
+    rows = [f"FAIL {r['file']} ({r['role']} file, {where}): "
+            f"{len(r['faults'])} fault{'s' if len(r['faults']) != 1 else ''}"]
+    rows += [f"    {fault}" for fault in r["faults"]]
+    if fix is not None:  # each field of the fix one line, then the fix's own layout
+        rows += f"  fix: {fixes.render(fix, printable)}".split("\n")
+    return text.lines(rows)
 
 
-def _validate_fix(name: str, in_force: bool, error: PolicyError) -> str:
+def _validate_fix(name: str, in_force: bool, error: PolicyError) -> fixes.Fix:
     if not error.faults:  # it could not be read at all: the reader's own fix
-        return error.hint or "fix the file"
+        return error.fix or fixes.say("fix the file")
     fix = "edit the file: each fault above names the key and what it takes"
     if in_force:
-        return fix + "; until it is valid no repo loads on this machine (fail closed)"
-    return (fix + f"; it is not in force (to use it, add it to SAFEHUB_POLICY, e.g. "
-            f"export SAFEHUB_POLICY={shlex.quote(os.path.abspath(name))})")
+        return fixes.say(fix + "; until it is valid no repo loads on this machine (fail "
+                         "closed)")
+    return fixes.say(fix + f"; it is not in force (to use it, add it to SAFEHUB_POLICY, "
+                     f"e.g. export SAFEHUB_POLICY={shlex.quote(os.path.abspath(name))})")
 
 
 def _role(path: Path) -> tuple[str, bool]:
@@ -162,9 +171,10 @@ def _confirmed(target: Path, refuses: str) -> bool:
                    and not env_flag(os.environ, "SAFEHUB_NONINTERACTIVE"))
     if not interactive:
         return False
-    sys.stderr.write(f"safehub: this writes {target}, the machine-wide policy: every load by "
-                     f"every user of this machine obeys it from then on. It refuses {refuses}."
-                     f"\nWrite {target}? [y/N] ")
+    sys.stderr.write(text.lines([
+        f"safehub: this writes {target}, the machine-wide policy: every load by every user "
+        f"of this machine obeys it from then on. It refuses {refuses}.",
+        f"Write {target}? [y/N] "]))
     sys.stderr.flush()
     try:
         answer = sys.stdin.readline()
@@ -189,10 +199,12 @@ def policy_init(args: argparse.Namespace) -> int:
             emit(args, {"written": None, "path": str(target), "flavour": args.flavour,
                         "machine_wide": True, "refuses": refuses, "policy": body,
                         "install": install},
-                 f"{body}\n# Not written: {target} is the machine-wide policy (every load by "
-                 f"every user obeys it; it refuses {refuses}).\n# Edit the lines above to "
-                 f"your organisation, then install them with `{install}` (as an admin), or "
-                 "write them elsewhere with --path to try them first.")
+                 f"{body}\n" + text.lines([
+                     f"# Not written: {target} is the machine-wide policy (every load by "
+                     f"every user obeys it; it refuses {refuses}).",
+                     f"# Edit the lines above to your organisation, then install them with "
+                     f"`{install}` (as an admin), or write them elsewhere with --path to try "
+                     "them first."]))
             return EXIT_OK
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
@@ -204,8 +216,9 @@ def policy_init(args: argparse.Namespace) -> int:
             + "or write elsewhere with --path") from e
     emit(args, {"written": str(target), "path": str(target), "flavour": args.flavour,
                 "machine_wide": _machine_wide(target)},
-         f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` says what "
-         f"a repo needs), then check it with `safehub policy validate {target}`")
+         text.lines([f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` "
+                     f"says what a repo needs), then check it with `safehub policy validate "
+                     f"{target}`"]))
     return EXIT_OK
 
 

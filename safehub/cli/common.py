@@ -4,7 +4,6 @@ its options make, and printing a result as text or as one JSON object."""
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -44,8 +43,9 @@ def hub(args: argparse.Namespace) -> Any:
 
 
 def emit(args: argparse.Namespace, data: dict[str, Any], shown: str) -> None:
-    """Print ``data`` as one JSON object with ``--json``, else ``shown``."""
+    """Print ``data`` as one JSON object with ``--json`` (exact), else ``shown`` (made
+    printable: its fields one by one where it was laid out, :func:`text.lines`)."""
     if getattr(args, "json", False):
-        text.out(json.dumps(data, indent=2, sort_keys=True, default=str))
+        text.out_json(data)
     elif shown:
         text.out(shown)

@@ -13,9 +13,9 @@ __all__ = ["cmd_oci_export", "cmd_oci_import", "cmd_prefetch"]
 
 
 def _published(rows: Any) -> str:
-    return "\n".join(f"{r.spec} {r.commit[:12]} -> {r.target}@{r.manifest}"
-                     + (f" (tag {r.tag})" if r.tag else "")
-                     + (f", signed by {r.signature}" if r.signature else "") for r in rows)
+    return text.lines(f"{r.spec} {r.commit[:12]} -> {r.target}@{r.manifest}"
+                      + (f" (tag {r.tag})" if r.tag else "")
+                      + (f", signed by {r.signature}" if r.signature else "") for r in rows)
 
 
 def _signing(args: argparse.Namespace) -> Any:

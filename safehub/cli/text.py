@@ -1,8 +1,13 @@
 """How the ``safehub`` command shows the library's typed reports as text.
 
 Each function takes a report (or its JSON form) and returns the lines a person reads; the
-command prints them (:func:`out`), or the JSON form with ``--json``. Nothing here decides
-anything. :class:`RepoCodeError` words a failure of the repo's own code.
+command prints them (:func:`out`), or the JSON form with ``--json`` (:func:`out_json`).
+Nothing here decides anything. :class:`RepoCodeError` words a failure of the repo's own
+code.
+
+Every line is made printable on its own (:func:`lines`: a name, path, reason or message
+from outside cannot start a line of its own, nor carry a terminal escape), and
+:func:`out` makes the whole text printable once more, keeping only its line breaks.
 """
 
 from __future__ import annotations
@@ -11,15 +16,15 @@ import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from safehub._internal import fixes
-from safehub._internal.warn import printable
+from safehub._internal.text import printable
 
 __all__ = ["OutputError", "RepoCodeError", "cache_checks", "cache_rows", "check",
-           "detach_stdout", "flush", "lock_changes", "lock_statuses", "out", "policy",
-           "prefetched", "runtime", "said", "verified"]
+           "detach_stdout", "flush", "lines", "lock_changes", "lock_statuses", "out",
+           "out_json", "policy", "prefetched", "runtime", "said", "verified"]
 
 
 class RepoCodeError(Exception):
@@ -63,12 +68,38 @@ class OutputError(Exception):
     """Standard output cannot be written (a full disk, a closed stream)."""
 
 
+def lines(rows: Iterable[str]) -> str:
+    """``rows`` one per line, each made printable as a single line (a line break or an
+    escape sequence inside a row is shown escaped).
+
+    >>> print(lines(["name", "evil\\n  signature  verified\\x1b[2K"]))
+    name
+    evil\\n  signature  verified\\x1b[2K
+    """
+    return "\n".join(printable(row) for row in rows)
+
+
 def out(line: str) -> None:
-    """Print ``line`` on stdout, in whatever encoding it has; flushed, so errors show here."""
+    """Print ``line`` on stdout, in whatever encoding it has; flushed, so errors show here.
+
+    Its line breaks and tabs are kept, every other control, format or separator
+    character is shown escaped (the fields in it are, one by one: :func:`lines`)."""
+    _write(printable(line, lines=True))
+
+
+def out_json(data: Any, *, sort_keys: bool = True) -> None:
+    """Print ``data`` as JSON, exactly: ``json.dumps`` escapes every control and non-ASCII
+    character (a lone surrogate too) itself; DEL, which it leaves, is written ``\\u007f``."""
+    import json
+
+    _write(json.dumps(data, indent=2, sort_keys=sort_keys, default=str
+                      ).replace("\x7f", "\\u007f"))
+
+
+def _write(line: str) -> None:
     stream = sys.stdout
     if stream is None:  # started with stdout closed (>&-)
         raise OutputError("standard output is closed")
-    line = printable(line)  # a repo's docstring or names may hold terminal escapes
     try:
         try:
             stream.write(line + "\n")
@@ -102,20 +133,20 @@ def detach_stdout() -> None:
 
 
 def check(report: Any) -> str:
-    lines = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
+    rows = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
     if report.commit:
-        lines.append(f"  commit   {report.commit}  ({report.proof})")
+        rows.append(f"  commit   {report.commit}  ({report.proof})")
     if report.digest:
-        lines.append(f"  digest   {report.digest} (cached, re-checked)")
+        rows.append(f"  digest   {report.digest} (cached, re-checked)")
     if report.signature and not report.signature.startswith("not checked (no policy"):
-        lines.append(f"  signed   {report.signature}")
+        rows.append(f"  signed   {report.signature}")
     if report.entrypoint_note:
-        lines.append(f"  note     {report.entrypoint_note}")
+        rows.append(f"  note     {report.entrypoint_note}")
     for reason in report.reasons:
-        lines.append(f"  policy   {reason}")
-    if report.fix:
-        lines.append(f"  fix      {fixes.render(report.fix)}")
-    return "\n".join(lines)
+        rows.append(f"  policy   {reason}")
+    if report.fix:  # each field of the fix one line, then the fix's own layout
+        rows += f"  fix      {fixes.render(report.fix, printable)}".split("\n")
+    return lines(rows)
 
 
 def verified(report: Any, keys: Sequence[str], issuer: str | None,
@@ -130,19 +161,21 @@ def verified(report: Any, keys: Sequence[str], issuer: str | None,
         wanted.append(f"signers = [{{ issuer = {json.dumps(issuer)}, identity = "
                       f"{json.dumps(identity)} }}]")
     if not wanted:
-        return line
-    return "\n".join([line, "  to require this signature at every load, set in the repo's "
-                       "[[allow]] rule of your policy (`safehub policy show` lists them):",
-                       '    signature = "required"', *(f"    {w}" for w in wanted)])
+        return lines([line])
+    return lines([line, "  to require this signature at every load, set in the repo's "
+                  "[[allow]] rule of your policy (`safehub policy show` lists them):",
+                  '    signature = "required"', *(f"    {w}" for w in wanted)])
 
 
 def lock_statuses(results: Sequence[Any]) -> str:
-    return "\n".join(
-        (f"ok    {r.spec} {r.locked[:12]}" if r.ok else
-         f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
-         f"FAIL  {r.spec}: {r.error}")
-        + (f"\n  fix: {r.fix}" if getattr(r, "fix", None) else "")
-        for r in results) or "(the lockfile is empty)"
+    rows = []
+    for r in results:
+        rows.append(f"ok    {r.spec} {r.locked[:12]}" if r.ok else
+                    f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
+                    f"FAIL  {r.spec}: {r.error}")
+        if getattr(r, "fix", None):  # a hint already rendered: its lines are kept
+            rows += f"  fix: {r.fix}".split("\n")
+    return lines(rows) or "(the lockfile is empty)"
 
 
 def lock_changes(changes: Sequence[Any], path: object) -> str:
@@ -150,82 +183,83 @@ def lock_changes(changes: Sequence[Any], path: object) -> str:
             + (f" (was {c.previous})" if c.previous and c.previous != c.commit else "")
             for c in changes]
     same = all(c.change in ("kept", "unchanged") for c in changes)
-    return "\n".join([*rows, f"{path}: nothing changed" if same else f"wrote {path}"])
+    return lines([*rows, f"{path}: nothing changed" if same else f"wrote {path}"])
 
 
 def prefetched(rows: Sequence[Any]) -> str:
-    return "\n".join(f"{r.spec} {r.commit[:12]} {r.digest[:23]} -> {r.mirror or r.path}"
-                     for r in rows)
+    return lines(f"{r.spec} {r.commit[:12]} {r.digest[:23]} -> {r.mirror or r.path}"
+                 for r in rows)
 
 
 def cache_rows(rows: Sequence[Any], root: object, chosen_by: str = "") -> str:
     where = f"cache {root}" + (f" ({chosen_by})" if chosen_by else "")
     if not rows:
-        return f"{where}: empty"
-    table = [("COMMIT", "REPO", "SPECS", "FILES", "DIGEST", "LEVEL")]
-    table += [(r.commit[:12], r.repo or ",".join(r.repos) or "(unknown)",
-               ",".join(r.specs) or "-", str(r.files), r.digest[:23], r.level) for r in rows]
+        return lines([f"{where}: empty"])
+    table: list[list[str]] = [["COMMIT", "REPO", "SPECS", "FILES", "DIGEST", "LEVEL"]]
+    table += [[printable(cell) for cell in (  # escaped first: the widths are as shown
+        r.commit[:12], r.repo or ",".join(r.repos) or "(unknown)", ",".join(r.specs) or "-",
+        str(r.files), r.digest[:23], r.level)] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    lines = ["  ".join(cell.rjust(w) if i == 3 else cell.ljust(w)
+    shown = ["  ".join(cell.rjust(w) if i == 3 else cell.ljust(w)
                        for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
              for row in table]
-    return "\n".join([f"{where}:", *lines])
+    return lines([f"{where}:", *shown])
 
 
 def cache_checks(results: Sequence[Any]) -> str:
-    return "\n".join(
+    return lines(
         f"{'ok  ' if r.ok else 'FAIL'} {r.commit}" + ("" if r.ok else f": {r.error}")
         for r in results) or "(nothing to verify)"
 
 
 def policy(data: dict[str, Any], searched: Sequence[Any]) -> str:
-    lines = ["policy files looked for, in merge order:"]
+    rows = ["policy files looked for, in merge order:"]
     for c in searched:
-        lines.append(f"  {'found  ' if c.exists else 'absent '} {c.origin:8} {c.path}")
-    lines.append("merged settings:")
+        rows.append(f"  {'found  ' if c.exists else 'absent '} {c.origin:8} {c.path}")
+    rows.append("merged settings:")
     for name, info in data["settings"].items():
         if info["from"] == "default" and name not in ("mode", "unknown_repos", "runtime"):
             continue
         final = ", final" if info["final"] else ""
-        lines.append(f"  {name} = {info['value']!r}  (from {info['from']}{final})")
+        rows.append(f"  {name} = {info['value']!r}  (from {info['from']}{final})")
     if "cache" in data:
-        lines.append(f"  the cache: {data['cache']['path']}  (chosen by "
-                     f"{data['cache']['chosen_by']})")
+        rows.append(f"  the cache: {data['cache']['path']}  (chosen by "
+                    f"{data['cache']['chosen_by']})")
     for held in data.get("local_dirs", ()):
         dirs = "no local folder" if held["value"] is None else held["value"]
-        lines.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
+        rows.append(f"  local_dirs = {dirs!r}  (from {held['from']})")
     for name, merged in data.get("confine", {}).items():
         if merged["from"] != "default" or merged["notes"]:
             final = ", final" if merged["final"] else ""
-            lines.append(f"  [confine] {name} = {merged['value']!r}  (from {merged['from']}"
-                         f"{final})")
-            lines += [f"    note: {note}" for note in merged["notes"]]
+            rows.append(f"  [confine] {name} = {merged['value']!r}  (from {merged['from']}"
+                        f"{final})")
+            rows += [f"    note: {note}" for note in merged["notes"]]
     for table in data.get("oci", ()):
         who = [*(f"{x['identity']} ({x['issuer']})" for x in table.get("signers", ())),
                *(f"key {k}" for k in table.get("keys", ()))]
-        lines.append(f"  [oci] signature = {table.get('signature', 'none')!r}"
-                     + (f" by one of: {', '.join(who)}" if who else "")
-                     + f"  (from {table['from']})")
+        rows.append(f"  [oci] signature = {table.get('signature', 'none')!r}"
+                    + (f" by one of: {', '.join(who)}" if who else "")
+                    + f"  (from {table['from']})")
     hook = data.get("environment_hook")
     if hook:
-        lines.append(f"environment hook: {hook['state']} ({hook['path']})")
+        rows.append(f"environment hook: {hook['state']} ({hook['path']})")
     for item in data.get("ignored", ()):
-        lines.append(f"  IGNORED {item['given']}: {item['by']} sets {item['key']} = "
-                     f"{item['held']!r} ({item['why']})")
-    lines.append("rules:" if data["rules"] else "rules: (none)")
+        rows.append(f"  IGNORED {item['given']}: {item['by']} sets {item['key']} = "
+                    f"{item['held']!r} ({item['why']})")
+    rows.append("rules:" if data["rules"] else "rules: (none)")
     for rule in data["rules"]:
         extra = {k: v for k, v in rule.items()
                  if k not in ("kind", "from", "index", "admits", "repo")}
         note = "" if rule["admits"] in (None, True) else \
             "  [after a final file: adds requirements only]"
-        lines.append(f"  [[{rule['kind']}]] {rule['repo']}  {extra or ''}  "
-                     f"({rule['from']} #{rule['index']}){note}")
-    return "\n".join(lines)
+        rows.append(f"  [[{rule['kind']}]] {rule['repo']}  {extra or ''}  "
+                    f"({rule['from']} #{rule['index']}){note}")
+    return lines(rows)
 
 
 def runtime(report: dict[str, Any]) -> str:
     """What the repo's code did while it ran (``load --report``)."""
-    lines = [f"runtime guard ({report['mode']}) for {report['repo']}:"]
+    rows = [f"runtime guard ({report['mode']}) for {report['repo']}:"]
     refused = {r.get("target") for r in report["refused"]}  # tried, not done: listed below
     for key, label in (("hosts", "connected to"), ("lookups", "looked up"),
                        ("programs", "started"), ("writes", "wrote outside its tree"),
@@ -234,9 +268,9 @@ def runtime(report: dict[str, Any]) -> str:
                        ("leftovers", "left imported"),
                        ("fetched", "safehub fetched")):
         done = [item for item in report.get(key, ()) if item not in refused]
-        lines.append(f"  {label:22} {', '.join(done) or '-'}")
+        rows.append(f"  {label:22} {', '.join(done) or '-'}")
     for shadow in report["shadowing"]:
-        lines.append(f"  {'shadows':22} {shadow['name']} ({shadow['shadows']})")
+        rows.append(f"  {'shadows':22} {shadow['name']} ({shadow['shadows']})")
     for refusal in report["refused"]:
-        lines.append(f"  {'REFUSED':22} {refusal['message']}")
-    return "\n".join(lines)
+        rows.append(f"  {'REFUSED':22} {refusal['message']}")
+    return lines(rows)

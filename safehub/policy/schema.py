@@ -235,8 +235,8 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
                 if table is not None:
                     rules[scope].append(table)
     if faults.items or section is None:
-        error = PolicyError(f"policy file {source} is invalid:\n    "
-                            + "\n    ".join(faults.items), hint=_fix(source, origin))
+        error = PolicyError(f"policy file {source} is invalid:", details=faults.items,
+                            hint=_fix(source, origin))
         error.faults = tuple(faults.items)
         raise error
     return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]),

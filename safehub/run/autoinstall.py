@@ -60,7 +60,12 @@ def _excepthook(kind: type[BaseException], error: BaseException, tb: TracebackTy
                 previous: Callable[..., Any] = sys.__excepthook__) -> None:
     """A refusal the program did not catch: its own frames down to the call it made, then
     safehub's message and fix; no frames of safehub's (they say nothing the user can act
-    on). Any other error goes to the hook that was there before."""
+    on). Any other error goes to the hook that was there before.
+
+    What came from outside (a rule's reason, a path, a server's words) is made printable,
+    field by field (``str(error)``: :func:`safehub._internal.text.error`); the frames too,
+    their line breaks kept."""
+    from safehub._internal.text import printable
     from safehub.errors import SafehubError
 
     if not isinstance(error, SafehubError):
@@ -74,10 +79,9 @@ def _excepthook(kind: type[BaseException], error: BaseException, tb: TracebackTy
                 frame.filename).startswith(_PACKAGE + os.sep):
             break  # safehub's frames, and whatever ran below them
         frames.append(frame)
-    shown = "".join(["Traceback (most recent call last):\n",
-                     *traceback.format_list(frames)]) if frames else ""
-    sys.stderr.write(f"{shown}safehub: {type(error).__name__}: {error.message}\n"
-                     + (f"  fix: {error.hint}\n" if error.hint else ""))
+    shown = printable("".join(["Traceback (most recent call last):\n",
+                               *traceback.format_list(frames)]), lines=True) if frames else ""
+    sys.stderr.write(f"{shown}safehub: {printable(type(error).__name__)}: {error}\n")
     sys.stderr.flush()
 
 

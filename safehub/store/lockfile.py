@@ -213,7 +213,7 @@ def parse(raw: Any, path: Path) -> list[LockEntry]:
     if faults:
         listed = [item["spec"] for item in (raw.get("repo") if type(raw) is dict else None)
                   or () if type(item) is dict and type(item.get("spec")) is str]
-        raise PinError(f"lockfile {path} is invalid:\n    " + "\n    ".join(faults),
+        raise PinError(f"lockfile {path} is invalid:", details=faults,
                        fix=rewrite_hint(path, listed))
     return entries
 

@@ -95,7 +95,12 @@ class TreeCheck:
         ...                 ).describe())
           ext/: a submodule, which `git archive` writes as an empty folder
         """
+        return "\n".join(self.lines(limit))
+
+    def lines(self, limit: int = 12) -> list[str]:
+        """:meth:`describe`'s lines, one a difference (a path may hold a line break: a
+        terminal shows each line made printable on its own)."""
         lines = [f"  {d}" for d in self.differences[:limit]]
         if len(self.differences) > limit:
             lines.append(f"  ... and {len(self.differences) - limit} more")
-        return "\n".join(lines)
+        return lines
