@@ -152,9 +152,12 @@ class WeightsGuard:
         assert self.records is not None
         to_lock = (f"; `safehub lock {self.locked_spec}` adds it to the lockfile"
                    if self.locked_spec else "")
+        from safehub._internal.text import printable
+
         with contextlib.suppress(OSError, ValueError, AttributeError):
-            sys.stderr.write(f"safehub: pinned the weights {url} of {self.repo} (sha256 "
-                             f"{digest[:16]}...) in {self.records.path}{to_lock}\n")
+            sys.stderr.write(printable(f"safehub: pinned the weights {url} of {self.repo} "
+                                       f"(sha256 {digest[:16]}...) in {self.records.path}"
+                                       f"{to_lock}") + "\n")
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 

@@ -104,7 +104,9 @@ class Ruleset:
         from safehub.run.confine._seccomp import REFUSED
         lines.append(f"seccomp refuses (EPERM): {REFUSED}")
         lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
+        from safehub._internal.text import printable
+
+        return "\n".join(printable(line) for line in lines)
 
 
 _CURRENT: list[Ruleset | None] = []
