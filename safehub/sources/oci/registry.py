@@ -3,12 +3,14 @@
 A :class:`Registry` is one ``REGISTRY/REPOSITORY``. Everything goes through
 :class:`~safehub.sources.transport.Transport` (HTTPS, deadlines, caps, offline): every hop
 is checked here (the registry's own host, or a host the policy lists for blob redirects);
-credentials go only to the registry's host (``host:port`` exact) or a token realm on it or
-listed. Anonymous, Basic and Bearer-token auth, the token asked for the scope needed.
-Manifests are read up to 4 MiB, blobs up to their descriptor's size, and every blob's
-sha256 is checked before it is handed on. Uploads: a blob already in the repository is not
-sent again (HEAD), one from another repository of the same registry is mounted, the rest
-go in one PUT or in chunks (PATCH).
+credentials go only to the registry itself (its exact scheme, host and port) or a token
+realm on it or listed. Every URL, a ``Location`` or a realm too, is read by
+:func:`safehub._internal.urls.read_url`, the transport's own reading. Anonymous, Basic
+and Bearer-token auth, the token asked for the scope needed. Manifests are read up to 4
+MiB, blobs up to their descriptor's size, and every blob's sha256 is checked before it is
+handed on. Uploads: a blob already in the repository is not sent again (HEAD), one from
+another repository of the same registry is mounted, the rest go in one PUT or in chunks
+(PATCH).
 
 The :class:`~safehub.errors.SafehubError` each failure raises names the registry and the
 digest, and a fix that works: a FetchError for "could not download" (401, 403, 404, 429,
@@ -25,9 +27,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urlencode
 
 from safehub._internal.ocirefs import split_place
+from safehub._internal.urls import Url, UrlError, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, SpecError
 from safehub.sources.oci.artifact import MANIFEST_TYPE, MAX_MANIFEST, Descriptor, sha256
 from safehub.sources.oci.auth import Credential, challenge, credential
@@ -87,14 +90,6 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return next((v for k, v in headers.items() if k.lower() == wanted), "")
 
 
-def _netloc(url: str) -> str:
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    host = f"[{host}]" if ":" in host else host
-    default = 80 if parts.scheme == "http" else 443
-    return f"{host}:{parts.port}" if parts.port and parts.port != default else host
-
-
 class Registry:
     """One repository of one registry (see the module docstring)."""
 
@@ -106,6 +101,12 @@ class Registry:
                 {*transport.config.plain_http, target.registry})))
         self.transport = transport
         self.target = target
+        try:
+            self._base = read_url(target.base, http=target.plain)
+        except UrlError as e:
+            raise SpecError(f"{target} is not a registry safehub can reach: {e}",
+                            hint=f"write REGISTRY/REPOSITORY with a plain host[:port]; "
+                            f"{e.advice}") from None
         self.hosts = hosts
         """Hosts besides the registry's that blob redirects and token realms may use."""
         self._scope = f"repository:{target.repository}:{'pull,push' if push else 'pull'}"
@@ -283,24 +284,38 @@ class Registry:
         if reply.status not in (202, 204) or not location:
             raise FetchError(f"{self.target} answered {reply.status} without an upload "
                              f"location to the {what}", hint="the registry is broken; retry")
-        url = urljoin(base, str(location))
-        self._hop(url)
-        if _netloc(url) != self.target.registry:
+        try:
+            url = self._read(base).join(str(location), http=self.target.plain)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sent the {what} to a URL safehub does not "
+                             f"follow: {e}", hint=_HOSTILE) from None
+        if url.origin != self._base.origin:
             raise FetchError(f"{self.target} sent the {what} to another host ({url})",
                              hint="uploads go only to the registry itself")
-        return url
+        return str(url)
+
+    def _read(self, url: str) -> Url:
+        """``url`` as the transport reads it (a refusal names the URL and the registry)."""
+        try:
+            return read_url(url, http=self.target.plain)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sent safehub to a URL it does not follow: {e}",
+                             hint=_HOSTILE) from None
 
     def _hop(self, url: str) -> None:
-        netloc = _netloc(url)
-        host = (urlsplit(url).hostname or "").lower()
-        if netloc != self.target.registry and host not in self.hosts:
+        hop = self._read(url)
+        if hop.origin != self._base.origin and not (
+                hop.scheme == "https" and hop.host in self.hosts):
             raise FetchError(
-                f"{self.target} redirected to {netloc}, a host not allowed for it; refused",
-                hint=f"if {host} is the registry's storage, add it to SAFEHUB_ALLOWED_HOSTS "
-                "(or the policy's allowed_hosts); credentials are never sent there")
+                f"{self.target} redirected to {hop.scheme}://{hop.authority}, a host not "
+                "allowed for it; refused",
+                hint=f"if {hop.host} is the registry's storage, add it to "
+                "SAFEHUB_ALLOWED_HOSTS (or the policy's allowed_hosts); credentials are never "
+                "sent there")
 
     def _headers(self, url: str) -> Mapping[str, str]:
-        if self._auth and _netloc(url) == self.target.registry:
+        """The credential goes to the registry's exact (scheme, host, port) only."""
+        if self._auth and self._read(url).origin == self._base.origin:
             return {"Authorization": self._auth}
         return {}
 
@@ -344,27 +359,31 @@ class Registry:
                              "safehub speaks Basic and Bearer", hint=_LOGIN.format(self.target))
 
     def _token(self, params: Mapping[str, str], cred: Credential | None, what: str) -> str:
-        realm = params.get("realm", "")
-        parts = urlsplit(realm)
-        host = (parts.hostname or "").lower()
-        if parts.scheme != "https" or (_netloc(realm) != self.target.registry and
-                                       host not in self.hosts):
+        try:
+            realm = read_url(params.get("realm", ""))
+        except UrlError as e:
+            raise FetchError(f"{self.target} sends safehub for a token to a URL it does not "
+                             f"follow: {e}; refused (credentials stay with the registry)",
+                             hint=_HOSTILE) from None
+        host = realm.host
+        if realm.origin != self._base.origin and host not in self.hosts:
             raise FetchError(
-                f"{self.target} sends safehub for a token to {realm[:200]!r}, which is not "
+                f"{self.target} sends safehub for a token to '{realm}', which is not "
                 "the registry's host nor one the policy lists; refused (credentials stay "
                 "with the registry)",
-                hint=f"if {host or 'that host'} is the registry's own token service, add it "
+                hint=f"if {host} is the registry's own token service, add it "
                 "to SAFEHUB_ALLOWED_HOSTS")
         query = {"scope": self._scope, **({"service": params["service"]}
                                           if "service" in params else {})}
         auth = {} if cred is None else {"Authorization": "Basic " + base64.b64encode(
             f"{cred.username}:{cred.secret}".encode()).decode()}
-        sep = "&" if "?" in realm else "?"
+        sep = "&" if "?" in realm.target else "?"
         try:
             reply = self.transport.get(f"{realm}{sep}{urlencode(query)}",
                                        what=f"a token from {host} for {what}",
-                                       headers=lambda hop: auth if _netloc(hop) == _netloc(
-                                           realm) else {}, allow=self._hop_realm(realm))
+                                       headers=lambda hop: auth if read_url(
+                                           hop).origin == realm.origin else {},
+                                       allow=self._hop_realm(realm))
         except HTTPError as e:
             raise self._refused(e, what) from e
         answer = reply.json(f"the token for {self.target}")
@@ -375,11 +394,13 @@ class Registry:
                              hint=_LOGIN.format(self.target))
         return token
 
-    def _hop_realm(self, realm: str) -> Callable[[str], None]:
+    def _hop_realm(self, realm: Url) -> Callable[[str], None]:
         def check(url: str) -> None:
-            if _netloc(url) != _netloc(realm):
+            hop = read_url(url)
+            if hop.origin != realm.origin:
                 raise FetchError(f"the token service of {self.target} redirected to "
-                                 f"{_netloc(url)}; refused", hint=_LOGIN.format(self.target))
+                                 f"{hop.scheme}://{hop.authority}; refused",
+                                 hint=_LOGIN.format(self.target))
         return check
 
     def _refused(self, e: HTTPError, what: str) -> FetchError:
