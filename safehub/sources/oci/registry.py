@@ -90,6 +90,89 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return next((v for k, v in headers.items() if k.lower() == wanted), "")
 
 
+@dataclass(frozen=True)
+class _Places:
+    """Where one registry's requests and credentials may go. Every URL (a hop, an upload
+    ``Location``, a token realm) is read by :func:`~safehub._internal.urls.read_url`, the
+    transport's own reading; credentials go to the registry's exact (scheme, host, port)."""
+
+    target: Target
+    base: Url
+    hosts: frozenset[str]
+    """Hosts besides the registry's that blob redirects and token realms may use (https)."""
+
+    @classmethod
+    def of(cls, target: Target, hosts: frozenset[str]) -> _Places:
+        try:
+            return cls(target, read_url(target.base, http=target.plain), hosts)
+        except UrlError as e:
+            raise SpecError(f"{target} is not a registry safehub can reach: {e}",
+                            hint=f"write REGISTRY/REPOSITORY with a plain host[:port]; "
+                            f"{e.advice}") from None
+
+    def read(self, url: str) -> Url:
+        try:
+            return read_url(url, http=self.target.plain)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sent safehub to a URL it does not follow: {e}",
+                             hint=_HOSTILE) from None
+
+    def hop(self, url: str) -> None:
+        """Refuse a hop to anywhere but the registry itself or a listed https host."""
+        hop = self.read(url)
+        if hop.origin != self.base.origin and not (
+                hop.scheme == "https" and hop.host in self.hosts):
+            raise FetchError(
+                f"{self.target} redirected to {hop.scheme}://{hop.authority}, a host not "
+                "allowed for it; refused",
+                hint=f"if {hop.host} is the registry's storage, add it to "
+                "SAFEHUB_ALLOWED_HOSTS (or the policy's allowed_hosts); credentials are never "
+                "sent there")
+
+    def credited(self, url: str) -> bool:
+        """Whether the registry's credential may go with a request to ``url``."""
+        return self.read(url).origin == self.base.origin
+
+    def upload(self, base: str, location: str, what: str) -> str:
+        """An upload's next URL: ``location`` joined to ``base``, on the registry only."""
+        try:
+            url = self.read(base).join(location, http=self.target.plain)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sent the {what} to a URL safehub does not "
+                             f"follow: {e}", hint=_HOSTILE) from None
+        if url.origin != self.base.origin:
+            raise FetchError(f"{self.target} sent the {what} to another host ({url})",
+                             hint="uploads go only to the registry itself")
+        return str(url)
+
+    def realm(self, text: str) -> Url:
+        """A token realm the registry names: https, on the registry or a listed host."""
+        try:
+            realm = read_url(text)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sends safehub for a token to a URL it does not "
+                             f"follow: {e}; refused (credentials stay with the registry)",
+                             hint=_HOSTILE) from None
+        if realm.origin != self.base.origin and realm.host not in self.hosts:
+            raise FetchError(
+                f"{self.target} sends safehub for a token to '{realm}', which is not "
+                "the registry's host nor one the policy lists; refused (credentials stay "
+                "with the registry)",
+                hint=f"if {realm.host} is the registry's own token service, add it "
+                "to SAFEHUB_ALLOWED_HOSTS")
+        return realm
+
+    def realm_hop(self, realm: Url) -> Callable[[str], None]:
+        """A hop check for the token request: its redirects stay on the realm's origin."""
+        def check(url: str) -> None:
+            hop = read_url(url)
+            if hop.origin != realm.origin:
+                raise FetchError(f"the token service of {self.target} redirected to "
+                                 f"{hop.scheme}://{hop.authority}; refused",
+                                 hint=_LOGIN.format(self.target))
+        return check
+
+
 class Registry:
     """One repository of one registry (see the module docstring)."""
 
@@ -101,14 +184,7 @@ class Registry:
                 {*transport.config.plain_http, target.registry})))
         self.transport = transport
         self.target = target
-        try:
-            self._base = read_url(target.base, http=target.plain)
-        except UrlError as e:
-            raise SpecError(f"{target} is not a registry safehub can reach: {e}",
-                            hint=f"write REGISTRY/REPOSITORY with a plain host[:port]; "
-                            f"{e.advice}") from None
-        self.hosts = hosts
-        """Hosts besides the registry's that blob redirects and token realms may use."""
+        self.places = _Places.of(target, hosts)
         self._scope = f"repository:{target.repository}:{'pull,push' if push else 'pull'}"
         self._environ = environ
         self._cred: Credential | bool | None = False  # False: not read yet
@@ -126,7 +202,7 @@ class Registry:
         url = f"{self.target.base}/{path}/{digest}"
         what = f"{'manifest' if path == 'manifests' else path} {digest} from {self.target}"
         return self._authorized(what, lambda: self.transport.get(
-            url, what=what, accept=accept, headers=self._headers, allow=self._hop,
+            url, what=what, accept=accept, headers=self._headers, allow=self.places.hop,
             max_bytes=max_bytes, too_big=lambda: IntegrityError(
                 f"{self.target} sent more than the {max_bytes:,}-byte cap of a manifest "
                 f"for {digest}; stopped reading", hint=_HOSTILE))).body
@@ -157,7 +233,7 @@ class Registry:
         try:
             self._authorized(what, lambda: self.transport.download(
                 url, out, what=what, max_bytes=desc.size, headers=self._headers,
-                allow=self._hop, accept="application/octet-stream", resume=True))
+                allow=self.places.hop, accept="application/octet-stream", resume=True))
         except IntegrityError as e:  # the transport's cap: longer than the descriptor
             raise IntegrityError(
                 f"{self.target} sent more than the {desc.size:,} bytes the manifest gives "
@@ -187,7 +263,7 @@ class Registry:
         try:
             self._authorized(what, lambda: self.transport.send(
                 "HEAD", f"{self.target.base}/blobs/{digest}", what=what,
-                headers=self._headers, allow=self._hop))
+                headers=self._headers, allow=self.places.hop))
         except NotFoundError:
             return False
         return True
@@ -277,47 +353,18 @@ class Registry:
             return {**self._headers(hop), **(extra or {})}
 
         return self._authorized(what, lambda: self.transport.send(
-            method, url, what=what, body=body, headers=headers, allow=self._hop))
+            method, url, what=what, body=body, headers=headers, allow=self.places.hop))
 
     def _location(self, reply: Any, base: str, what: str) -> str:
         location = _header(reply.headers, "Location")
         if reply.status not in (202, 204) or not location:
             raise FetchError(f"{self.target} answered {reply.status} without an upload "
                              f"location to the {what}", hint="the registry is broken; retry")
-        try:
-            url = self._read(base).join(str(location), http=self.target.plain)
-        except UrlError as e:
-            raise FetchError(f"{self.target} sent the {what} to a URL safehub does not "
-                             f"follow: {e}", hint=_HOSTILE) from None
-        if url.origin != self._base.origin:
-            raise FetchError(f"{self.target} sent the {what} to another host ({url})",
-                             hint="uploads go only to the registry itself")
-        return str(url)
-
-    def _read(self, url: str) -> Url:
-        """``url`` as the transport reads it (a refusal names the URL and the registry)."""
-        try:
-            return read_url(url, http=self.target.plain)
-        except UrlError as e:
-            raise FetchError(f"{self.target} sent safehub to a URL it does not follow: {e}",
-                             hint=_HOSTILE) from None
-
-    def _hop(self, url: str) -> None:
-        hop = self._read(url)
-        if hop.origin != self._base.origin and not (
-                hop.scheme == "https" and hop.host in self.hosts):
-            raise FetchError(
-                f"{self.target} redirected to {hop.scheme}://{hop.authority}, a host not "
-                "allowed for it; refused",
-                hint=f"if {hop.host} is the registry's storage, add it to "
-                "SAFEHUB_ALLOWED_HOSTS (or the policy's allowed_hosts); credentials are never "
-                "sent there")
+        return self.places.upload(base, str(location), what)
 
     def _headers(self, url: str) -> Mapping[str, str]:
-        """The credential goes to the registry's exact (scheme, host, port) only."""
-        if self._auth and self._read(url).origin == self._base.origin:
-            return {"Authorization": self._auth}
-        return {}
+        return {"Authorization": self._auth} if self._auth and self.places.credited(url) \
+            else {}
 
     def _credential(self) -> Credential | None:
         if self._cred is False:
@@ -359,20 +406,7 @@ class Registry:
                              "safehub speaks Basic and Bearer", hint=_LOGIN.format(self.target))
 
     def _token(self, params: Mapping[str, str], cred: Credential | None, what: str) -> str:
-        try:
-            realm = read_url(params.get("realm", ""))
-        except UrlError as e:
-            raise FetchError(f"{self.target} sends safehub for a token to a URL it does not "
-                             f"follow: {e}; refused (credentials stay with the registry)",
-                             hint=_HOSTILE) from None
-        host = realm.host
-        if realm.origin != self._base.origin and host not in self.hosts:
-            raise FetchError(
-                f"{self.target} sends safehub for a token to '{realm}', which is not "
-                "the registry's host nor one the policy lists; refused (credentials stay "
-                "with the registry)",
-                hint=f"if {host} is the registry's own token service, add it "
-                "to SAFEHUB_ALLOWED_HOSTS")
+        realm = self.places.realm(params.get("realm", ""))
         query = {"scope": self._scope, **({"service": params["service"]}
                                           if "service" in params else {})}
         auth = {} if cred is None else {"Authorization": "Basic " + base64.b64encode(
@@ -380,10 +414,10 @@ class Registry:
         sep = "&" if "?" in realm.target else "?"
         try:
             reply = self.transport.get(f"{realm}{sep}{urlencode(query)}",
-                                       what=f"a token from {host} for {what}",
+                                       what=f"a token from {realm.host} for {what}",
                                        headers=lambda hop: auth if read_url(
                                            hop).origin == realm.origin else {},
-                                       allow=self._hop_realm(realm))
+                                       allow=self.places.realm_hop(realm))
         except HTTPError as e:
             raise self._refused(e, what) from e
         answer = reply.json(f"the token for {self.target}")
@@ -393,15 +427,6 @@ class Registry:
             raise FetchError(f"the token service of {self.target} answered no token",
                              hint=_LOGIN.format(self.target))
         return token
-
-    def _hop_realm(self, realm: Url) -> Callable[[str], None]:
-        def check(url: str) -> None:
-            hop = read_url(url)
-            if hop.origin != realm.origin:
-                raise FetchError(f"the token service of {self.target} redirected to "
-                                 f"{hop.scheme}://{hop.authority}; refused",
-                                 hint=_LOGIN.format(self.target))
-        return check
 
     def _refused(self, e: HTTPError, what: str) -> FetchError:
         hints = {401: _LOGIN.format(self.target),
