@@ -248,14 +248,14 @@ def _authority(text: str, authority: str, scheme: str) -> tuple[str, int]:
     host, port = _split_port(text, authority)
     if authority.startswith("["):
         try:
-            ip = ipaddress.IPv6Address(host)
+            host = str(ipaddress.IPv6Address(host))
         except ValueError:
             raise UrlError(text, f"has {host!r} in brackets, which is not an IPv6 address",
                            "write an IPv6 address as [address], without a zone") from None
-        host = str(ip)
     else:
         host = host.lower()
-        host = host[:-1] if host.endswith(".") else host
+        dot = host.endswith(".")
+        host = host[:-1] if dot else host
         if not host:
             raise UrlError(text, "has no host", "write scheme://host/path")
         if not is_name(host):
@@ -266,12 +266,16 @@ def _authority(text: str, authority: str, scheme: str) -> tuple[str, int]:
         if last.isdigit() or (last.startswith("0x") and all(c in "0123456789abcdef"
                                                              for c in last[2:])):
             try:
-                host = str(ipaddress.IPv4Address(host))
+                ip = str(ipaddress.IPv4Address(host))
             except ValueError:
                 raise UrlError(text, f"has the host {host!r}, a number that is not a dotted "
                                "IPv4 address (resolvers read such numbers in more than one "
                                "way)", "write the address as four decimal numbers, such "
                                "as 127.0.0.1") from None
+            if dot:
+                raise UrlError(text, "has an IP address with a final dot, which a resolver "
+                               "looks up in DNS as a name", "write the address without it")
+            host = ip
     return host, port if port is not None else DEFAULT_PORTS.get(scheme, 0)
 
 
@@ -289,10 +293,10 @@ def _target(text: str, target: str) -> str:
     if "%" in _PERCENT.sub("", target):
         raise UrlError(text, "has a '%' that starts no percent-encoded byte",
                        "write %25 for a literal '%'")
-    path, question, query = target.partition("?")
+    path, _, query = target.partition("?")
     path = _PERCENT.sub(_normal_percent, path or "/")  # %2E is '.': checked decoded
     if {".", ".."} & set(path.split("/")[1:]):
         raise UrlError(text, "has '.' or '..' path segments, which clients remove before "
                        "sending (the path sent would not be the path checked)",
                        "write the path without them")
-    return path + question + _PERCENT.sub(_normal_percent, query)
+    return path + ("?" + _PERCENT.sub(_normal_percent, query) if query else "")  # as sent
