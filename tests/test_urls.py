@@ -16,6 +16,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -335,3 +336,82 @@ def test_the_connection_lands_where_read_url_says(
     with pytest.raises(UrlError, match="backslash"):
         read_url(attack, http=True)
     assert len(seen) > 10, seen  # the property met URLs that connect
+
+
+# -- every decision reads with it ----------------------------------------------------------
+
+def test_the_github_token_goes_to_the_api_base_only() -> None:
+    from safehub.sources.github import GitHub
+
+    github = GitHub(Transport(TransportConfig()), api_url="https://ghe.example/api/v3",
+                    web_url="https://ghe.example", token="ghp_secret")
+    assert github.headers("https://GHE.example:443/api/v3/repos/a/b")["Authorization"] \
+        == "Bearer ghp_secret"
+    for elsewhere in ("https://ghe.example/api/v30/x", "https://ghe.example:8443/api/v3/x",
+                      "https://ghe.example/web/a/b", "https://evil.example\\@ghe.example/api/v3/",
+                      "https://ghe.example@evil.example/api/v3/x", "http://ghe.example/api/v3/x"):
+        assert github.headers(elsewhere) == {}, elsewhere
+
+
+def test_the_bases_and_hosts_of_the_settings_are_read_the_same_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from safehub.config import Settings
+    from safehub.errors import SpecError
+
+    env = {"SAFEHUB_GITHUB_API_URL": "https://GHE.Example.:443/api/v3/",
+           "SAFEHUB_GITHUB_URL": "https://[::1]:8443", "SAFEHUB_ALLOWED_HOSTS": "Store.Example."}
+    settings_ = Settings.from_env(env)
+    assert settings_.api_url == "https://ghe.example/api/v3" and settings_.api_host == "ghe.example"
+    assert {"ghe.example", "::1", "store.example"} <= settings_.allowed_hosts
+    with pytest.raises(SpecError) as e:
+        Settings.from_env({"SAFEHUB_GITHUB_API_URL": "https://evil.example\\@ghe.example/api"})
+    assert "SAFEHUB_GITHUB_API_URL" in e.value.message and "backslash" in e.value.message
+    assert "'https://evil.example\\@ghe.example/api'" in e.value.message and e.value.hint
+
+
+def test_a_proxy_is_named_without_its_password_and_read_the_same_way(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from safehub.sources.network import proxy_for, proxy_hosts
+
+    for name in ("https_proxy", "HTTPS_PROXY", "all_proxy", "ALL_PROXY", "no_proxy", "NO_PROXY"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HTTPS_PROXY", "http://user:s3cret@Proxy.Example:3128")
+    assert proxy_for("https://example.com/x") == "http://proxy.example:3128"
+    assert proxy_hosts(["https://example.com/x"]) == ("proxy.example",)
+    assert proxy_for("https://127.0.0.1/x") is None  # loopback is never proxied
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example\\@other.example:3128")
+    assert proxy_for("https://example.com/x") == "a proxy"
+    assert proxy_hosts(["https://example.com/x"]) == ()
+
+
+def test_policy_urls_and_weights_patterns_are_read_where_urls_are(tmp_path: Path) -> None:
+    from safehub._internal.hosts import hosts_of_urls
+    from safehub.errors import PolicyError
+    from safehub.policy import load_policy
+
+    for text, said in (
+            ("[safehub]\ngithub_api_url = 'https://a.example\\\\@b.example/api'\n", "backslash"),
+            ("[[allow]]\nrepo = 'a/b'\nweights = ['https://good.example@evil.example/*']\n",
+             "'@' or '%'"),
+            ("[[allow]]\nrepo = 'a/b'\nweights = ['https://good.example%2F/*']\n", "'@' or '%'")):
+        path = tmp_path / "p.toml"
+        path.write_text(text)
+        with pytest.raises(PolicyError) as e:
+            load_policy(paths=[path])
+        assert str(path) in str(e.value) and said in str(e.value), str(e.value)
+    assert hosts_of_urls(["https://Good.Example./w/*", "https://[::1]:8080/*",
+                          "https://*.hf.co/*", "https://w[0-9].example/*"]) == (
+        "good.example", "[::1]", "*.hf.co")
+
+
+def test_weights_urls_are_refused_as_the_transport_would_refuse_them() -> None:
+    from safehub.errors import PolicyDenied
+    from safehub.run.weights import WeightsGuard
+
+    guard = WeightsGuard("acme/models")
+    guard.check_url("https://download.example/models/w.pth")  # no pattern: any plain URL
+    for url in ("https://evil.example\\@download.example/w.pth",
+                "https://download.example/w.pth#x", "https://u:p@download.example/w.pth"):
+        with pytest.raises(PolicyDenied) as e:
+            guard.check_url(url)
+        assert "does not follow" in e.value.message and e.value.hint

@@ -129,8 +129,10 @@ def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
             host = pattern_authority(pattern)[0]
         except UrlError:
             continue  # the policy validator refuses such a pattern
+        if not host or set("*?[]!") & set(host.replace("*.", "", 1)):
+            continue  # a glob, not one host
         host = f"[{host}]" if ":" in host else host
-        if host and host not in hosts and not set("*?[]!") & set(host.replace("*.", "", 1)):
+        if host not in hosts:
             hosts.append(host)
     return tuple(hosts)
 
