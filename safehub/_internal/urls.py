@@ -185,12 +185,14 @@ def as_client_reads(text: str, url: Url) -> None:
 
 def pattern_authority(pattern: str) -> tuple[str, int | None]:
     """The host (lower case, no final dot, IPv6 without brackets) and port (None where
-    none is written) of a URL pattern such as a policy's ``weights`` glob, split where
+    none is written, or a glob is) of a URL pattern such as a policy's ``weights`` glob, split where
     :func:`read_url` splits a URL; the host may hold glob characters (``*.hf.co``).
     Raise :class:`UrlError` where the authority has what :func:`read_url` refuses.
 
     >>> pattern_authority("https://*.HF.co/x/*"), pattern_authority("https://[::1]:8080/*")
     (('*.hf.co', None), ('::1', 8080))
+    >>> pattern_authority("https://localhost:*/weights/*")
+    ('localhost', None)
     """
     _check_characters(pattern)
     m = _SCHEME.match(pattern)
@@ -200,7 +202,7 @@ def pattern_authority(pattern: str) -> tuple[str, int | None]:
     authority = re.split(r"[/?]", rest, maxsplit=1)[0]
     if "@" in authority or "%" in authority:
         raise UrlError(pattern, "has '@' or '%' in its host", "write the host name plainly")
-    host, port = _split_port(pattern, authority)
+    host, port = _split_port(pattern, authority, glob=True)
     host = host.lower()
     return (host[:-1] if host.endswith(".") else host), port
 
@@ -222,7 +224,8 @@ def _check_characters(text: str) -> None:
             raise UrlError(text, "has a fragment ('#')", "remove the '#' and what follows")
 
 
-def _split_port(text: str, authority: str) -> tuple[str, int | None]:
+def _split_port(text: str, authority: str, *, glob: bool = False
+                ) -> tuple[str, int | None]:
     if authority.startswith("["):
         close = authority.find("]")
         after = authority[close + 1:] if close > 0 else "x"
@@ -233,8 +236,8 @@ def _split_port(text: str, authority: str) -> tuple[str, int | None]:
     else:
         host, colon, port_text_ = authority.partition(":")
         port_text = port_text_ if colon else None
-    if port_text is None:
-        return host, None
+    if port_text is None or (glob and port_text and not port_text.isdigit()):
+        return host, None  # none written, or a pattern's glob (any port)
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise UrlError(text, f"has the port {port_text!r}, not a number from 1 to 65535",
                        "write the port as a number, or leave ':' out for the default")
