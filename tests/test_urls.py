@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import socket
 import threading
 from collections.abc import Iterator
@@ -177,6 +178,8 @@ def test_the_transport_sends_the_string_it_checked() -> None:
 
 # -- the differential property -------------------------------------------------------------
 
+SCALE = int(os.environ.get("SAFEHUB_FUZZ_SCALE", "1"))
+
 _HOSTS = ("127.0.0.1", "127.0.0.2", "[::1]", "localhost", "Example.COM", "example.com.",
           "xn--bcher-kva.example", "127.1", "0x7f.0.0.1", "[::ffff:127.0.0.1]", "a_b.example",
           "b\u00fccher.example", "")
@@ -215,7 +218,8 @@ def _pool_key(text: str) -> tuple[str, str, int]:
     return pool.scheme, host, pool.port or {"https": 443, "http": 80}[pool.scheme]
 
 
-@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=1500 * SCALE, deadline=None, derandomize=True,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(_url_texts((8080, 5000)))
 def test_what_read_url_accepts_is_where_requests_connects(text: str) -> None:
     try:
@@ -312,8 +316,8 @@ def test_the_connection_lands_where_read_url_says(
     session.trust_env = False  # no proxy: the connection itself
     seen = []
 
-    @settings(max_examples=1500, deadline=None, suppress_health_check=[
-        HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
+    @settings(max_examples=1500 * SCALE, deadline=None, derandomize=True,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(_url_texts((first, second), ("127.0.0.1", "127.0.0.2", "[::1]", "127.0.0.1.",
                                         "[0::1]", "[::ffff:127.0.0.2]", "127.2"),
                       ("http://", "HTTP://", "http:/\\", "//", "http:\\\\")))
@@ -330,12 +334,16 @@ def test_the_connection_lands_where_read_url_says(
         seen.append(text)
 
     check()
+    for address in addresses:  # every listener answers for itself
+        for port in (first, second):
+            shown = f"[{address}]" if ":" in address else address
+            assert _connected(session, f"http://{shown}:{port}/") == (address, port)
     attack = f"http://127.0.0.2:{first}\\@127.0.0.1:{second}/x"
     assert urlsplit(attack).hostname == "127.0.0.1"  # Python's own reading
     assert _connected(session, attack) == ("127.0.0.2", first)  # where requests goes
     with pytest.raises(UrlError, match="backslash"):
         read_url(attack, http=True)
-    assert len(seen) > 10, seen  # the property met URLs that connect
+    assert len(seen) > 5, seen  # the property met URLs that connect (derandomized: fixed)
 
 
 # -- every decision reads with it ----------------------------------------------------------
