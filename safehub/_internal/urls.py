@@ -13,8 +13,8 @@ shape they all agree on (``scheme://host[:port]/path[?query]``):
 * a backslash, a control or whitespace character, or a non-ASCII character anywhere;
 * a user or password (an ``@`` before the host), a fragment (``#``);
 * a host that is empty, percent-encoded, not plain letters, digits, ``-``, ``_`` and
-  dots, a number that is not a dotted IPv4 address (``127.1``, ``0x7f.1``), or an IPv6
-  address with a zone;
+  dots, a number that is not a dotted IPv4 address (``127.1``, ``0x7f.1``), an IP
+  address with a final dot (looked up in DNS as a name), or an IPv6 address with a zone;
 * a port that is not 1 to 65535;
 * ``.``/``..`` path segments (urllib3 removes them: the path sent would not be the path
   checked), a ``%`` that starts no percent-encoded byte, a character RFC 3986 does not
@@ -25,7 +25,8 @@ What it accepts is normalised as requests prepares it (host lower case without a
 dot, IPv6 without brackets, the scheme's default port dropped from the string,
 percent-encodings upper case and unreserved ones decoded), so the string is a fixed point
 of requests' preparation: what was checked is what is sent. The transport also asks
-urllib3 itself (:func:`as_client_reads`) before it sends, and tests/test_urls.py checks,
+urllib3 itself (:func:`as_client_reads`) before it sends (urllib3 is not imported here:
+it costs a warm load 65 ms, its whole budget many times over), and tests/test_urls.py checks,
 against urllib3, requests and real loopback listeners, that the host read here is the
 host connected to, for any URL.
 
@@ -185,9 +186,10 @@ def as_client_reads(text: str, url: Url) -> None:
 
 def pattern_authority(pattern: str) -> tuple[str, int | None]:
     """The host (lower case, no final dot, IPv6 without brackets) and port (None where
-    none is written, or a glob is) of a URL pattern such as a policy's ``weights`` glob, split where
-    :func:`read_url` splits a URL; the host may hold glob characters (``*.hf.co``).
-    Raise :class:`UrlError` where the authority has what :func:`read_url` refuses.
+    none is written, or a glob is) of a URL pattern such as a policy's ``weights`` glob,
+    split where :func:`read_url` splits a URL; the host may hold glob characters
+    (``*.hf.co``). Raise :class:`UrlError` where the authority has what :func:`read_url`
+    refuses.
 
     >>> pattern_authority("https://*.HF.co/x/*"), pattern_authority("https://[::1]:8080/*")
     (('*.hf.co', None), ('::1', 8080))
