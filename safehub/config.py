@@ -20,9 +20,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
-from urllib.parse import urlsplit
 
 from safehub._internal import fixes
+from safehub._internal.hosts import normalise_host
+from safehub._internal.urls import UrlError, read_url
 from safehub.errors import SpecError
 from safehub.limits import DEFAULTS, Limits
 from safehub.policy import Policy
@@ -119,18 +120,15 @@ def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -
 
 
 def _base_url(value: str | None, name: str, default: str) -> str:
+    """The base as the transport reads it (:func:`~safehub._internal.urls.read_url`),
+    without a final ``/``."""
     url = value or default
     try:
-        parts = urlsplit(url)
-        host = parts.hostname
-    except ValueError:  # such as an unclosed [IPv6 address
-        host = None
-    if not host or parts.scheme != "https":
-        raise SpecError(
-            f"{name}={url!r} is not an https:// URL",
-            hint="safehub only talks HTTPS; for a private CA set REQUESTS_CA_BUNDLE",
-        )
-    return url.rstrip("/")
+        return str(read_url(url)).rstrip("/")
+    except UrlError as e:
+        raise SpecError(f"{name}: {e}; safehub only talks HTTPS to a plain "
+                        "https://host[:port]/path base",
+                        hint=f"{e.advice} (for a private CA set REQUESTS_CA_BUNDLE)") from None
 
 
 def torch_hub_moved(environ: Mapping[str, str]) -> tuple[Path, str] | None:
@@ -292,7 +290,7 @@ class Settings:
             token=env.get("GITHUB_TOKEN") or None,
             offline=bool(offline),
             noninteractive=bool(noninteractive),
-            extra_hosts=frozenset(h.strip().lower() for h in hosts_raw if h.strip()),
+            extra_hosts=frozenset(normalise_host(h) for h in hosts_raw if h.strip()),
             limits=limits,
             audit_log=Path(audit).expanduser() if audit else None,
             lockfile=Path(lockfile).expanduser() if lockfile else None,
@@ -376,7 +374,7 @@ class Settings:
 
     @property
     def api_host(self) -> str:
-        return (urlsplit(self.api_url).hostname or "").lower()
+        return read_url(self.api_url).host
 
     @property
     def allowed_hosts(self) -> frozenset[str]:
@@ -385,7 +383,7 @@ class Settings:
         The API and web hosts, ``SAFEHUB_ALLOWED_HOSTS``, and for github.com the hosts
         GitHub itself redirects archive and release downloads to.
         """
-        hosts = {self.api_host, (urlsplit(self.web_url).hostname or "").lower()}
+        hosts = {self.api_host, read_url(self.web_url).host}
         if "github.com" in hosts:
             hosts |= {
                 "codeload.github.com",

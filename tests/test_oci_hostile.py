@@ -8,6 +8,7 @@ snapshot's bytes, one of them altered the way the real registry never would.
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 from collections.abc import Callable, Iterator
@@ -21,6 +22,8 @@ import safehub
 from safehub.cli import main
 from safehub.errors import FetchError, IntegrityError, NotFoundError, SafehubError
 from safehub.sources.oci.artifact import sha256
+from safehub.sources.oci.registry import Registry, Target
+from safehub.sources.transport import Transport, TransportConfig
 from safehub.store.lockfile import Lockfile
 from tests.conftest import HubRepo
 from tests.support import GitHubStandIn, TLSFiles
@@ -287,3 +290,88 @@ def test_a_blob_cut_short_is_resumed_with_range_or_fetched_again(
     # Resumed after the whole reads that arrived before the cut (256 KiB each).
     assert asked[0] is None and asked[1] == f"bytes={cut // (256 * 1024) * 256 * 1024}-"
     assert asked[2:] == ([None] if server_does == "answers another range" else [])
+
+
+# -- one reading of every URL (issue 29, item 5) --------------------------------------------
+
+def _basic_gate(evil: Evil, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The hostile registry wants the credential `docker login` left for it (Basic)."""
+    registry = f"{evil.server.host('foreign')}:{evil.server.port}"
+    monkeypatch.setenv("DOCKER_CONFIG", str(docker_config(tmp_path / "d3",
+                                                          {registry: ("robot", "pw-1")})))
+    basic = "Basic " + base64.b64encode(b"robot:pw-1").decode()
+
+    def gate(record: RequestRecord) -> Reply | None:
+        if record.role != "foreign" or record.authorization == basic:
+            return None
+        return Reply(401, b"", (("WWW-Authenticate", 'Basic realm="evil"'),))
+
+    evil.gate = gate
+    return basic
+
+
+def _credentials_elsewhere(evil: Evil) -> list[RequestRecord]:
+    return [r for r in evil.server.requests_log if r.role != "foreign" and r.authorization]
+
+
+@pytest.mark.parametrize("spelling", [
+    "https://{storage}\\@{registry}{path}", "//{storage}\\@{registry}{path}",
+    "https:\\\\{storage}\\@{registry}{path}", "https://{storage}\t@{registry}{path}",
+    "https://{storage}%5C@{registry}{path}", "https://{registry}@{storage}{path}",
+    "https://{storage}#@{registry}{path}", "https://{storage}\\\\@{registry}{path}"])
+@pytest.mark.parametrize("via_storage", [False, True])
+def test_a_redirect_two_parsers_read_as_two_hosts_is_refused_and_the_credential_stays(
+        evil: Evil, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, spelling: str,
+        via_storage: bool) -> None:
+    """The blob's answer (or, ``via_storage``, the answer of the storage host the policy
+    allows, as in issue 29) is a 307 to ``https://STORAGE\\@REGISTRY/...``: Python's
+    parser reads the registry, requests connects to the storage host. Refused before any
+    byte is sent; the registry's credential never leaves it."""
+    basic = _basic_gate(evil, tmp_path, monkeypatch)
+    monkeypatch.setenv("SAFEHUB_ALLOWED_HOSTS", evil.server.host("mirror"))
+    storage = f"{evil.server.host('mirror')}:{evil.server.port}"
+    registry = f"{evil.server.host('foreign')}:{evil.server.port}"
+    location = spelling.format(storage=storage, registry=registry,
+                               path=f"/v2/evil/hub/blobs/{evil.archive}")
+    if via_storage:
+        evil.server.intercept("/storage/", Reply.redirect(location, 307))
+        evil.answers[evil.archive] = Reply.redirect(f"https://{storage}/storage/b", 307)
+    else:
+        evil.answers[evil.archive] = Reply.redirect(location, 307)
+    e = refused(evil, FetchError)
+    assert _credentials_elsewhere(evil) == []
+    assert [r.path for r in evil.server.requests_log if r.role == "mirror"] == (
+        ["/storage/b"] if via_storage else [])
+    assert any(r.authorization == basic for r in evil.server.requests_log)  # it was used
+    assert "does not follow" in e.message and "nothing was sent there" in e.message
+    assert location.replace("\t", "\\t") in e.message  # the URL, printable
+    assert e.hint and "https://host[:port]/path" in e.hint
+
+
+def test_an_honest_redirect_to_the_allowed_storage_host_loads_without_the_credential(
+        evil: Evil, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    basic = _basic_gate(evil, tmp_path, monkeypatch)
+    monkeypatch.setenv("SAFEHUB_ALLOWED_HOSTS", evil.server.host("mirror"))
+    storage = f"https://{evil.server.host('mirror')}:{evil.server.port}/storage/blob"
+    evil.server.add_static("/storage/blob", evil.blobs[evil.archive])
+    evil.answers[evil.archive] = Reply.redirect(storage, 307)
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    assert [r.path for r in evil.server.requests_log if r.role == "mirror"] == [
+        "/storage/blob"]
+    assert _credentials_elsewhere(evil) == []
+    assert any(r.authorization == basic for r in evil.server.requests_log
+               if r.role == "foreign")
+
+
+def test_the_credential_is_bound_to_the_registrys_scheme_host_and_port() -> None:
+    registry = Registry(Transport(TransportConfig()), Target.parse("Reg.Example:5000/team/hub"),
+                        hosts=frozenset({"reg.example"}))
+    assert registry.places.credited("https://reg.example:5000/v2/team/hub/blobs/x")
+    assert registry.places.credited("https://REG.example.:5000/v2/other")
+    registry.places.hop("https://reg.example:9000/storage/x")  # listed storage: a hop ...
+    assert not registry.places.credited("https://reg.example:9000/storage/x")  # no secret
+    assert not registry.places.credited("https://reg.example/v2/team/hub/blobs/x")
+    with pytest.raises(FetchError, match="uses http://"):
+        registry.places.credited("http://reg.example:5000/v2/team/hub/blobs/x")
+    with pytest.raises(FetchError, match="backslash"):
+        registry.places.credited("https://reg.example:9000\\@reg.example:5000/v2/x")

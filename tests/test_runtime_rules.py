@@ -42,8 +42,9 @@ def test_bad_host_entries(entry: str) -> None:
 
 def test_weights_hosts_come_from_url_patterns_and_are_always_allowed() -> None:
     hosts = hosts_of_urls(["https://download.pytorch.org/models/*",
-                           "https://user@github.com:443/releases/*", "https://*.hf.co/*",
-                           "https://exa*mple.org/*", "https://download.pytorch.org/other/*"])
+                           "https://GitHub.com:443/releases/*", "https://*.hf.co/*",
+                           "https://exa*mple.org/*", "https://download.pytorch.org/other/*",
+                           "https://user@gitlab.com/*"])  # no URL with a user is fetched
     assert hosts == ("download.pytorch.org", "github.com", "*.hf.co")
     rules = RuntimeRules(mode="enforce", network=(), weights_hosts=hosts)
     assert rules.host_allowed("github.com", 443) and not rules.host_allowed("gitlab.com", 443)

@@ -41,3 +41,24 @@ def test_ref_listing_is_bounded(hub_repo: HubRepo, make_hub_repo,  # type: ignor
         load(f"acme/models:{evil}")
     listed = [r for r in server.requests_log if "/branches" in r.path or "/tags?" in r.path]
     assert len(listed) <= 20 and len(server.requests_log) < 60
+
+
+@pytest.mark.parametrize("spelling", [
+    "https://{foreign}\\@{codeload}{path}", "//{foreign}\\@{codeload}{path}",
+    "https://{foreign}\t@{codeload}{path}", "https://{codeload}@{foreign}{path}"])
+def test_an_archive_redirect_two_parsers_read_as_two_hosts_is_refused(
+        hub_repo: HubRepo, server: GitHubStandIn, spelling: str) -> None:
+    """The web host sends the archive to ``https://FOREIGN\\@CODELOAD/...``: Python's
+    parser reads the allowed codeload host, requests would connect to the foreign one.
+    Refused before anything is sent; with the honest redirect the same load works."""
+    codeload = f"{server.host('codeload')}:{server.port}"
+    foreign = f"{server.host('foreign')}:{server.port}"
+    location = spelling.format(foreign=foreign, codeload=codeload,
+                               path=f"/codeload/acme/models/legacy.zip/{hub_repo.sha}")
+    with server.intercept(lambda r: "/zipball/" in r.path, Reply.redirect(location)), \
+            pytest.raises(FetchError) as e:
+        load("acme/models:v1.0")
+    assert not any(r.role == "foreign" for r in server.requests_log)
+    assert "archive of acme/models" in e.value.message
+    assert location.replace("\t", "\\t") in e.value.message and e.value.hint
+    assert load("acme/models:v1.0") is not None  # the stand-in's own redirect

@@ -158,7 +158,7 @@ def shared_host(server: GitHubStandIn, make_hub_repo, isolated: Path) -> str:  #
                                   "acme/x%5c..%5cmallory/evil.pth"])
 def test_a_dot_segment_in_a_weights_url_is_refused(shared_host: str, server: GitHubStandIn,
                                                    path: str) -> None:
-    with pytest.raises(PolicyDenied, match="path segments, or an encoded '/'"):
+    with pytest.raises(PolicyDenied, match="path segments"):  # the URL reader or the guard
         safehub.load("acme/models:v1.0", "fetch", f"{shared_host}/{path}", verbose=False)
     assert not any("mallory" in r.path for r in server.requests_log)
 

@@ -16,9 +16,9 @@ import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
-__all__ = ["HostPattern", "hosts_of_urls", "local_name", "normalise_host", "parse_ip"]
+__all__ = ["HostPattern", "hosts_of_urls", "is_name", "local_name", "normalise_host",
+           "parse_ip"]
 
 _LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
 
@@ -34,6 +34,16 @@ def parse_ip(text: str) -> IPAddress | None:
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return ip.ipv4_mapped
     return ip
+
+
+def is_name(host: str) -> bool:
+    """Whether ``host`` (lower case) is a host name: dot-separated labels of letters,
+    digits, ``-`` and ``_`` (the one grammar of names, in policy entries and URLs alike).
+
+    >>> is_name("cdn.hf.co"), is_name("a..b"), is_name("-x.example")
+    (True, False, False)
+    """
+    return 0 < len(host) <= 253 and all(_LABEL.match(label) for label in host.split("."))
 
 
 def normalise_host(host: str) -> str:
@@ -86,10 +96,8 @@ class HostPattern:
         host = normalise_host(host)
         wildcard = host.startswith("*.")
         name = host[2:] if wildcard else host
-        if parse_ip(name) is None or wildcard:
-            labels = name.split(".")
-            if not name or not all(_LABEL.match(label) for label in labels):
-                raise ValueError("expected a host name, *.domain, an IP address or unix:/path")
+        if (parse_ip(name) is None or wildcard) and not is_name(name):
+            raise ValueError("expected a host name, *.domain, an IP address or unix:/path")
         return cls(raw, name, port, wildcard)
 
     def matches(self, host: str, port: int | None) -> bool:
@@ -113,12 +121,19 @@ def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
     >>> hosts_of_urls(["https://download.pytorch.org/models/*", "https://*.hf.co/x/*"])
     ('download.pytorch.org', '*.hf.co')
     """
+    from safehub._internal.urls import UrlError, pattern_authority
+
     hosts: list[str] = []
     for pattern in patterns:
-        netloc = urlsplit(pattern).netloc.rsplit("@", 1)[-1]
-        host = netloc.split(":")[0] if not netloc.startswith("[") else netloc.split("]")[0] + "]"
-        if host and host not in hosts and "*" not in host.replace("*.", "", 1):
-            hosts.append(host.lower())
+        try:  # the host where a URL's reading puts it (urls.read_url)
+            host = pattern_authority(pattern)[0]
+        except UrlError:
+            continue  # the policy validator refuses such a pattern
+        if not host or set("*?[]!") & set(host.replace("*.", "", 1)):
+            continue  # a glob, not one host
+        host = f"[{host}]" if ":" in host else host
+        if host not in hosts:
+            hosts.append(host)
     return tuple(hosts)
 
 

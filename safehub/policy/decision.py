@@ -70,10 +70,10 @@ class RuntimeRequirements:
         sets ``weights`` shares by host; none if only narrowing rules set it."""
         if "weights" in self.floor or not self.weights:
             return ()
-        from urllib.parse import urlsplit
+        from safehub._internal.urls import pattern_authority
 
-        def host(pattern: str) -> str:
-            return urlsplit(pattern).netloc.rsplit("@", 1)[-1].lower()
+        def host(pattern: str) -> tuple[str, int | None]:
+            return pattern_authority(pattern)  # patterns were checked when read
 
         shared = set.intersection(*({host(p) for p in ps} for ps in self.weights))
         return tuple(p for p in self.weights[0] if host(p) in shared)

@@ -11,7 +11,6 @@ import os
 import re
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 from safehub._internal.globs import Glob
 from safehub._internal.hosts import HostPattern
@@ -161,10 +160,13 @@ class HttpsUrl(ValueType):
     name: str = "https:// URL"
 
     def check(self, value: Any) -> str:
+        from safehub._internal.urls import UrlError, read_url
+
         text = _need_str(value)
-        parts = urlsplit(text)
-        if parts.scheme != "https" or not parts.hostname:
-            raise Fault(f"must be an https:// URL with a host (got {text!r})")
+        try:
+            read_url(text)  # as the transport will read it
+        except UrlError as e:
+            raise Fault(f"must be a plain https:// URL with a host: {e}; {e.advice}") from None
         return text
 
 
@@ -222,6 +224,14 @@ class GlobValue(ValueType):
         if self.https and not text.startswith("https://"):
             raise Fault(f"{text!r}: weights are only ever fetched over https://; start the "
                         "pattern with https://")
+        if self.https:
+            from safehub._internal.urls import UrlError, pattern_authority
+
+            try:
+                pattern_authority(text)  # where the transport's reading puts the host
+            except UrlError as e:
+                raise Fault(f"{e}; no URL safehub fetches could match it: {e.advice}"
+                            ) from None
         if self.repo and not _REPO_GLOB.fullmatch(text):
             raise Fault(f"must be 'owner/name' in GitHub's ASCII characters, with * ? [ ] "
                         f"globs (got {text!r})")

@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
+from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PolicyDenied
 from safehub.spec import plain_text
@@ -76,24 +77,24 @@ class WeightsGuard:
     """Told each URL safehub downloads for the repo (the runtime report's ``fetched``)."""
 
     def check_url(self, url: str) -> None:
-        parts = urlparse(url)
-        if {".", ".."} & {unquote(seg) for seg in parts.path.split("/")} or any(
-                enc in parts.path.lower() for enc in ("%2f", "%5c")) or "\\" in parts.path:
+        """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
+        will read and send it (:func:`~safehub._internal.urls.read_url`)."""
+        try:
+            hop = read_url(url, http=True)  # http only where no pattern is set (torch's)
+        except UrlError as e:
+            raise PolicyDenied(f"hubconf.py of {self.repo} tried to download from a URL "
+                               f"safehub does not follow: {e}", hint=f"{e.advice}; download "
+                               "weights from a plain https://host/path URL") from None
+        if {".", ".."} & {unquote(seg) for seg in hop.path.split("/")} or any(
+                enc in hop.path.lower() for enc in ("%2f", "%5c")):
             raise PolicyDenied(
-                f"hubconf.py of {self.repo} tried to download {url!r}: a URL with '.' or "
+                f"hubconf.py of {self.repo} tried to download {hop}: a URL with '.' or "
                 "'..' path segments, or an encoded '/' or '\\' in its path, is refused (a "
                 "client or server may act on them after the weights patterns matched)",
                 hint="download weights from a plain https://host/path URL")
-        if parts.username or parts.password or parts.fragment or not parts.hostname:
-            raise PolicyDenied(
-                f"hubconf.py of {self.repo} tried to download {url!r}: URLs with credentials, "
-                "a fragment or no host are refused",
-                hint="download weights from a plain https://host/path URL",
-            )
-        # Patterns see the URL as it will be fetched, rebuilt from its parts, so that
+        # Patterns see the URL as it will be sent, so that
         # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
-        canonical = f"{parts.scheme}://{parts.netloc}{parts.path}" + (
-            f"?{parts.query}" if parts.query else "")
+        canonical = str(hop)
         for i, patterns in enumerate(self.patterns):
             if not any(p.match(canonical) for p in patterns):
                 allowed = ", ".join(p.pattern for p in patterns)
@@ -248,6 +249,8 @@ class WeightsGuard:
         url = _text(url, "url")
         self.check_url(url)
         folder = model_dir or os.path.join(_torch_hub_dir(), "checkpoints")
+        # The file name as torch's load_state_dict_from_url derives it (its own urlparse):
+        # which file torch would load, not where anything connects.
         cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
         if cached.is_file():  # torch would load it without downloading: check it first
             self.check_file(url, cached)

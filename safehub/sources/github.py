@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
+from safehub._internal.urls import UrlError, read_url
 from safehub.digest import blob_id
 from safehub.errors import (
     FetchError,
@@ -75,8 +76,13 @@ class GitHub:
         self._token = token
 
     def headers(self, url: str) -> dict[str, str]:
-        """Headers for one hop: the token only under the API base, never elsewhere."""
-        if not url.startswith(self.api + "/"):
+        """Headers for one hop: the token only under the API base (its exact scheme, host
+        and port, and its path), never elsewhere; both read as the transport reads them."""
+        try:
+            under = read_url(url).under(read_url(self.api))
+        except UrlError:
+            under = False
+        if not under:
             return {}
         headers = {"X-GitHub-Api-Version": "2022-11-28"}
         if self._token:

@@ -12,7 +12,8 @@ import errno
 import ipaddress
 import socket
 from collections.abc import Iterable
-from urllib.parse import urlsplit
+
+from safehub._internal.urls import UrlError, read_url
 
 __all__ = ["DIRECT", "host_of", "is_loopback", "proxy_for", "proxy_hosts", "unreachable_cause"]
 
@@ -21,9 +22,10 @@ _UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNRE
 
 
 def host_of(url: str) -> str:
+    """The host of ``url`` as the transport reads it ("" where it refuses the URL)."""
     try:
-        return (urlsplit(url).hostname or "").lower()
-    except ValueError:
+        return read_url(url, http=True).host
+    except UrlError:
         return ""
 
 
@@ -54,17 +56,18 @@ def proxy_for(url: str) -> str | None:
         return None
     if not proxy:
         return None
-    try:
-        parts = urlsplit(proxy if "://" in proxy else "http://" + proxy)
-        return f"{parts.scheme}://{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    except ValueError:
+    try:  # as urllib3 reads the proxy for requests; its user and password are not kept
+        read = read_url(proxy, proxy=True)
+    except UrlError:
         return "a proxy"
+    return f"{read.scheme}://{read.authority}"
 
 
 def proxy_hosts(urls: Iterable[str]) -> tuple[str, ...]:
     """The hosts of the proxies the environment sends ``urls`` through (the one reading of
     ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...: requests' own)."""
-    found = {host_of(proxy) for proxy in map(proxy_for, urls) if proxy and "://" in proxy}
+    found = {read_url(proxy, proxy=True).host for proxy in map(proxy_for, urls)
+             if proxy and "://" in proxy}
     return tuple(sorted(found))
 
 

@@ -4,6 +4,9 @@ Every request, whoever makes it (the GitHub client, a signature download, the we
 guard), goes through :class:`Transport`, which enforces:
 
 * HTTPS only (a private CA comes in through ``REQUESTS_CA_BUNDLE``, as with requests);
+* every URL, the first and each redirect's, read once by :func:`safehub._internal.urls.read_url`
+  (as urllib3, which requests uses, reads it; what the parsers could read differently is
+  refused) and sent as the string that was read: the host checked is the host connected to;
 * a policy on every hop: by default the host allow-list, or a caller's own check (the
   weights guard matches every hop against the policy's ``weights`` patterns); redirects
   are followed by hand, at most :attr:`TransportConfig.max_redirects`;
@@ -30,9 +33,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
-from urllib.parse import urljoin, urlsplit
 
 from safehub._internal import gcpause
+from safehub._internal.urls import Url, UrlError, as_client_reads, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
 from safehub.limits import DEFAULTS
 from safehub.sources.network import (
@@ -54,6 +57,7 @@ _CHUNK = 256 * 1024
 Headers = Callable[[str], Mapping[str, str]]
 Progress = Callable[[int, "int | None"], None]
 HopCheck = Callable[[str], None]
+"""Told each hop's URL (as it will be sent) before it is fetched; raises to refuse it."""
 
 
 @dataclass(frozen=True)
@@ -240,7 +244,8 @@ class Transport:
         if self.config.offline:
             raise OfflineError(f"offline mode ({self.config.offline_source}) refused to "
                                f"send {what}", hint="turn offline mode off for this command")
-        self._check_hop(url, what, allow)
+        hop = self._check_hop(url, what, allow)
+        sent = str(hop)
         cfg = self.config
 
         def attempt(write_ok: Callable[[], bool]) -> Reply:
@@ -250,20 +255,20 @@ class Transport:
                 opened = data = open(body, "rb")  # noqa: SIM115 - closed below
             try:
                 resp = self._get_session().request(
-                    method, url, data=data, allow_redirects=False, stream=True,
-                    headers=dict(headers(url)) if headers else {},
+                    method, sent, data=data, allow_redirects=False, stream=True,
+                    headers=dict(headers(sent)) if headers else {},
                     timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
-                    **({"proxies": DIRECT} if is_loopback(host_of(url)) else {}))
+                    **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
             except requests.exceptions.SSLError as e:
-                raise FetchError(f"TLS to {host_of(url)} failed for {what}: {e}",
+                raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
                 if unreachable_cause(e) is not None:
                     raise UnreachableError(
-                        f"cannot connect to {host_of(url)} for {what} "
+                        f"cannot connect to {hop.host} for {what} "
                         f"({unreachable_cause(e)})",
                         hint="check the address, the network or the proxy") from e
-                raise _Retryable(f"could not reach {host_of(url)} for {what}: {e}") from e
+                raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
             finally:
                 if opened is not None:
                     opened.close()
@@ -275,34 +280,37 @@ class Transport:
                 if len(raw) > max_bytes:
                     raise FetchError(f"the answer for {what} is larger than {max_bytes:,} "
                                      "bytes")
-                return Reply(raw, url, False, dict(resp.headers), resp.status_code)
+                return Reply(raw, sent, False, dict(resp.headers), resp.status_code)
 
         result: Reply = self._retrying(what, attempt)
         return result
 
     # -- plumbing ---------------------------------------------------------------------
 
-    def _check_hop(self, url: str, what: str, allow: HopCheck | None) -> None:
+    def _check_hop(self, url: str, what: str, allow: HopCheck | None) -> Url:
+        """Read ``url`` (the one reading, confirmed by the client's own parser) and hold
+        it to the rules; ``str()`` of the answer is the URL to send."""
+        cfg = self.config
         try:
-            parts = urlsplit(url)
-            host = (parts.hostname or "").lower()
-        except ValueError as e:
-            raise FetchError(f"refused to fetch {what}: malformed URL {url!r} ({e})") from e
-        plain = parts.scheme == "http" and is_loopback(host) and \
-            parts.netloc.lower() in self.config.plain_http
-        if parts.scheme != "https" and not plain:
+            hop = read_url(url, http=bool(cfg.plain_http))
+            as_client_reads(url, hop)
+        except UrlError as e:
+            raise FetchError(f"refused to fetch {what}: {e}", hint=e.advice) from None
+        if hop.scheme != "https" and not (is_loopback(hop.host) and hop.origin in {
+                read_url(f"http://{p}", http=True).origin for p in cfg.plain_http}):
             raise FetchError(
-                f"refused to fetch {what} over {parts.scheme or 'no scheme'}: {url}",
+                f"refused to fetch {what} over {hop.scheme}: {hop}",
                 hint="safehub only uses https://; for a private CA set REQUESTS_CA_BUNDLE",
             )
         if allow is not None:
-            allow(url)
-        elif host not in self.config.allowed_hosts:
+            allow(str(hop))
+        elif hop.host not in cfg.allowed_hosts:
             raise FetchError(
-                f"refused to fetch {what} from {host!r}, which is not an allowed host "
-                f"({', '.join(sorted(self.config.allowed_hosts))})",
+                f"refused to fetch {what} from {hop.host!r}, which is not an allowed host "
+                f"({', '.join(sorted(cfg.allowed_hosts))})",
                 hint="if this host is yours, add it to SAFEHUB_ALLOWED_HOSTS",
             )
+        return hop
 
     def _stream(self, url: str, what: str, accept: str, headers: Headers | None,
                 allow: HopCheck | None, cap: int, sink: Callable[[bytes], None],
@@ -324,15 +332,16 @@ class Transport:
         cfg = self.config
         redirected = False
         for _hop in range(cfg.max_redirects + 1):
-            self._check_hop(url, what, allow)
+            hop = self._check_hop(url, what, allow)
+            url = str(hop)  # what was checked is what is sent
             try:
                 resp = self._get_session().get(
                     url, headers={"Accept": accept, **(headers(url) if headers else {})},
                     allow_redirects=False, stream=True,
                     timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
-                    **({"proxies": DIRECT} if is_loopback(host_of(url)) else {}))
+                    **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
             except requests.exceptions.SSLError as e:
-                raise FetchError(f"TLS to {host_of(url)} failed for {what}: {e}",
+                raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
                 reason = unreachable_cause(e)
@@ -341,24 +350,29 @@ class Transport:
                     via = f" through the proxy {proxy} (from HTTPS_PROXY/ALL_PROXY)" \
                         if proxy else ""
                     raise UnreachableError(
-                        f"the network is unreachable: cannot connect to {host_of(url)}{via} "
+                        f"the network is unreachable: cannot connect to {hop.host}{via} "
                         f"for {what} ({reason})",
-                        hint=(f"check that the proxy {proxy} runs, or add {host_of(url)} to "
+                        hint=(f"check that the proxy {proxy} runs, or add {hop.host} to "
                               "NO_PROXY. " if proxy else "check the network or proxy. ") +
                         "Without a network, a cold load needs "
                         "the code on this machine already: a mirror (SAFEHUB_GITHUB_URL), a "
                         "cache filled by `safehub prefetch`, or a lockfile with "
                         "SAFEHUB_OFFLINE=1 and a filled cache",
                     ) from e
-                raise _Retryable(f"could not reach {host_of(url)} for {what}: {e}") from e
+                raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
             with resp:
                 status = resp.status_code
                 if status in _REDIRECT_STATUS and "Location" in resp.headers:
                     try:
-                        url = urljoin(url, resp.headers["Location"])
-                    except ValueError as e:
-                        raise FetchError(f"{host_of(url)} redirected {what} to a malformed "
-                                         f"Location {resp.headers['Location']!r}") from e
+                        url = str(hop.join(resp.headers["Location"],
+                                           http=bool(cfg.plain_http)))
+                    except UrlError as e:
+                        raise FetchError(
+                            f"{hop.authority} redirected {what} to a URL safehub does not "
+                            f"follow: {e}; refused, nothing was sent there",
+                            hint="the server (or something between) is broken or hostile; "
+                            "if it is yours, make it redirect to a plain "
+                            "https://host[:port]/path URL") from None
                     redirected = True
                     continue
                 self._raise_for_status(resp, what)

@@ -68,12 +68,14 @@ class RuntimeReport:
 
     def add_fetched(self, url: str) -> None:
         """safehub downloads ``url`` for the repo (its weights): the URL and its host."""
-        from urllib.parse import urlsplit
+        from safehub._internal.urls import UrlError, read_url
 
-        parts = urlsplit(url)
-        if parts.hostname:
-            self.add_entry(self.fetched, url)
-            self.add_entry(self.hosts, f"{parts.hostname}:{parts.port or 443}")
+        try:
+            hop = read_url(url, http=True)  # as the transport read it
+        except UrlError:
+            return
+        self.add_entry(self.fetched, url)
+        self.add_entry(self.hosts, f"{hop.host}:{hop.port}")
 
     def add_entry(self, entries: list[str], value: str) -> None:
         """Add ``value`` to one of the lists above once, up to the cap."""

@@ -3,12 +3,14 @@
 A :class:`Registry` is one ``REGISTRY/REPOSITORY``. Everything goes through
 :class:`~safehub.sources.transport.Transport` (HTTPS, deadlines, caps, offline): every hop
 is checked here (the registry's own host, or a host the policy lists for blob redirects);
-credentials go only to the registry's host (``host:port`` exact) or a token realm on it or
-listed. Anonymous, Basic and Bearer-token auth, the token asked for the scope needed.
-Manifests are read up to 4 MiB, blobs up to their descriptor's size, and every blob's
-sha256 is checked before it is handed on. Uploads: a blob already in the repository is not
-sent again (HEAD), one from another repository of the same registry is mounted, the rest
-go in one PUT or in chunks (PATCH).
+credentials go only to the registry itself (its exact scheme, host and port) or a token
+realm on it or listed. Every URL, a ``Location`` or a realm too, is read by
+:func:`safehub._internal.urls.read_url`, the transport's own reading. Anonymous, Basic
+and Bearer-token auth, the token asked for the scope needed. Manifests are read up to 4
+MiB, blobs up to their descriptor's size, and every blob's sha256 is checked before it is
+handed on. Uploads: a blob already in the repository is not sent again (HEAD), one from
+another repository of the same registry is mounted, the rest go in one PUT or in chunks
+(PATCH).
 
 The :class:`~safehub.errors.SafehubError` each failure raises names the registry and the
 digest, and a fix that works: a FetchError for "could not download" (401, 403, 404, 429,
@@ -25,9 +27,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
-from urllib.parse import urlencode, urljoin, urlsplit
+from urllib.parse import urlencode
 
 from safehub._internal.ocirefs import split_place
+from safehub._internal.urls import Url, UrlError, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, SpecError
 from safehub.sources.oci.artifact import MANIFEST_TYPE, MAX_MANIFEST, Descriptor, sha256
 from safehub.sources.oci.auth import Credential, challenge, credential
@@ -87,12 +90,87 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return next((v for k, v in headers.items() if k.lower() == wanted), "")
 
 
-def _netloc(url: str) -> str:
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    host = f"[{host}]" if ":" in host else host
-    default = 80 if parts.scheme == "http" else 443
-    return f"{host}:{parts.port}" if parts.port and parts.port != default else host
+@dataclass(frozen=True)
+class _Places:
+    """Where one registry's requests and credentials may go. Every URL (a hop, an upload
+    ``Location``, a token realm) is read by :func:`~safehub._internal.urls.read_url`, the
+    transport's own reading; credentials go to the registry's exact (scheme, host, port)."""
+
+    target: Target
+    base: Url
+    hosts: frozenset[str]
+    """Hosts besides the registry's that blob redirects and token realms may use (https)."""
+
+    @classmethod
+    def of(cls, target: Target, hosts: frozenset[str]) -> _Places:
+        try:
+            return cls(target, read_url(target.base, http=target.plain), hosts)
+        except UrlError as e:
+            raise SpecError(f"{target} is not a registry safehub can reach: {e}",
+                            hint=f"write REGISTRY/REPOSITORY with a plain host[:port]; "
+                            f"{e.advice}") from None
+
+    def read(self, url: str) -> Url:
+        try:
+            return read_url(url, http=self.target.plain)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sent safehub to a URL it does not follow: {e}",
+                             hint=_HOSTILE) from None
+
+    def hop(self, url: str) -> None:
+        """Refuse a hop to anywhere but the registry itself or a listed https host."""
+        hop = self.read(url)
+        if hop.origin != self.base.origin and not (
+                hop.scheme == "https" and hop.host in self.hosts):
+            raise FetchError(
+                f"{self.target} redirected to {hop.scheme}://{hop.authority}, a host not "
+                "allowed for it; refused",
+                hint=f"if {hop.host} is the registry's storage, add it to "
+                "SAFEHUB_ALLOWED_HOSTS (or the policy's allowed_hosts); credentials are never "
+                "sent there")
+
+    def credited(self, url: str) -> bool:
+        """Whether the registry's credential may go with a request to ``url``."""
+        return self.read(url).origin == self.base.origin
+
+    def upload(self, base: str, location: str, what: str) -> str:
+        """An upload's next URL: ``location`` joined to ``base``, on the registry only."""
+        try:
+            url = self.read(base).join(location, http=self.target.plain)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sent the {what} to a URL safehub does not "
+                             f"follow: {e}", hint=_HOSTILE) from None
+        if url.origin != self.base.origin:
+            raise FetchError(f"{self.target} sent the {what} to another host ({url})",
+                             hint="uploads go only to the registry itself")
+        return str(url)
+
+    def realm(self, text: str) -> Url:
+        """A token realm the registry names: https, on the registry or a listed host."""
+        try:
+            realm = read_url(text)
+        except UrlError as e:
+            raise FetchError(f"{self.target} sends safehub for a token to a URL it does not "
+                             f"follow: {e}; refused (credentials stay with the registry)",
+                             hint=_HOSTILE) from None
+        if realm.origin != self.base.origin and realm.host not in self.hosts:
+            raise FetchError(
+                f"{self.target} sends safehub for a token to '{realm}', which is not "
+                "the registry's host nor one the policy lists; refused (credentials stay "
+                "with the registry)",
+                hint=f"if {realm.host} is the registry's own token service, add it "
+                "to SAFEHUB_ALLOWED_HOSTS")
+        return realm
+
+    def realm_hop(self, realm: Url) -> Callable[[str], None]:
+        """A hop check for the token request: its redirects stay on the realm's origin."""
+        def check(url: str) -> None:
+            hop = read_url(url)
+            if hop.origin != realm.origin:
+                raise FetchError(f"the token service of {self.target} redirected to "
+                                 f"{hop.scheme}://{hop.authority}; refused",
+                                 hint=_LOGIN.format(self.target))
+        return check
 
 
 class Registry:
@@ -106,8 +184,7 @@ class Registry:
                 {*transport.config.plain_http, target.registry})))
         self.transport = transport
         self.target = target
-        self.hosts = hosts
-        """Hosts besides the registry's that blob redirects and token realms may use."""
+        self.places = _Places.of(target, hosts)
         self._scope = f"repository:{target.repository}:{'pull,push' if push else 'pull'}"
         self._environ = environ
         self._cred: Credential | bool | None = False  # False: not read yet
@@ -125,7 +202,7 @@ class Registry:
         url = f"{self.target.base}/{path}/{digest}"
         what = f"{'manifest' if path == 'manifests' else path} {digest} from {self.target}"
         return self._authorized(what, lambda: self.transport.get(
-            url, what=what, accept=accept, headers=self._headers, allow=self._hop,
+            url, what=what, accept=accept, headers=self._headers, allow=self.places.hop,
             max_bytes=max_bytes, too_big=lambda: IntegrityError(
                 f"{self.target} sent more than the {max_bytes:,}-byte cap of a manifest "
                 f"for {digest}; stopped reading", hint=_HOSTILE))).body
@@ -156,7 +233,7 @@ class Registry:
         try:
             self._authorized(what, lambda: self.transport.download(
                 url, out, what=what, max_bytes=desc.size, headers=self._headers,
-                allow=self._hop, accept="application/octet-stream", resume=True))
+                allow=self.places.hop, accept="application/octet-stream", resume=True))
         except IntegrityError as e:  # the transport's cap: longer than the descriptor
             raise IntegrityError(
                 f"{self.target} sent more than the {desc.size:,} bytes the manifest gives "
@@ -186,7 +263,7 @@ class Registry:
         try:
             self._authorized(what, lambda: self.transport.send(
                 "HEAD", f"{self.target.base}/blobs/{digest}", what=what,
-                headers=self._headers, allow=self._hop))
+                headers=self._headers, allow=self.places.hop))
         except NotFoundError:
             return False
         return True
@@ -276,33 +353,18 @@ class Registry:
             return {**self._headers(hop), **(extra or {})}
 
         return self._authorized(what, lambda: self.transport.send(
-            method, url, what=what, body=body, headers=headers, allow=self._hop))
+            method, url, what=what, body=body, headers=headers, allow=self.places.hop))
 
     def _location(self, reply: Any, base: str, what: str) -> str:
         location = _header(reply.headers, "Location")
         if reply.status not in (202, 204) or not location:
             raise FetchError(f"{self.target} answered {reply.status} without an upload "
                              f"location to the {what}", hint="the registry is broken; retry")
-        url = urljoin(base, str(location))
-        self._hop(url)
-        if _netloc(url) != self.target.registry:
-            raise FetchError(f"{self.target} sent the {what} to another host ({url})",
-                             hint="uploads go only to the registry itself")
-        return url
-
-    def _hop(self, url: str) -> None:
-        netloc = _netloc(url)
-        host = (urlsplit(url).hostname or "").lower()
-        if netloc != self.target.registry and host not in self.hosts:
-            raise FetchError(
-                f"{self.target} redirected to {netloc}, a host not allowed for it; refused",
-                hint=f"if {host} is the registry's storage, add it to SAFEHUB_ALLOWED_HOSTS "
-                "(or the policy's allowed_hosts); credentials are never sent there")
+        return self.places.upload(base, str(location), what)
 
     def _headers(self, url: str) -> Mapping[str, str]:
-        if self._auth and _netloc(url) == self.target.registry:
-            return {"Authorization": self._auth}
-        return {}
+        return {"Authorization": self._auth} if self._auth and self.places.credited(url) \
+            else {}
 
     def _credential(self) -> Credential | None:
         if self._cred is False:
@@ -344,27 +406,18 @@ class Registry:
                              "safehub speaks Basic and Bearer", hint=_LOGIN.format(self.target))
 
     def _token(self, params: Mapping[str, str], cred: Credential | None, what: str) -> str:
-        realm = params.get("realm", "")
-        parts = urlsplit(realm)
-        host = (parts.hostname or "").lower()
-        if parts.scheme != "https" or (_netloc(realm) != self.target.registry and
-                                       host not in self.hosts):
-            raise FetchError(
-                f"{self.target} sends safehub for a token to {realm[:200]!r}, which is not "
-                "the registry's host nor one the policy lists; refused (credentials stay "
-                "with the registry)",
-                hint=f"if {host or 'that host'} is the registry's own token service, add it "
-                "to SAFEHUB_ALLOWED_HOSTS")
+        realm = self.places.realm(params.get("realm", ""))
         query = {"scope": self._scope, **({"service": params["service"]}
                                           if "service" in params else {})}
         auth = {} if cred is None else {"Authorization": "Basic " + base64.b64encode(
             f"{cred.username}:{cred.secret}".encode()).decode()}
-        sep = "&" if "?" in realm else "?"
+        sep = "&" if "?" in realm.target else "?"
         try:
             reply = self.transport.get(f"{realm}{sep}{urlencode(query)}",
-                                       what=f"a token from {host} for {what}",
-                                       headers=lambda hop: auth if _netloc(hop) == _netloc(
-                                           realm) else {}, allow=self._hop_realm(realm))
+                                       what=f"a token from {realm.host} for {what}",
+                                       headers=lambda hop: auth if read_url(
+                                           hop).origin == realm.origin else {},
+                                       allow=self.places.realm_hop(realm))
         except HTTPError as e:
             raise self._refused(e, what) from e
         answer = reply.json(f"the token for {self.target}")
@@ -374,13 +427,6 @@ class Registry:
             raise FetchError(f"the token service of {self.target} answered no token",
                              hint=_LOGIN.format(self.target))
         return token
-
-    def _hop_realm(self, realm: str) -> Callable[[str], None]:
-        def check(url: str) -> None:
-            if _netloc(url) != _netloc(realm):
-                raise FetchError(f"the token service of {self.target} redirected to "
-                                 f"{_netloc(url)}; refused", hint=_LOGIN.format(self.target))
-        return check
 
     def _refused(self, e: HTTPError, what: str) -> FetchError:
         hints = {401: _LOGIN.format(self.target),
