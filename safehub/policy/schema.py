@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safehub._internal.fsutil import within
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS, TABLE_NAMES, Key
 from safehub.policy.values import Fault, PathList, PathValue, Tables
@@ -248,7 +249,7 @@ def _path(kind: PathValue, value: str, base: Path, project: bool) -> str:
         path = base / path
     if project:
         real, root = os.path.realpath(path), os.path.realpath(base)
-        if os.path.commonpath([real, root]) != root:
+        if not within(real, root):
             raise Fault(f"{value!r} leads outside the project folder {root}; a project's "
                         "policy may only name files inside it")
     if kind.exists:
