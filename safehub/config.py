@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from safehub._internal import fixes
 from safehub._internal.hosts import normalise_host
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub.errors import SpecError
 from safehub.limits import DEFAULTS, Limits
@@ -131,24 +132,6 @@ def _base_url(value: str | None, name: str, default: str) -> str:
                         hint=f"{e.advice} (for a private CA set REQUESTS_CA_BUNDLE)") from None
 
 
-def torch_hub_moved(environ: Mapping[str, str]) -> tuple[Path, str] | None:
-    """torch's hub dir and what moved it, if the user moved it from torch's default
-    (``torch.hub.set_dir()`` in this process, or ``TORCH_HOME``); else None. torch itself is
-    not imported: ``set_dir`` needs it imported already."""
-    default_home = Path(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                        "torch")
-    hub = sys.modules.get("torch.hub")
-    set_to = getattr(hub, "_hub_dir", None) if hub is not None else None
-    if isinstance(set_to, str | os.PathLike) and str(set_to):
-        if os.path.realpath(set_to) != os.path.realpath(default_home / "hub"):
-            return Path(set_to), "torch.hub.set_dir()"
-        return None
-    home = environ.get("TORCH_HOME")
-    if home and os.path.realpath(os.path.expanduser(home)) != os.path.realpath(default_home):
-        return Path(os.path.expanduser(home), "hub"), "TORCH_HOME"
-    return None
-
-
 def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
     """The cache root and the rule that chose it: ``SAFEHUB_CACHE_DIR`` or a policy's
     ``cache_dir``; else beneath torch's hub dir, in a folder of its own, where the user
@@ -156,9 +139,10 @@ def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
     cache, source = resolve_setting(policy, "cache_dir", environ)
     if cache:
         return Path(cache).expanduser(), str(source)
-    moved = torch_hub_moved(environ)
-    if moved is not None:
-        return moved[0] / APP, f"beneath torch's hub dir, which {moved[1]} moved"
+    torch_hub = torch_hub_dir(environ)
+    if torch_hub.moved_by is not None:
+        return (Path(torch_hub.path) / APP,
+                f"beneath torch's hub dir, which {torch_hub.moved_by} moved")
     return _user_dir("user_cache_dir"), "the default: the user cache dir"
 
 

@@ -30,11 +30,11 @@ from typing import Any
 
 from safehub._internal.fsutil import within
 from safehub._internal.programs import find_program
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.warn import warn
 from safehub.errors import ConfineError, SpecError
 from safehub.policy import Policy
 from safehub.run.confine.ruleset import Grant, Ruleset
-from safehub.run.torchhub import hub_dir
 
 __all__ = ["confinement", "plan"]
 
@@ -149,7 +149,7 @@ def protected(settings: Any, lockfile: Path | None = None) -> list[Grant]:
                                  "verdicts, weight pins"),
              (lockfile or settings.lockfile or Path.cwd() / "safehub.lock",
               "the lockfile in force"),
-             (os.path.join(hub_dir(), "checkpoints"), "torch's checkpoint folder"),
+             (os.path.join(torch_hub_dir().path, "checkpoints"), "torch's checkpoint folder"),
              (audit, "safehub's audit log")]
     items += [(c.path, f"a {c.origin} policy file" if c.exists else
                f"where a {c.origin} policy file would be read") for c in searched()]

@@ -41,6 +41,7 @@ from pathlib import Path
 from safehub._internal import fixes
 from safehub._internal.fsutil import within, within_any
 from safehub._internal.hosts import local_name, normalise_host, parse_ip
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
 from safehub.run.confine.ruleset import current as confine_ruleset
@@ -49,7 +50,6 @@ from safehub.run.runtime import _hook
 from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
 from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list
-from safehub.run.torchhub import hub_dir
 from safehub.store.cache import integrity
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
@@ -152,7 +152,7 @@ class RuntimeGuard:
         self.tree_ident = tree_ident
         """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
         self._own = own
-        roots: list[str | os.PathLike[str]] = [tree, hub_dir(), tempfile.gettempdir(),
+        roots: list[str | os.PathLike[str]] = [tree, torch_hub_dir().path, tempfile.gettempdir(),
                                                 *rules.write_paths(), *write_roots]
         self._roots = sorted({_real(p) for p in roots})
         self._tree = [str(self.tree)]
