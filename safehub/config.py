@@ -34,8 +34,8 @@ from safehub.policy.keys import KEYS
 if TYPE_CHECKING:  # the transport is imported where a request is about to be made
     from safehub.sources.transport import Transport, TransportConfig
 
-__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "Settings",
-           "env_flag", "environment", "held_back", "say_ignored"]
+__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "OwnPlace",
+           "Settings", "env_flag", "environment", "held_back", "say_ignored"]
 
 APP = "safehub"
 
@@ -171,6 +171,18 @@ def _stdin_is_tty() -> bool:
         return sys.stdin is not None and sys.stdin.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+@dataclass(frozen=True)
+class OwnPlace:
+    """A place where safehub keeps what a later run trusts: ``path``, ``what`` it is (as
+    messages name it), ``moved_by``: the setting that moves it elsewhere, and whether it is
+    one ``file`` (written in its folder) rather than a folder."""
+
+    path: Path
+    what: str
+    moved_by: str
+    file: bool = False
 
 
 @dataclass(frozen=True)
@@ -320,6 +332,30 @@ class Settings:
         if changes.get("cache_dir") is not None and "cache_source" not in changes:
             changes["cache_source"] = "Hub(cache_dir=...)"
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def audit_path(self) -> Path:
+        """The audit log: the policy's ``audit_log``, else ``audit.jsonl`` in the log dir."""
+        return self.audit_log or self.log_dir / "audit.jsonl"
+
+    def own_places(self) -> tuple[OwnPlace, ...]:
+        """safehub's own places, the one list: the cache, the user's records (the data dir,
+        with the folders :mod:`safehub.store.records` declares) and the audit log. What
+        safehub's own work may write while a repo's code runs, and what a confined job may
+        never change, are both read from here.
+
+        >>> [p.what for p in Settings.from_env({"SAFEHUB_CACHE_DIR": "/c"}).own_places()]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ["safehub's cache", "safehub's records: consent, verified trees, signature verdicts,
+        weight pins", "safehub's audit log"]
+        """
+        from safehub.store.records import FOLDERS
+
+        return (OwnPlace(self.cache_dir, "safehub's cache", "SAFEHUB_CACHE_DIR"),
+                OwnPlace(self.data_dir, f"safehub's records: {', '.join(FOLDERS.values())}",
+                         "XDG_DATA_HOME"),
+                OwnPlace(self.audit_path, "safehub's audit log",
+                         "the policy's audit_log, or XDG_STATE_HOME", file=True))
 
     @property
     def offline_off(self) -> str:
