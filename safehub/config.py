@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the transport is imported where a request is about to be ma
     from safehub.sources.transport import Transport, TransportConfig
 
 __all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "OwnPlace",
-           "Settings", "env_flag", "environment", "held_back", "say_ignored"]
+           "Settings", "env_flag", "environment", "held_back", "noninteractive", "say_ignored"]
 
 APP = "safehub"
 
@@ -173,6 +173,21 @@ def _stdin_is_tty() -> bool:
         return False
 
 
+def noninteractive(policy: Policy, environ: Mapping[str, str]) -> bool:
+    """Whether safehub must never ask a question, decided once for every prompt (a load's
+    consent, ``policy init``'s confirmation): the policy's ``noninteractive`` or
+    ``SAFEHUB_NONINTERACTIVE``, ``CI`` set to anything but a no, a job of ``safehub run
+    --confine`` (``SAFEHUB_CONFINED``), or a stdin that is not a terminal.
+
+    >>> noninteractive(Policy(), {"CI": "woodpecker"}), noninteractive(Policy(), {"CI": "0"})
+    ... # doctest: +ELLIPSIS
+    (True, ...)
+    """
+    ci = environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(resolve_setting(policy, "noninteractive", environ)[0] or ci
+                or environ.get("SAFEHUB_CONFINED") or not _stdin_is_tty())
+
+
 @dataclass(frozen=True)
 class OwnPlace:
     """A place where safehub keeps what a later run trusts: ``path``, ``what`` it is (as
@@ -260,9 +275,6 @@ class Settings:
             return resolve_setting(policy, name, env)[0]
 
         offline, offline_source = resolve_setting(policy, "offline", env)
-        ci = env.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-        noninteractive = (value("noninteractive") or ci or bool(env.get("SAFEHUB_CONFINED"))
-                          or not _stdin_is_tty())
         hosts_raw = value("allowed_hosts") or ()
         if isinstance(hosts_raw, str):
             hosts_raw = hosts_raw.split(",")
@@ -285,7 +297,7 @@ class Settings:
             web_url=_base_url(value("github_url"), "SAFEHUB_GITHUB_URL", "https://github.com"),
             token=env.get("GITHUB_TOKEN") or None,
             offline=bool(offline),
-            noninteractive=bool(noninteractive),
+            noninteractive=noninteractive(policy, env),
             extra_hosts=frozenset(normalise_host(h) for h in hosts_raw if h.strip()),
             limits=limits,
             audit_log=Path(audit).expanduser() if audit else None,
