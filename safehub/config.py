@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from safehub._internal import fixes
 from safehub._internal.hosts import normalise_host
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub.errors import SpecError
 from safehub.limits import DEFAULTS, Limits
@@ -33,8 +34,8 @@ from safehub.policy.keys import KEYS
 if TYPE_CHECKING:  # the transport is imported where a request is about to be made
     from safehub.sources.transport import Transport, TransportConfig
 
-__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "Settings",
-           "env_flag", "environment", "held_back", "say_ignored"]
+__all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "OwnPlace",
+           "Settings", "env_flag", "environment", "held_back", "noninteractive", "say_ignored"]
 
 APP = "safehub"
 
@@ -131,24 +132,6 @@ def _base_url(value: str | None, name: str, default: str) -> str:
                         hint=f"{e.advice} (for a private CA set REQUESTS_CA_BUNDLE)") from None
 
 
-def torch_hub_moved(environ: Mapping[str, str]) -> tuple[Path, str] | None:
-    """torch's hub dir and what moved it, if the user moved it from torch's default
-    (``torch.hub.set_dir()`` in this process, or ``TORCH_HOME``); else None. torch itself is
-    not imported: ``set_dir`` needs it imported already."""
-    default_home = Path(environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                        "torch")
-    hub = sys.modules.get("torch.hub")
-    set_to = getattr(hub, "_hub_dir", None) if hub is not None else None
-    if isinstance(set_to, str | os.PathLike) and str(set_to):
-        if os.path.realpath(set_to) != os.path.realpath(default_home / "hub"):
-            return Path(set_to), "torch.hub.set_dir()"
-        return None
-    home = environ.get("TORCH_HOME")
-    if home and os.path.realpath(os.path.expanduser(home)) != os.path.realpath(default_home):
-        return Path(os.path.expanduser(home), "hub"), "TORCH_HOME"
-    return None
-
-
 def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
     """The cache root and the rule that chose it: ``SAFEHUB_CACHE_DIR`` or a policy's
     ``cache_dir``; else beneath torch's hub dir, in a folder of its own, where the user
@@ -156,9 +139,10 @@ def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
     cache, source = resolve_setting(policy, "cache_dir", environ)
     if cache:
         return Path(cache).expanduser(), str(source)
-    moved = torch_hub_moved(environ)
-    if moved is not None:
-        return moved[0] / APP, f"beneath torch's hub dir, which {moved[1]} moved"
+    torch_hub = torch_hub_dir(environ)
+    if torch_hub.moved_by is not None:
+        return (Path(torch_hub.path) / APP,
+                f"beneath torch's hub dir, which {torch_hub.moved_by} moved")
     return _user_dir("user_cache_dir"), "the default: the user cache dir"
 
 
@@ -187,6 +171,33 @@ def _stdin_is_tty() -> bool:
         return sys.stdin is not None and sys.stdin.isatty()
     except (AttributeError, ValueError):
         return False
+
+
+def noninteractive(policy: Policy, environ: Mapping[str, str]) -> bool:
+    """Whether safehub must never ask a question, decided once for every prompt (a load's
+    consent, ``policy init``'s confirmation): the policy's ``noninteractive`` or
+    ``SAFEHUB_NONINTERACTIVE``, ``CI`` set to anything but a no, a job of ``safehub run
+    --confine`` (``SAFEHUB_CONFINED``), or a stdin that is not a terminal.
+
+    >>> noninteractive(Policy(), {"CI": "woodpecker"}), noninteractive(Policy(), {"CI": "0"})
+    ... # doctest: +ELLIPSIS
+    (True, ...)
+    """
+    ci = environ.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(resolve_setting(policy, "noninteractive", environ)[0] or ci
+                or environ.get("SAFEHUB_CONFINED") or not _stdin_is_tty())
+
+
+@dataclass(frozen=True)
+class OwnPlace:
+    """A place where safehub keeps what a later run trusts: ``path``, ``what`` it is (as
+    messages name it), ``moved_by``: the setting that moves it elsewhere, and whether it is
+    one ``file`` (written in its folder) rather than a folder."""
+
+    path: Path
+    what: str
+    moved_by: str
+    file: bool = False
 
 
 @dataclass(frozen=True)
@@ -264,9 +275,6 @@ class Settings:
             return resolve_setting(policy, name, env)[0]
 
         offline, offline_source = resolve_setting(policy, "offline", env)
-        ci = env.get("CI", "").strip().lower() not in ("", "0", "false", "no", "off")
-        noninteractive = (value("noninteractive") or ci or bool(env.get("SAFEHUB_CONFINED"))
-                          or not _stdin_is_tty())
         hosts_raw = value("allowed_hosts") or ()
         if isinstance(hosts_raw, str):
             hosts_raw = hosts_raw.split(",")
@@ -289,7 +297,7 @@ class Settings:
             web_url=_base_url(value("github_url"), "SAFEHUB_GITHUB_URL", "https://github.com"),
             token=env.get("GITHUB_TOKEN") or None,
             offline=bool(offline),
-            noninteractive=bool(noninteractive),
+            noninteractive=noninteractive(policy, env),
             extra_hosts=frozenset(normalise_host(h) for h in hosts_raw if h.strip()),
             limits=limits,
             audit_log=Path(audit).expanduser() if audit else None,
@@ -336,6 +344,30 @@ class Settings:
         if changes.get("cache_dir") is not None and "cache_source" not in changes:
             changes["cache_source"] = "Hub(cache_dir=...)"
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def audit_path(self) -> Path:
+        """The audit log: the policy's ``audit_log``, else ``audit.jsonl`` in the log dir."""
+        return self.audit_log or self.log_dir / "audit.jsonl"
+
+    def own_places(self) -> tuple[OwnPlace, ...]:
+        """safehub's own places, the one list: the cache, the user's records (the data dir,
+        with the folders :mod:`safehub.store.records` declares) and the audit log. What
+        safehub's own work may write while a repo's code runs, and what a confined job may
+        never change, are both read from here.
+
+        >>> [p.what for p in Settings.from_env({"SAFEHUB_CACHE_DIR": "/c"}).own_places()]
+        ... # doctest: +NORMALIZE_WHITESPACE
+        ["safehub's cache", "safehub's records: consent, verified trees, signature verdicts,
+        weight pins", "safehub's audit log"]
+        """
+        from safehub.store.records import FOLDERS
+
+        return (OwnPlace(self.cache_dir, "safehub's cache", "SAFEHUB_CACHE_DIR"),
+                OwnPlace(self.data_dir, f"safehub's records: {', '.join(FOLDERS.values())}",
+                         "XDG_DATA_HOME"),
+                OwnPlace(self.audit_path, "safehub's audit log",
+                         "the policy's audit_log, or XDG_STATE_HOME", file=True))
 
     @property
     def offline_off(self) -> str:

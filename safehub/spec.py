@@ -20,11 +20,17 @@ from dataclasses import dataclass
 
 from safehub.errors import SpecError
 
-__all__ = ["FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text", "ref_forms"]
+__all__ = ["FULL_REF", "FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text",
+           "ref_forms"]
 
 _OWNER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,37}[A-Za-z0-9])?")
 _NAME = re.compile(r"[A-Za-z0-9._-]{1,100}")
 FULL_SHA = re.compile(r"[0-9a-f]{40}")
+# The full name of the branch or tag a ref resolved to, as GitHub reported it and as the
+# lockfile and the cache record keep it (``resolved_ref``): the one grammar both read. Wider
+# than what a spec may ask for (a default branch may have a name no spec could write), never
+# a control character or a space, never outside refs/heads/ and refs/tags/.
+FULL_REF = re.compile(r"refs/(heads|tags)/[^\x00-\x20\x7f]{1,250}")
 _SHORT_SHA = re.compile(r"[0-9a-fA-F]{4,40}")
 # Characters git refuses in ref names (git check-ref-format), plus ':' which separates the
 # ref in a spec, and '\\' which some filesystems treat as a separator.

@@ -53,6 +53,21 @@ def test_every_module_is_on_the_map() -> None:
     assert not missing, f"add these to docs/architecture.md's module map: {sorted(missing)}"
 
 
+def test_every_module_the_page_names_exists() -> None:
+    """The map, the separations and every module, folder or test the page names in full
+    are there: the page cannot name a module that was renamed or never written."""
+    text = (ROOT / "docs/architecture.md").read_text()
+    named = set(layers()) | {m for rule in separations() for m in rule}
+    named |= {m for m in re.findall(r"`(safehub(?:\.\w+)*)`", text)
+              if m.rsplit(".", 1)[-1] not in ("lock", "toml")}  # safehub.lock is a file
+    missing = sorted(named - set(modules()))
+    missing += sorted(p for p in re.findall(r"`(safehub/[\w/.]*)`", text)
+                      if not (ROOT / p).exists())
+    missing += sorted(f"tests/{t}.py" for t in re.findall(r"`(test_\w+)`", text)
+                      if not (ROOT / "tests" / f"{t}.py").exists())
+    assert not missing, f"docs/architecture.md names what does not exist: {missing}"
+
+
 def test_no_import_runs_back_up_the_layers() -> None:
     layer = layers()
     wrong = []

@@ -271,9 +271,12 @@ def test_init_for_admin_on_a_terminal_asks_naming_the_path_and_what_it_refuses(
     assert target.exists() is written
 
 
-def test_init_never_asks_in_ci_even_on_a_terminal(
-        isolated: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
+@pytest.mark.parametrize("why", ["CI=true", "CI=buildkite", "SAFEHUB_NONINTERACTIVE=1",
+                                 "SAFEHUB_CONFINED=1", "noninteractive = true"])
+def test_init_never_asks_where_a_load_would_not_even_on_a_terminal(
+        isolated: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, why: str) -> None:
+    """One decision (config.noninteractive) for every prompt: the policy's setting too."""
     import io
 
     class Terminal(io.StringIO):
@@ -281,7 +284,12 @@ def test_init_never_asks_in_ci_even_on_a_terminal(
             return True
 
     monkeypatch.setattr(sys, "stdin", Terminal("y\n"))
-    monkeypatch.setenv("CI", "true")
+    if "=" in why and " " not in why:
+        monkeypatch.setenv(*why.split("=", 1))
+    else:
+        policy = tmp_path / "p.toml"
+        policy.write_text(f"[safehub]\n{why}\n")
+        monkeypatch.setenv("SAFEHUB_POLICY", str(policy))
     assert main(["policy", "init", "--for", "admin"]) == 0
     assert "[y/N]" not in capsys.readouterr().err and not site_target(isolated).exists()
 

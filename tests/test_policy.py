@@ -576,37 +576,32 @@ def policy_documents():  # type: ignore[no-untyped-def]
 
 
 @pytest.mark.slow
-def test_the_validator_and_the_derived_pydantic_model_agree(tmp_path: Path) -> None:
-    """One declaration, two readers: whatever one accepts the other accepts, with the same
-    values; whatever one refuses the other refuses."""
+def test_the_validator_names_a_fault_or_accepts_every_document(tmp_path: Path) -> None:
+    """The one validator never fails any other way than a PolicyError naming the file, and
+    what it accepts reads back as the values given."""
     from hypothesis import HealthCheck, given, settings
-    from pydantic import ValidationError
 
-    from safehub.policy.schema import pydantic_model, validate
+    from safehub.policy.schema import validate
 
     (tmp_path / "k.pem").write_bytes(pem_key_and_certificate()[0])
     (tmp_path / "ca.pem").write_bytes(pem_key_and_certificate()[1])
-    model = pydantic_model()
+    source = str(tmp_path / "p.toml")
     accepted = []
 
     @settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
     @given(policy_documents())
     def check(data: dict[str, object]) -> None:
         try:
-            ours = validate(data, str(tmp_path / "p.toml"))
-        except PolicyError:
-            ours = None
-        try:
-            theirs = model.model_validate(data)
-        except ValidationError:
-            theirs = None
-        assert (ours is None) == (theirs is None), data
-        if ours is not None:
-            accepted.append(bool(ours.allow or ours.deny))
-            assert len(ours.allow) == len(theirs.allow) and len(ours.deny) == len(theirs.deny)
-            for table, other in zip(ours.allow, theirs.allow, strict=True):
-                assert table.repo == other.repo and table.pin == other.pin
-                assert table.signature == other.signature
+            ours = validate(data, source)
+        except PolicyError as e:
+            assert source in str(e), str(e)
+            return
+        accepted.append(bool(ours.allow or ours.deny))
+        given_allow = data.get("allow", [])
+        assert isinstance(given_allow, list) and len(ours.allow) == len(given_allow)
+        for table, raw in zip(ours.allow, given_allow, strict=True):
+            assert table.repo == raw["repo"]
+            assert table.pin == raw.get("pin", "none")
 
     check()
     assert sum(accepted) > 25  # the property is not vacuous

@@ -82,3 +82,24 @@ def test_a_malformed_cache_entry_is_an_integrity_error(hub_repo: HubRepo, isolat
     entry.write_text(json.dumps(data))
     with pytest.raises(safehub.IntegrityError):
         load("acme/models:v1.0")
+
+
+def test_safehubs_own_places_come_from_the_records_declarations(tmp_path: Path) -> None:
+    """Each records store keeps its files in the folder it declares; the one list of
+    safehub's own places (what a confined job may not change, what safehub's own work may
+    write during a load) holds every one of them, and names what each keeps."""
+    from safehub._internal.fsutil import within_any
+    from safehub.config import Settings
+    from safehub.store import records
+
+    settings = Settings(cache_dir=tmp_path / "c", data_dir=tmp_path / "d", log_dir=tmp_path / "l")
+    places = settings.own_places()
+    stores = (records.ConsentStore(settings.data_dir), records.VerifiedRecords(settings.data_dir),
+              records.SignatureRecords(settings.data_dir))
+    kept = [str(s.root) for s in stores] + [str(records.WeightPins(settings.data_dir).path)]
+    assert set(records.folders(settings.data_dir)) == {Path(p).parent if p.endswith(".json")
+                                                       else Path(p) for p in kept}
+    assert all(within_any(p, [str(place.path) for place in places]) for p in kept)
+    described = next(p.what for p in places if p.path == settings.data_dir)
+    assert all(keeps in described for keeps in records.FOLDERS.values())
+    assert settings.audit_path in {p.path for p in places if p.file}

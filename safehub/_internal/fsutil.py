@@ -9,10 +9,11 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "read_json", "rmtree", "within", "write_json"]
+__all__ = ["atomic_write", "read_json", "rmtree", "within", "within_any", "write_json"]
 
 
 def within(path: str, folder: str) -> bool:
@@ -29,6 +30,15 @@ def within(path: str, folder: str) -> bool:
         return True
     root = folder if folder.endswith(os.sep) else folder + os.sep
     return path.startswith(root) or path + os.sep == root
+
+
+def within_any(path: str, folders: Iterable[str]) -> bool:
+    """``path`` is :func:`within` one of ``folders``.
+
+    >>> within_any("/tmp/x", ["/data", "/tmp"]), within_any("/tmpx", ["/tmp"])
+    (True, False)
+    """
+    return any(within(path, folder) for folder in folders)
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:

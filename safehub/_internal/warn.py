@@ -7,6 +7,7 @@ import sys
 import warnings
 from collections.abc import Sequence
 
+from safehub._internal.fsutil import within
 from safehub._internal.text import printable
 
 __all__ = ["printable", "warn"]
@@ -16,7 +17,7 @@ _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 def _outside(filename: str) -> bool:
     path = os.path.abspath(filename)
-    return not (path == _PACKAGE or path.startswith(_PACKAGE + os.sep))
+    return not within(path, _PACKAGE)
 
 
 def warn(message: str, category: type[Warning] = UserWarning, *,

@@ -164,12 +164,14 @@ def _refuses(body: str, target: Path) -> str:
 
 def _confirmed(target: Path, refuses: str) -> bool:
     """Ask on a terminal (never in CI or without one) whether to write ``target``."""
-    from safehub.config import env_flag
+    from safehub.config import noninteractive
+    from safehub.policy import load_policy
 
-    interactive = (sys.stdin is not None and sys.stdin.isatty()
-                   and not env_flag(os.environ, "CI")
-                   and not env_flag(os.environ, "SAFEHUB_NONINTERACTIVE"))
-    if not interactive:
+    try:
+        never = noninteractive(load_policy(), os.environ)
+    except SafehubError:  # a policy or variable that cannot be read: never ask
+        never = True
+    if never:
         return False
     sys.stderr.write(text.lines([
         f"safehub: this writes {target}, the machine-wide policy: every load by every user "

@@ -3,7 +3,7 @@
 Each :class:`Key` says what a key is called, in which table it lives, its type and
 default, who may set it (a project's ``./safehub.toml`` only where ``project`` is true;
 the environment only where it names an ``env`` variable) and how files merge it. The
-validator and the pydantic model (:mod:`safehub.policy.schema`), the merge
+validator (:mod:`safehub.policy.schema`), the merge
 (:mod:`safehub.policy.model`), ``safehub policy show``, the key tables of docs/policy.md
 and the error messages all read this one table.
 

@@ -2,9 +2,8 @@
 
 :func:`validate` checks a parsed TOML document and names *every* fault at once (file, key,
 value, the allowed form); types are strict (a string is never a boolean). It imports
-nothing heavy, so a load does not pay for pydantic. :func:`pydantic_model` builds the
-equivalent pydantic model from the same declaration (strict mode, ``extra="forbid"``,
-frozen), for JSON Schema and as an independent oracle in the tests.
+nothing heavy, and it is the only validator of a policy file: what it accepts is what a
+load obeys.
 
 Files that arrive with a project (``./safehub.toml``, ``origin="project"``) may set only
 the keys the declaration allows them, and every path they name must resolve inside the
@@ -20,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safehub._internal.fsutil import within
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS, TABLE_NAMES, Key
 from safehub.policy.values import Fault, PathList, PathValue, Tables
 
-__all__ = ["FileSpec", "Table", "parse_text", "pydantic_model", "validate"]
+__all__ = ["FileSpec", "Table", "parse_text", "validate"]
 
 
 
@@ -249,7 +249,7 @@ def _path(kind: PathValue, value: str, base: Path, project: bool) -> str:
         path = base / path
     if project:
         real, root = os.path.realpath(path), os.path.realpath(base)
-        if os.path.commonpath([real, root]) != root:
+        if not within(real, root):
             raise Fault(f"{value!r} leads outside the project folder {root}; a project's "
                         "policy may only name files inside it")
     if kind.exists:
@@ -287,60 +287,3 @@ def parse_text(text: str, source: str, *, origin: str = "user") -> FileSpec:
         raise PolicyError(f"policy file {source}: not valid TOML ({e})",
                           hint=_fix(source, origin)) from e
     return validate(data, source, origin=origin)
-
-
-# -- the pydantic model, derived ----------------------------------------------------------------
-
-_MODELS: dict[str, Any] = {}
-
-
-def pydantic_model() -> Any:
-    """The pydantic model of a policy file, built from the declaration (strict, frozen,
-    ``extra="forbid"``): same keys, defaults and checks as :func:`validate` (which does
-    not resolve paths here)."""
-    if "file" in _MODELS:
-        return _MODELS["file"]
-    from typing import Annotated
-
-    import pydantic
-    from pydantic import AfterValidator, ConfigDict, model_validator
-
-    # Fields built at run time: typed as Any, since pydantic's stubs for create_model
-    # change between releases (2.14 narrowed them) and say nothing about these values.
-    create_model: Any = pydantic.create_model
-    config = ConfigDict(strict=True, frozen=True, extra="forbid")
-
-    def field(key: Key, nested: Mapping[str, Any]) -> tuple[Any, Any]:
-        def check(value: Any, key: Key = key) -> Any:
-            return key.type.check(_plain(value))
-
-        if isinstance(key.type, Tables):
-            inner = nested[key.type.scope]
-            annotation: Any = list.__class_getitem__(inner)
-        else:
-            annotation = Annotated[Any, AfterValidator(check)]
-        return annotation, (... if key.required else key.default)
-
-    models: dict[str, Any] = {}
-    for scope in ("signer", "safehub", "confine", "oci", "deny", "allow"):
-        validators: dict[str, Any] = {}
-        for check in _TABLE_CHECKS.get(scope, ()):
-            def after(self: Any, check: Callable[[Table], None] = check,
-                      scope: str = scope) -> Any:
-                check(Table(scope, {k: getattr(self, k) for k in type(self).model_fields}))
-                return self
-            validators["table_check"] = model_validator(mode="after")(after)
-        fields = {k.name: field(k, models) for k in KEYS[scope].values()}
-        models[scope] = create_model(
-            f"Policy_{scope}", __config__=config, __validators__=validators, **fields)
-    section, allow, deny = models["safehub"], models["allow"], models["deny"]
-    _MODELS["file"] = create_model(
-        "PolicyFile", __config__=config, safehub=(section, section()),
-        confine=(models["confine"] | None, None), oci=(models["oci"] | None, None),
-        allow=(list.__class_getitem__(allow), []), deny=(list.__class_getitem__(deny), []))
-    return _MODELS["file"]
-
-
-def _plain(value: Any) -> Any:
-    """Lists arrive as tuples from pydantic's tuple fields; the checks take TOML's lists."""
-    return list(value) if isinstance(value, tuple) else value

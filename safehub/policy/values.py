@@ -32,7 +32,7 @@ class Fault(ValueError):
 
 @dataclass(frozen=True)
 class ValueType:
-    """A kind of value: how to check it, how to describe it, its pydantic annotation."""
+    """A kind of value: how to check it, how to describe it."""
 
     name: str
 

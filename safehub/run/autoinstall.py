@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from safehub._internal.fsutil import within
 from safehub.errors import ConfineError, SpecError
 
 if TYPE_CHECKING:
@@ -75,8 +76,8 @@ def _excepthook(kind: type[BaseException], error: BaseException, tb: TracebackTy
 
     frames = []
     for frame in traceback.extract_tb(tb):
-        if frame.filename.startswith("<safehub") or os.path.realpath(
-                frame.filename).startswith(_PACKAGE + os.sep):
+        if frame.filename.startswith("<safehub") or within(os.path.realpath(frame.filename),
+                                                            _PACKAGE):
             break  # safehub's frames, and whatever ran below them
         frames.append(frame)
     shown = printable("".join(["Traceback (most recent call last):\n",

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from safehub._internal.hosts import hosts_of_urls
 from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules
 from safehub.run.weights import WeightsGuard
-from safehub.store.records import WeightPins
+from safehub.store.records import ConsentStore, WeightPins
 
 if TYPE_CHECKING:
     from safehub.config import Settings
@@ -56,7 +56,8 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
     a weights download, the audit line): its hosts (any, where the weights patterns name
     none or a wildcard: the download may go where the policy lets it), its folders (cache,
     data but never the consent records, logs, sigstore's caches, the temp dir); never a
-    process."""
+    process. safehub's own places are :meth:`Settings.own_places` (the audit log's folder
+    for the log), the consent records' folder is the records module's."""
     import platformdirs
 
     from safehub.sources.transport import proxy_hosts
@@ -67,12 +68,13 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
     if patterns and not any("*" in h for h in weights):
         hosts = (*settings.transport_config().allowed_hosts, *weights,
                  *proxy_hosts([settings.api_url, settings.web_url, *patterns]))
-    roots = (settings.cache_dir, settings.data_dir, settings.log_dir, audit_path.parent,
+    own = [p.path.parent if p.file else p.path for p in settings.own_places()]
+    roots = (*own, audit_path.parent,
              Path(platformdirs.user_cache_dir("sigstore-python", appauthor=False)),
              Path(platformdirs.user_data_dir("sigstore-python", appauthor=False)),
              Path(tempfile.gettempdir()))
-    return OwnWork(hosts, tuple(os.path.realpath(r) for r in roots),
-                   (os.path.realpath(settings.data_dir / "trust"),))
+    return OwnWork(hosts, tuple(dict.fromkeys(os.path.realpath(r) for r in roots)),
+                   (os.path.realpath(settings.data_dir / ConsentStore.FOLDER),))
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,

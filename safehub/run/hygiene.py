@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safehub._internal.fsutil import within_any
+
 __all__ = ["Shadow", "leftovers", "shadowing", "top_level_owners"]
 
 # Standard-library names no library imports at run time (demos and IDLE); a repo's module
@@ -188,14 +190,14 @@ def _file_of(module: Any) -> list[str]:
 def _inside(files: list[str], roots: tuple[str, ...]) -> bool:
     for file in files:
         path = file if os.path.isabs(file) else os.path.abspath(file)
-        if any(path.startswith(root) for root in roots):
+        if within_any(path, roots):
             return True
     return False
 
 
 @functools.lru_cache(maxsize=64)
 def _roots(tree: Path) -> tuple[str, ...]:
-    return tuple({os.path.abspath(tree) + os.sep, os.path.realpath(tree) + os.sep})
+    return tuple({os.path.abspath(tree), os.path.realpath(tree)})
 
 
 _OWNERS: dict[str, tuple[str, ...]] | None = None

@@ -25,7 +25,6 @@ import contextvars
 import functools
 import importlib.util
 import inspect
-import os
 import sys
 import threading
 import types
@@ -122,19 +121,6 @@ def _route() -> None:
 def signature(name: str) -> inspect.Signature:
     """The signature of torch.hub's own function ``name`` (looked up once)."""
     return inspect.signature(original(name))
-
-
-def hub_dir() -> str:
-    """torch's hub dir (``torch.hub.get_dir()``), without importing torch if it is not
-    imported yet (``TORCH_HOME``, else ``$XDG_CACHE_HOME/torch``, plus ``hub``)."""
-    hub = sys.modules.get("torch.hub")
-    if hub is not None:
-        get_dir = _ORIGINALS.get("get_dir") or getattr(hub, "get_dir", None)
-        if get_dir is not None:
-            return str(get_dir())
-    cache = os.getenv("XDG_CACHE_HOME", os.path.join(os.path.expanduser("~"), ".cache"))
-    return os.path.join(os.path.expanduser(os.getenv("TORCH_HOME", os.path.join(cache, "torch"))),
-                        "hub")
 
 
 def original(name: str) -> Callable[..., Any]:

@@ -35,6 +35,7 @@ from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PolicyDenied
@@ -248,7 +249,7 @@ class WeightsGuard:
         code unless every matching rule says ``weights_only = false``."""
         url = _text(url, "url")
         self.check_url(url)
-        folder = model_dir or os.path.join(_torch_hub_dir(), "checkpoints")
+        folder = model_dir or os.path.join(torch_hub_dir().path, "checkpoints")
         # The file name as torch's load_state_dict_from_url derives it (its own urlparse):
         # which file torch would load, not where anything connects.
         cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))
@@ -272,7 +273,3 @@ def _original(name: str) -> Callable[..., Any]:
     return original(name)
 
 
-def _torch_hub_dir() -> str:
-    from safehub.run.torchhub import hub_dir
-
-    return hub_dir()

@@ -33,7 +33,7 @@ from typing import Any
 from safehub._internal import fixes
 from safehub._internal.fsutil import atomic_write
 from safehub.errors import PinError
-from safehub.spec import FULL_SHA, RepoSpec
+from safehub.spec import FULL_REF, FULL_SHA, RepoSpec
 
 __all__ = ["FIELDS", "LockEntry", "Locked", "Lockfile", "WeightPin", "spec_key"]
 
@@ -130,8 +130,7 @@ FIELDS: dict[str, tuple[bool, Callable[[str], str]]] = {
     "level": (False, _check(re.compile("tree|per-file"), "'tree' or 'per-file'")),
     "proof": (False, _check(None, "")),
     "signer": (False, _check(None, "")),
-    "resolved_ref": (False, _check(re.compile(r"refs/(heads|tags)/[^\x00-\x20\x7f]{1,250}"),
-                                   "refs/heads/NAME or refs/tags/NAME")),
+    "resolved_ref": (False, _check(FULL_REF, "refs/heads/NAME or refs/tags/NAME")),
     "oci": (False, _check(_DIGEST, "'sha256:' and 64 hex digits (a manifest digest)")),
 }
 _ORDER = ("spec", "repo", "ref", "resolved_ref", "commit", "tree", "digest", "level", "proof",

@@ -8,7 +8,11 @@ a shared cache cannot plant a record:
   verified for a commit, and the stat scans of the cache folders it served;
 * :class:`SignatureRecords` -- ``signatures/<commit>.json``: signature verdicts per
   signer-policy fingerprint;
-* :class:`WeightPins` -- ``weights.json``: the SHA-256 of each weights URL first seen.
+* :class:`WeightPins` -- ``weights/pins.json``: the SHA-256 of each weights URL first seen.
+
+Each store declares its folder (``FOLDER``) and what it keeps (``KEEPS``); :data:`FOLDERS`
+and :func:`folders` list them, for every part that must know safehub's own places (what
+the runtime guard lets safehub's own work write, what a confined job may never change).
 
 Everything read back is input: each record is validated on read, and paths are built only
 from validated 40-hex shas and parsed repo keys. A record of the wrong shape is treated as
@@ -33,7 +37,8 @@ from safehub.errors import CacheError
 from safehub.spec import RepoSpec, is_full_sha
 from safehub.store.cache.integrity import Survey
 
-__all__ = ["Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords", "WeightPins"]
+__all__ = ["FOLDERS", "Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords",
+           "WeightPins", "folders"]
 
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
@@ -81,8 +86,11 @@ class Consent:
 class ConsentStore:
     """Consent records under ``<data_dir>/trust``."""
 
+    FOLDER = "trust"
+    KEEPS = "consent"
+
     def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "trust"
+        self.root = data_dir / self.FOLDER
 
     def _file(self, key: str) -> Path:
         spec = RepoSpec.parse(key)  # a repo key is validated before it becomes a path
@@ -138,8 +146,11 @@ class ConsentStore:
 class SignatureRecords:
     """Signature verdicts per (commit, digest, signer-policy fingerprint)."""
 
+    FOLDER = "signatures"
+    KEEPS = "signature verdicts"
+
     def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "signatures"
+        self.root = data_dir / self.FOLDER
 
     def find(self, commit: str, digest: str, policy: str) -> str | None:
         data = _read(_commit_file(self.root, commit))
@@ -188,8 +199,11 @@ class VerifiedRecords:
     the ones recorded here, after this user's own verification.
     """
 
+    FOLDER = "verified"
+    KEEPS = "verified trees"
+
     def __init__(self, data_dir: Path) -> None:
-        self.root = data_dir / "verified"
+        self.root = data_dir / self.FOLDER
 
     def get(self, commit: str) -> Verified | None:
         data = _read(_commit_file(self.root, commit))
@@ -229,8 +243,11 @@ class VerifiedRecords:
 class WeightPins:
     """Per-user record of weight files seen: URL -> sha256 (and the file's stat data)."""
 
+    FOLDER = "weights"
+    KEEPS = "weight pins"
+
     def __init__(self, data_dir: Path) -> None:
-        self.path = data_dir / "weights" / "pins.json"
+        self.path = data_dir / self.FOLDER / "pins.json"
         self._before = data_dir / "weights.json"  # where safehub 0.1 kept them
 
     def _all(self) -> dict[str, Any]:
@@ -269,3 +286,17 @@ class WeightPins:
 def _repos(entry: Any) -> list[str]:
     repos = entry.get("repos") if isinstance(entry, dict) else None
     return [r for r in repos if isinstance(r, str)] if isinstance(repos, list) else []
+
+
+FOLDERS: dict[str, str] = {store.FOLDER: store.KEEPS for store in (
+    ConsentStore, VerifiedRecords, SignatureRecords, WeightPins)}
+"""Each folder of the user's data dir the records keep, and what it keeps."""
+
+
+def folders(data_dir: Path) -> dict[Path, str]:
+    """The records' folders in ``data_dir``, each with what it keeps.
+
+    >>> sorted(p.name for p in folders(Path("/d")))
+    ['signatures', 'trust', 'verified', 'weights']
+    """
+    return {data_dir / name: keeps for name, keeps in FOLDERS.items()}

@@ -30,11 +30,11 @@ from typing import Any
 
 from safehub._internal.fsutil import within
 from safehub._internal.programs import find_program
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.warn import warn
 from safehub.errors import ConfineError, SpecError
 from safehub.policy import Policy
 from safehub.run.confine.ruleset import Grant, Ruleset
-from safehub.run.torchhub import hub_dir
 
 __all__ = ["confinement", "plan"]
 
@@ -118,16 +118,14 @@ def _job_folders(job: str) -> list[Grant]:
     return grants
 
 
-_MOVE = {"safehub's cache": "SAFEHUB_CACHE_DIR",
-         "the lockfile in force": "SAFEHUB_LOCKFILE, or run the job from another folder",
-         "torch's checkpoint folder": "TORCH_HOME",
-         "safehub's audit log": "the policy's audit_log, or XDG_STATE_HOME",
-         "safehub's records": "XDG_DATA_HOME"}
+_MOVE = {"the lockfile in force": "SAFEHUB_LOCKFILE, or run the job from another folder",
+         "torch's checkpoint folder": "TORCH_HOME"}
 
 
-def _how_to_move(why: str) -> str:
+def _how_to_move(why: str, settings: Any) -> str:
     """How the user moves a protected path out of a write grant."""
-    for what, how in _MOVE.items():
+    own = {p.what.split(":")[0]: p.moved_by for p in settings.own_places()}
+    for what, how in {**own, **_MOVE}.items():
         if why.startswith(what):
             return f"move {what} elsewhere ({how})"
     if "project policy file" in why:
@@ -142,15 +140,10 @@ def protected(settings: Any, lockfile: Path | None = None) -> list[Grant]:
     torch's checkpoint folder (safehub pins what it finds there) and the audit log."""
     from safehub.policy.files import searched
 
-    audit = Path(settings.audit_log) if settings.audit_log else \
-        Path(settings.log_dir) / "audit.jsonl"
-    items = [(settings.cache_dir, "safehub's cache"),
-             (settings.data_dir, "safehub's records: consent, verified trees, signature "
-                                 "verdicts, weight pins"),
-             (lockfile or settings.lockfile or Path.cwd() / "safehub.lock",
+    items: list[tuple[Any, str]] = [(p.path, p.what) for p in settings.own_places()]
+    items += [(lockfile or settings.lockfile or Path.cwd() / "safehub.lock",
               "the lockfile in force"),
-             (os.path.join(hub_dir(), "checkpoints"), "torch's checkpoint folder"),
-             (audit, "safehub's audit log")]
+              (os.path.join(torch_hub_dir().path, "checkpoints"), "torch's checkpoint folder")]
     items += [(c.path, f"a {c.origin} policy file" if c.exists else
                f"where a {c.origin} policy file would be read") for c in searched()]
     grants: list[Grant] = []
@@ -161,7 +154,7 @@ def protected(settings: Any, lockfile: Path | None = None) -> list[Grant]:
 
 
 def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
-                  guarded: Sequence[Grant]) -> None:
+                  guarded: Sequence[Grant], settings: Any) -> None:
     """Refuse a ruleset in which the job could change what a later run trusts, or what a
     later run's grants are made of."""
     from safehub.run.confine import _landlock
@@ -176,7 +169,7 @@ def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
                     "trusts", hint=("grant a folder that does not hold it (a subfolder for "
                                     "the job's output, such as checkpoints/), or "
                                     if where == "holds" else "grant a folder outside it, or ")
-                    + _how_to_move(kept.why))
+                    + _how_to_move(kept.why, settings))
         if not os.path.lexists(grant.path):
             continue  # made when the command starts, then opened the same way
         try:
@@ -233,7 +226,7 @@ def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
     ports = tuple(dict.fromkeys(merged["connect_ports"].value))
     grants = _outermost(_unique(grants))
     guarded = protected(settings, lockfile)
-    _check_writes(grants, programs, guarded)
+    _check_writes(grants, programs, guarded, settings)
     return Ruleset(abi, tuple(grants), tuple(_unique(programs)), ports,
                    scoped=abi >= 6, notes=tuple(notes), job=job, protected=tuple(guarded))
 

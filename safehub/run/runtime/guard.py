@@ -39,7 +39,9 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from safehub._internal import fixes
+from safehub._internal.fsutil import within, within_any
 from safehub._internal.hosts import local_name, normalise_host, parse_ip
+from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
 from safehub.run.confine.ruleset import current as confine_ruleset
@@ -47,8 +49,7 @@ from safehub.run.hygiene import leftovers, shadowing
 from safehub.run.runtime import _hook
 from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
-from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list, within
-from safehub.run.torchhub import hub_dir
+from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list
 from safehub.store.cache import integrity
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
@@ -151,7 +152,7 @@ class RuntimeGuard:
         self.tree_ident = tree_ident
         """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
         self._own = own
-        roots: list[str | os.PathLike[str]] = [tree, hub_dir(), tempfile.gettempdir(),
+        roots: list[str | os.PathLike[str]] = [tree, torch_hub_dir().path, tempfile.gettempdir(),
                                                 *rules.write_paths(), *write_roots]
         self._roots = sorted({_real(p) for p in roots})
         self._tree = [str(self.tree)]
@@ -273,7 +274,7 @@ class RuntimeGuard:
             kind = action.kind
             if kind == "write":
                 for path in action.paths:
-                    if path != self._devnull and not within(path, self._tree):
+                    if path != self._devnull and not within_any(path, self._tree):
                         report.add_entry(report.writes, path)
             elif kind == "connect":
                 report.add_entry(report.hosts, self._host_label(action))
@@ -313,8 +314,8 @@ class RuntimeGuard:
     def _written(self, path: str) -> bool:
         """``path`` is in a place the guarded code may write (a Python installation in the
         temp dir counts as installed, not as written)."""
-        return within(path, self._tree) or (within(path, self._roots)
-                                            and not within(path, self._installed))
+        return within_any(path, self._tree) or (within_any(path, self._roots)
+                                                and not within_any(path, self._installed))
 
     def internal_error(self, event: str, error: Exception) -> RuntimeGuardError:
         return RuntimeGuardError(
@@ -349,9 +350,9 @@ class RuntimeGuard:
         if not self.rules.writes_restricted:
             return None
         for path in action.paths:
-            if path == self._devnull or within(path, self._roots):
+            if path == self._devnull or within_any(path, self._roots):
                 continue
-            if action.op == "os.mkdir" and any(within(root, [path]) for root in self._roots):
+            if action.op == "os.mkdir" and any(within(root, path) for root in self._roots):
                 continue  # a folder on the way to an allowed one (torch's hub dir, first use)
             verb = "write" if action.op in ("open", "sqlite3.connect") else f"change ({action.op})"
             return self._refusal(
@@ -387,7 +388,7 @@ class RuntimeGuard:
             return None
         path = action.paths[0]
         written = self._written(path)
-        if not written and (action.kind == "extension" or within(path, self._libraries)):
+        if not written and (action.kind == "extension" or within_any(path, self._libraries)):
             return None
         reason = ("it is in a place code can write (its tree, the temp dir...)" if written
                   else "it is not part of the Python installation or the system's libraries")

@@ -14,18 +14,19 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
 from safehub._internal import fixes
 from safehub._internal.fixes import Fix
+from safehub._internal.fsutil import within, within_any
 from safehub._internal.hosts import HostPattern, local_name, normalise_host, parse_ip
 from safehub._internal.programs import check_entry
 from safehub.errors import PolicyError
 from safehub.run.runtime._events import Action
 
-__all__ = ["Mode", "OwnWork", "RuntimeRules", "toml_list", "within"]
+__all__ = ["Mode", "OwnWork", "RuntimeRules", "toml_list"]
 
 Mode = Literal["observe", "enforce", "off"]
 _MODES = ("observe", "enforce", "off")
@@ -169,14 +170,6 @@ class RuntimeRules:
         return f"{key} = {toml_list(value)}"
 
 
-def within(path: str, roots: Sequence[str]) -> bool:
-    """``path`` is one of ``roots`` or below one, by whole path components."""
-    for root in roots:
-        if path == root or path.startswith(root if root.endswith(os.sep) else root + os.sep):
-            return True
-    return False
-
-
 @dataclass(frozen=True)
 class OwnWork:
     """What safehub's own work may touch while a repo's code runs (a nested load's fetch
@@ -198,8 +191,8 @@ class OwnWork:
         if kind == "write":
             if action.relative:
                 return True
-            return all((within(p, self.roots) and not within(p, self.denied))
-                       or (action.op == "os.mkdir" and any(within(r, [p]) for r in self.roots))
+            return all((within_any(p, self.roots) and not within_any(p, self.denied))
+                       or (action.op == "os.mkdir" and any(within(r, p) for r in self.roots))
                        for p in action.paths)
         if kind in ("lookup", "connect") and self.hosts is not None:
             host = normalise_host(action.host)

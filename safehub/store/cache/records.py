@@ -15,12 +15,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from safehub.digest import MODE_EXEC, MODE_FILE, MODE_LINK, FileEntry, is_digest
-from safehub.spec import RepoSpec, is_full_sha
+from safehub.spec import FULL_REF, RepoSpec, is_full_sha
 
 __all__ = ["FORMAT", "LEVELS", "CommitProof", "RefRecord", "RepoRecord", "Verdict"]
 
 FORMAT = 1
-_FULL_REF = re.compile(r"refs/(heads|tags)/[^\x00-\x20\x7f]{1,250}")
 
 @dataclass(frozen=True)
 class Verdict:
@@ -141,7 +140,7 @@ class RepoRecord:
                     and is_full_sha(hit.get("commit"))):
                 raise ValueError(f"malformed ref {str(ref)[:80]!r}")
             full = hit.get("full", "")
-            if not (isinstance(full, str) and (not full or _FULL_REF.fullmatch(full))):
+            if not (isinstance(full, str) and (not full or FULL_REF.fullmatch(full))):
                 raise ValueError(f"malformed full name of ref {str(ref)[:80]!r}")
             record.refs[str(ref)] = RefRecord(hit["ref"], hit["commit"], full)
         for sha, proof in commits.items():
