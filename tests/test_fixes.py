@@ -415,3 +415,32 @@ def test_a_fork_commit_loaded_by_a_repos_own_code(
                                  trust_repo=True), safehub.PinError)
     assert "load it" not in (error.hint or "") and "repo's code" in (error.hint or "")
     assert "asked for by the code of the repo" in error.message
+
+
+def test_an_air_gap_without_a_registry(hub_repo: HubRepo, server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``safehub lock``, then ``oci export``, then a load from the folder (issue 33, 1);
+    a lockfile entry without an ``oci`` digest: ``check`` and the load say the same, and
+    the printed fix (DIR: the layout folder) works."""
+    assert main(["lock", "acme/models:v1.0"]) == 0
+    Path("before.lock").write_text(Path("safehub.lock").read_text())
+    layout = tmp_path / "layout"
+    assert main(["oci", "export", "--lockfile", "safehub.lock", str(layout)]) == 0
+    assert "oci = " in Path("safehub.lock").read_text()
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(tmp_path / "node-cache"))
+    monkeypatch.setenv("SAFEHUB_OCI", f"oci:{layout}")
+    monkeypatch.setenv("SAFEHUB_LOCKFILE", "before.lock")
+    capsys.readouterr()
+    assert main(["check", "acme/models:v1.0", "--json"]) == 1
+    said = json.loads(capsys.readouterr().out)
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PinError)
+    assert said["outcome"] == "refuse" and said["why"] == error.message
+    export = needed(error.fix)[0][0]
+    assert isinstance(export, Run) and export.command in (error.hint or ""), error.hint
+    apply(Run(export.command.replace("DIR", str(layout))))  # in the same shell
+    server.clear_log()
+    assert load("acme/models:v1.0", "echo", 1, trust_repo=True) == ((1,), {})
+    assert server.requests_log == []
+    monkeypatch.setenv("SAFEHUB_LOCKFILE", "safehub.lock")
+    assert main(["check", "acme/models:v1.0"]) == 0

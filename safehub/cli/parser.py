@@ -380,7 +380,9 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                               parser_class=parser_class)
     export = add("export", "write the lockfile's snapshots into an OCI image layout",
                  "Each snapshot is rebuilt with every check of a load (from SAFEHUB_OCI if "
-                 "set, else GitHub) and must equal the lockfile's oci digest.", "json",
+                 "set, else GitHub) and must equal the lockfile entry's oci digest; an "
+                 "entry without one gets the digest written, so that a node with this "
+                 "lockfile loads from DIR (SAFEHUB_OCI=oci:DIR).", "json",
                  "cache", "lockfile", parent=osub, key="oci export")
     export.add_argument("folder", metavar="DIR", type=_folder_to_be, help="the layout folder")
     _fleet_signing(export, "")
