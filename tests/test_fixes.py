@@ -444,3 +444,24 @@ def test_an_air_gap_without_a_registry(hub_repo: HubRepo, server, tmp_path: Path
     assert server.requests_log == []
     monkeypatch.setenv("SAFEHUB_LOCKFILE", "safehub.lock")
     assert main(["check", "acme/models:v1.0"]) == 0
+
+
+@pytest.mark.parametrize("kind", [Run, AddLines])
+def test_trust_repo_false_without_a_terminal(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch,
+                                             kind: type[Mechanical]) -> None:
+    """torch.hub's trust_repo=False means "always ask": with nobody to ask, no trust or
+    rule can help; the fix says to pass 'check' (then trust) or True (issue 33, 2)."""
+    monkeypatch.setenv("CI", "true")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=False),
+                    safehub.UntrustedRepoError)
+    assert "always ask" in error.message
+    first, second = needed(error.fix)[0]
+    assert isinstance(first, Say) and "trust_repo=True" in first.text
+    assert load("acme/models:v1.0", "echo", 1, trust_repo=True) == ((1,), {})
+    assert main(["untrust", "acme/models"]) == 0
+    says, then = needed(second)
+    assert "trust_repo='check'" in says[0].text  # type: ignore[union-attr]
+    with pytest.raises(safehub.UntrustedRepoError):
+        load("acme/models:v1.0", trust_repo="check")  # not trusted yet: the second part
+    apply([f for f in then if isinstance(f, kind)][0])
+    assert load("acme/models:v1.0", "echo", 1, trust_repo="check") == ((1,), {})
