@@ -463,5 +463,5 @@ def test_trust_repo_false_without_a_terminal(hub_repo: HubRepo, monkeypatch: pyt
     assert "trust_repo='check'" in says[0].text  # type: ignore[union-attr]
     with pytest.raises(safehub.UntrustedRepoError):
         load("acme/models:v1.0", trust_repo="check")  # not trusted yet: the second part
-    apply([f for f in then if isinstance(f, kind)][0])
+    apply(next(f for f in then if isinstance(f, kind)))
     assert load("acme/models:v1.0", "echo", 1, trust_repo="check") == ((1,), {})

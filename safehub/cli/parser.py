@@ -411,8 +411,9 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                "then show four refusals, and stop.\nWith --serve: keep a loopback hub with "
                "the demo's repos up until Ctrl-C (one signed, one whose tag moved, a fork's "
                "commit, one that phones home), and print the export lines that point "
-               "safehub at it (its own cache and policy: nothing of yours changes), so the "
-               "README's Quickstart and any command can be tried against it.")
+               "safehub at it (its own cache and policy: no file of yours changes), so the "
+               "README's Quickstart and any command can be tried against it; when it "
+               "stops, it prints the unset line that undoes them.")
     demo.add_argument("--serve", action="store_true",
                       help="serve the demo's repos until Ctrl-C, for trying commands")
     demo.add_argument("--port", type=_port, help="with --serve: the port (default: any free)")
