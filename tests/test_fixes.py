@@ -465,3 +465,81 @@ def test_trust_repo_false_without_a_terminal(hub_repo: HubRepo, monkeypatch: pyt
         load("acme/models:v1.0", trust_repo="check")  # not trusted yet: the second part
     apply(next(f for f in then if isinstance(f, kind)))
     assert load("acme/models:v1.0", "echo", 1, trust_repo="check") == ((1,), {})
+
+
+JOB = '''
+import sys
+import safehub
+from safehub.errors import SafehubError
+try:
+    print("LISTED", safehub.list("acme/models:v1.0", verbose=False))
+except SafehubError as e:
+    print("REFUSED", type(e).__name__, e.message)
+    print("HINT", e.hint)
+'''
+
+
+def test_a_port_a_confined_job_may_not_connect_to(hub_repo: HubRepo, server,  # type: ignore[no-untyped-def]
+                                                  isolated: Path, tmp_path: Path) -> None:
+    """Inside ``safehub run --confine``, a fetch to a port not in ``[confine]
+    connect_ports``: the cause and the fix are said, and the fix works (issue 33, 4)."""
+    from safehub.run.confine import _landlock
+
+    if _landlock.abi() < 4:
+        pytest.skip("confinement needs Landlock ABI 4 (Linux 6.7)")
+    canaries = tmp_path / "canaries"  # the test hubconf writes its canary on import
+    canaries.mkdir()
+    policy = user_policy(isolated, '[[allow]]\nrepo = "acme/models"\n[confine]\n'
+                         f'writes = ["{canaries}"]\n')
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    (tmp_path / "tmpdir").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir"), "CI": "true",
+           "SAFEHUB_TEST_CANARY": str(canaries / "canary")}
+
+    def run_job() -> str:
+        import subprocess
+        import sys
+
+        done = subprocess.run([sys.executable, "-m", "safehub", "run", "--confine", "--",
+                               sys.executable, str(job)], env=env, capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    said = run_job()
+    assert "REFUSED FetchError" in said and "connect_ports" in said, said
+    assert f"port {server.port}" in said and "check the network" not in said
+    line = re.search(r"set (connect_ports = \[[\d, ]+\]) in the \[confine\] table", said)
+    assert line is not None, said
+    policy.write_text(policy.read_text() + line.group(1) + "\n")  # as the fix says
+    assert "LISTED" in run_job()
+
+
+def test_a_write_a_confined_job_may_not_make(isolated: Path, tmp_path: Path) -> None:
+    """A torch.save the kernel refuses in a job of ``safehub run --confine``: safehub run
+    says what the kernel refuses and where to grant it; granting it works (issue 33, 4)."""
+    import subprocess
+    import sys
+
+    from safehub.run.confine import _landlock
+
+    if _landlock.abi() < 4:
+        pytest.skip("confinement needs Landlock ABI 4 (Linux 6.7)")
+    policy = user_policy(isolated, "[confine]\n")
+    out = tmp_path / "checkpoints"
+    out.mkdir()
+    (tmp_path / "tmpdir").mkdir()
+    job = f"import torch; torch.save({{'w': 1}}, {str(out / 'w.pt')!r})"
+    command = [sys.executable, "-m", "safehub", "run", "--confine", "--", sys.executable,
+               "-c", job]
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir")}
+    done = subprocess.run(command, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 1 and "torch.save outside the writes folders" in done.stderr
+    assert "writes, exec or connect_ports in the [confine] table" in done.stderr
+    policy.write_text(policy.read_text() + f'writes = ["{out}"]\n')  # as the fix says
+    done = subprocess.run(command, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (out / "w.pt").stat().st_size > 0

@@ -307,7 +307,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from safehub.operations.job import serve
 
-    return launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
+    code = launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
+    if ruleset is not None and code not in (0, 130):
+        sys.stderr.write(text.confined_failure(code, ruleset))
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
