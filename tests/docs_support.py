@@ -276,11 +276,13 @@ def pythonpath(env: Mapping[str, str], *more: str | os.PathLike[str]) -> str:
 
 
 def in_the_foreground() -> None:
-    """A child's SIGINT as a terminal's foreground job has it (Ctrl-C stops it), even
-    when the test run itself ignores SIGINT (a background job: ``nohup pytest &``)."""
+    """A child's SIGINT and SIGHUP as a terminal's foreground job has them (Ctrl-C stops
+    it), even when the test run itself ignores them (a background job: ``nohup pytest
+    &``)."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 

@@ -543,3 +543,32 @@ def test_a_write_a_confined_job_may_not_make(isolated: Path, tmp_path: Path) -> 
                           stdin=subprocess.DEVNULL, timeout=600)
     assert done.returncode == 0, done.stderr
     assert (out / "w.pt").stat().st_size > 0
+
+
+def test_signing_a_folder_with_a_symbolic_link(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``safehub sign`` on a folder with a link: what is wrong and the option that signs
+    it, which then verifies (issue 33, 6)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / "key.pem", tmp_path / "key.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text("dependencies = []\n")
+    (repo / "alias.py").symlink_to("hubconf.py")
+    command = ["sign", str(repo), "--key", str(private)]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "alias.py is a symbolic link" in err and "allow_symlinks`" not in err
+    assert "PEM EC" not in err
+    option = re.search(r"add (--[\w-]+) to `safehub sign`", err)
+    assert option is not None, err
+    assert main([*command, option.group(1)]) == 0
+    assert main(["verify", str(repo), "--key", str(public)]) == 0

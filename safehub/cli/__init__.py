@@ -250,7 +250,8 @@ def _cmd_sign(args: argparse.Namespace) -> int:
     from safehub.verify.signatures import sign_directory
 
     out = sign_directory(Path(args.directory), Path(args.key),
-                         out=Path(args.out) if args.out else None)
+                         out=Path(args.out) if args.out else None,
+                         allow_symlinks=args.allow_symlinks)
     _emit(args, {"signature": str(out)}, text.lines([f"wrote {out}"]))
     return EXIT_OK
 

@@ -323,6 +323,9 @@ def _signing(add: _Adder) -> None:
                       help="PEM EC private key")
     sign.add_argument("--out", metavar="FILE", type=_file_to_be,
                       help="signature path (default: DIRECTORY/model.sig)")
+    sign.add_argument("--allow-symlinks", action="store_true",
+                      help="sign a symbolic link to a file inside DIRECTORY as that file "
+                      "(model_signing's --allow_symlinks); without it a link is refused")
 
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
