@@ -572,3 +572,23 @@ def test_signing_a_folder_with_a_symbolic_link(tmp_path: Path,
     assert option is not None, err
     assert main([*command, option.group(1)]) == 0
     assert main(["verify", str(repo), "--key", str(public)]) == 0
+
+
+def test_offline_holds_safehub_and_the_guard_holds_the_code(  # type: ignore[no-untyped-def]
+        make_hub_repo, isolated: Path, listener: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the README says offline covers (issue 33, 5): safehub's own requests; the
+    repo's code connects unless the runtime guard (``network = []``) refuses it."""
+    make_hub_repo("acme", "net", {"hubconf.py": CONNECTS})
+    user_policy(isolated, "[[allow]]\nrepo = 'acme/net'\n")
+    assert main(["prefetch", "acme/net:v1.0"]) == 0
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    capsys.readouterr()
+    assert main(["load", "acme/net:v1.0", "connect", "--args", f"[{listener}]", "--report",
+                 "-q"]) == 0
+    assert f"127.0.0.1:{listener}" in capsys.readouterr().out  # recorded, not held
+    with pytest.raises(safehub.OfflineError):
+        load("acme/net:v2.0")  # safehub's own request: held
+    user_policy(isolated, "[safehub]\nruntime = 'enforce'\n"
+                "[[allow]]\nrepo = 'acme/net'\nnetwork = []\n")
+    refused(lambda: load("acme/net:v1.0", "connect", listener), safehub.RuntimeGuardError)
