@@ -311,6 +311,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     code = launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
     if ruleset is not None and code not in (0, 130):
         sys.stderr.write(text.confined_failure(code, ruleset))
+    if args.json:  # after COMMAND's own output: how it ended
+        _emit(args, {"command": command, "confine": ruleset and ruleset.to_json(),
+                     "exit": code}, "")
     return code
 
 

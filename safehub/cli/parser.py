@@ -116,7 +116,7 @@ JSON_FIELDS: dict[str, str] = {
     "cache ls": "cache, chosen_by, entries",
     "cache verify": "cache, ok, entries",
     "cache clear": "cleared, removed",
-    "run": "command, confine",
+    "run": "command, confine, [after COMMAND ends (not --dry-run)] exit",
     "install": "path, state",
     "uninstall": "path, state, removed",
     "docs": "pages | TOPIC: topic, text",
