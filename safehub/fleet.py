@@ -186,7 +186,10 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
         raise SpecError(f"--oci {target}: an OCI layout is written with `safehub oci export`",
-                        hint="give --oci REGISTRY/REPOSITORY")
+                        hint=f"lock the specs (`safehub lock SPEC`), then run `safehub oci "
+                        f"export --lockfile {hub.lockfile_path} {target[4:]}` (it records "
+                        "each snapshot's digest in the lockfile); or give --oci "
+                        "REGISTRY/REPOSITORY")
     current = hub.lockfile
     unlocked = [s for s in specs if current is None or
                 current.get(RepoSpec.parse(s)) is None]
