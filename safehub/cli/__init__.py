@@ -369,7 +369,7 @@ def _main(argv: list[str]) -> int:
     except text.RepoCodeError as e:
         return _fail(wants_json, "RepoCodeError", e.message, e.fix, EXIT_REFUSED)
     except KeyboardInterrupt:
-        return _fail(wants_json, "interrupted", "interrupted (Ctrl-C)", "nothing half-done "
+        return _fail(wants_json, "interrupted", "stopped by Ctrl-C", "nothing half-done "
                      "is kept (the cache installs atomically): run the command again", 130)
     except (BrokenPipeError, text.OutputError):
         raise

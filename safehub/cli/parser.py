@@ -323,9 +323,8 @@ def _signing(add: _Adder) -> None:
                       help="PEM EC private key")
     sign.add_argument("--out", metavar="FILE", type=_file_to_be,
                       help="signature path (default: DIRECTORY/model.sig)")
-    sign.add_argument("--allow-symlinks", action="store_true",
-                      help="sign a symbolic link to a file inside DIRECTORY as that file "
-                      "(model_signing's --allow_symlinks); without it a link is refused")
+    sign.add_argument("--allow-symlinks", action="store_true", help="sign a link to a file "
+                      "inside DIRECTORY as that file (model_signing's --allow_symlinks)")
 
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -367,11 +366,11 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     for verb, what in (("install", "write"), ("uninstall", "remove")):
         hook = add(verb, f"{what} the environment hook (--environment)",
-                   f"--environment: {what} {ENV_HOOK} in the active environment's "
-                   "site-packages. With it, every Python process of that environment "
-                   "routes torch.hub.load/list/help through safehub, with -E, -I or a "
-                   "scrubbed environment too (not -S). In a script, safehub.install() "
-                   "routes that one process.", "json")
+                   f"--environment: {what} {ENV_HOOK} in the active environment's site-"
+                   f"packages. {'With it' if verb == 'install' else 'Until then'}, every "
+                   "Python process of that environment routes torch.hub.load/list/help "
+                   "through safehub, with -E, -I or a scrubbed environment too (not -S). In a "
+                   "script, safehub.install() routes that one process.", "json")
         hook.add_argument("--environment", action="store_true", required=True,
                           help=f"{what} the .pth hook in this environment's site-packages")
 
@@ -383,9 +382,8 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                               parser_class=parser_class)
     export = add("export", "write the lockfile's snapshots into an OCI image layout",
                  "Each snapshot is rebuilt with every check of a load (from SAFEHUB_OCI if "
-                 "set, else GitHub) and must equal the lockfile entry's oci digest; an "
-                 "entry without one gets the digest written, so that a node with this "
-                 "lockfile loads from DIR (SAFEHUB_OCI=oci:DIR).", "json",
+                 "set, else GitHub) and must equal the lockfile entry's oci digest; an entry "
+                 "without one gets it written, for nodes with SAFEHUB_OCI=oci:DIR.", "json",
                  "cache", "lockfile", parent=osub, key="oci export")
     export.add_argument("folder", metavar="DIR", type=_folder_to_be, help="the layout folder")
     _fleet_signing(export, "")
