@@ -50,6 +50,8 @@ def ask(lines: list[str], question: str) -> bool:
     sys.stderr.write("\n".join(shown) + " [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline()
+    if not answer.endswith("\n"):  # end of input (Ctrl-D): what follows starts a line
+        sys.stderr.write("\n")
     return answer.strip().lower() in ("y", "yes")
 
 

@@ -657,5 +657,6 @@ def test_the_prompt_left_with_ctrl_c_or_ctrl_d(mess: World, canary: Path, answer
         assert child.exitstatus == 130 and "safehub: interrupted: " in shown
     else:
         assert child.exitstatus == 1 and "UntrustedRepoError" in shown
+        assert "\n" in shown.split("safehub: ", 1)[0], shown  # not on the prompt's line
     assert "  fix: " in shown
     assert runs(canary) == 0
