@@ -186,7 +186,10 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
         raise SpecError(f"--oci {target}: an OCI layout is written with `safehub oci export`",
-                        hint="give --oci REGISTRY/REPOSITORY")
+                        hint=f"lock the specs (`safehub lock SPEC`), then run `safehub oci "
+                        f"export --lockfile {hub.lockfile_path} {target[4:]}` (it records "
+                        "each snapshot's digest in the lockfile); or give --oci "
+                        "REGISTRY/REPOSITORY")
     current = hub.lockfile
     unlocked = [s for s in specs if current is None or
                 current.get(RepoSpec.parse(s)) is None]
@@ -217,24 +220,40 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
 
 def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Published]:
     """Write every locked snapshot into the OCI image layout ``folder``, each rebuilt with
-    every check of a load and equal to the lockfile's ``oci`` digest where it has one."""
+    every check of a load and equal to the lockfile's ``oci`` digest where it has one.
+
+    An entry without one gets the digest written (as ``prefetch --oci`` records it): the
+    snapshot is a function of the entry's commit, tree and content digest, all checked
+    here, so a node that loads from the layout with this lockfile needs no registry."""
     lockfile = hub.lockfile
     if lockfile is None or not lockfile.entries:
         raise PinError(f"nothing to export: no lockfile entries at {hub.lockfile_path}",
                        hint="safehub prefetch --oci REGISTRY/REPOSITORY SPEC ... first")
     layout = Layout(folder)
     done = []
+    github = hub
+    if hub.settings.oci:  # an entry without an oci digest is built from GitHub, as publish
+        from safehub.hub import Hub as _Hub
+
+        github = _Hub(hub.settings.with_changes(oci=()), policy=hub.policy, surface="cli",
+                      transport=hub.transport())
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for key in sorted(lockfile.entries):
-            built = _build(hub, key, Path(d))
-            digest = sha256(built.manifest)
             want = lockfile.entries[key].oci
+            built = _build(hub if want else github, key, Path(d))
+            digest = sha256(built.manifest)
             if want and digest != want:
                 raise IntegrityError(
                     f"the snapshot of {key} rebuilt here is {digest}, but "
                     f"{hub.lockfile_path} pins {want}",
                     hint="the lockfile decides: check how its oci field was written, or "
                     f"run `safehub prefetch --oci REGISTRY/REPOSITORY {key}` again")
+            if not want:
+                # The lockfile, re-read under its own save, gets the digest it now decides.
+                fresh = Lockfile.load(hub.lockfile_path)
+                fresh.put(dataclasses.replace(fresh.entries[key], oci=digest))
+                fresh.save()
+                hub.forget_lockfile()
             snap = parse_manifest(built.manifest, digest, str(layout))
             layout.write_blob(built.config, snap.config.digest)
             layout.write_blob(built.archive, snap.archive.digest)

@@ -27,6 +27,9 @@ __all__ = ["TRUST_VALUES", "Subject", "Trust", "Verdict", "ask", "check_trust_re
 TRUST_VALUES = ("check", True, False, None)
 
 
+_ALWAYS_ASK = "trust_repo=False asks every time"
+
+
 def check_trust_repo(value: Any) -> None:
     """Refuse a ``trust_repo`` that torch.hub would not take, before any I/O."""
     if not any(value is v or (isinstance(v, str) and value == v) for v in TRUST_VALUES):
@@ -47,6 +50,8 @@ def ask(lines: list[str], question: str) -> bool:
     sys.stderr.write("\n".join(shown) + " [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline()
+    if not answer.endswith("\n"):  # end of input (Ctrl-D): what follows starts a line
+        sys.stderr.write("\n")
     return answer.strip().lower() in ("y", "yes")
 
 
@@ -96,7 +101,7 @@ class Trust:
         runs in this process and could answer for the user (``sys.stdin``), so only the
         policy or an earlier consent can let it run."""
         if trust_repo is False:
-            return self._asking(subject, "trust_repo=False asks every time", nested)
+            return self._asking(subject, _ALWAYS_ASK, nested)
         if decision.verdict == "allow":
             return Verdict("allow", "the policy allows it")
         if decision.violations:
@@ -125,6 +130,19 @@ class Trust:
                 f"which a repo's code asked to load: it is not trusted ({why}), and a load "
                 "the repo's code asks for is never prompted for (that code could answer)",
                 fix=self._fix(subject, nested=True)))
+        if self.noninteractive and why == _ALWAYS_ASK:
+            return Verdict("refuse", why, UntrustedRepoError(
+                f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: "
+                "trust_repo=False means \"always ask\" (as in torch.hub: even trusted or "
+                "allowed content is asked for every time), and nobody can be asked here "
+                "(non-interactive: CI=true, SAFEHUB_NONINTERACTIVE=1, noninteractive = "
+                "true, or no terminal), so no trust or policy rule can let it load",
+                fix=fixes.either(
+                    fixes.say("pass trust_repo=True to safehub.load (run it without asking)"),
+                    fixes.both(fixes.say("pass trust_repo='check' (the default: ask only "
+                                         "for content not trusted yet)"),
+                               fixes.noted(self._fix(subject, nested=True),
+                                           "if it is not trusted yet, ")))))
         if self.noninteractive:
             return Verdict("refuse", why, UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: it "

@@ -275,6 +275,17 @@ def pythonpath(env: Mapping[str, str], *more: str | os.PathLike[str]) -> str:
 # -- safehub demo --serve, as a newcomer runs it -----------------------------------------------
 
 
+def in_the_foreground() -> None:
+    """A child's SIGINT and SIGHUP as a terminal's foreground job has them (Ctrl-C stops
+    it), even when the test run itself ignores them (a background job: ``nohup pytest
+    &``)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+
 @dataclass
 class DemoServe:
     """``safehub demo --serve`` in a process of its own, and what it printed."""
@@ -308,7 +319,7 @@ def demo_serve(env: Mapping[str, str], cwd: Path, *args: str) -> Iterator[DemoSe
     process = subprocess.Popen(
         [sys.executable, "-m", "safehub", "demo", "--serve", *args], cwd=cwd,
         env={**env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT, text=True)
+        stderr=subprocess.STDOUT, text=True, preexec_fn=in_the_foreground)
     served = DemoServe(process, [])
     try:
         assert process.stdout is not None

@@ -67,6 +67,7 @@ def test_every_command_prints_one_object_with_its_fields(
     emitted(capsys, "policy init", "policy", "init", "--path", str(tmp_path / "new.toml"))
     emitted(capsys, "policy init", "policy", "init", "--for", "admin")  # printed, not written
     emitted(capsys, "run", "run", "--dry-run", "--", "true")
+    assert emitted(capsys, "run", "run", "--", "true")["exit"] == 0  # after the command
     emitted(capsys, "docs", "docs")
     emitted(capsys, "docs", "docs", "env")
     emitted(capsys, "untrust", "untrust", hub_repo.spec)

@@ -33,6 +33,7 @@ from safehub import errors
 from safehub.cli import main
 from safehub.verify.signatures import sign_directory
 from tests.conftest import HAVE_TORCH, HUBCONF, child_pythonpath, needs_torch, runs
+from tests.docs_support import in_the_foreground
 from tests.helpers_load import cli
 from tests.support import GitHubStandIn, TLSFiles, git, make_repo
 
@@ -641,7 +642,8 @@ def test_the_prompt_left_with_ctrl_c_or_ctrl_d(mess: World, canary: Path, answer
 
     env = {**os.environ, "PYTHONPATH": child_pythonpath()}
     child = pexpect.spawn(sys.executable, ["-m", "safehub", "load", "acme/models:v1.0", "tiny"],
-                          env=env, encoding="utf-8", timeout=120)
+                          env=env, encoding="utf-8", timeout=120,
+                          preexec_fn=in_the_foreground)  # Ctrl-C reaches it
     child.expect(r"\[y/N\] ")
     if answer == "ctrl-c":
         child.sendintr()
@@ -655,5 +657,6 @@ def test_the_prompt_left_with_ctrl_c_or_ctrl_d(mess: World, canary: Path, answer
         assert child.exitstatus == 130 and "safehub: interrupted: " in shown
     else:
         assert child.exitstatus == 1 and "UntrustedRepoError" in shown
+        assert "\n" in shown.split("safehub: ", 1)[0], shown  # not on the prompt's line
     assert "  fix: " in shown
     assert runs(canary) == 0

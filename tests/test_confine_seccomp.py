@@ -642,8 +642,10 @@ while True:
 def _start(ignore_sigint: bool) -> subprocess.Popen[str]:
     """``safehub run --confine`` in a process group of its own (as a shell starts a job),
     with SIGINT as given: caught (foreground) or ignored (a background job)."""
-    def dispositions() -> None:
+    def dispositions() -> None:  # whatever the test run's own (nohup ignores SIGHUP)
         signal.signal(signal.SIGINT, signal.SIG_IGN if ignore_sigint else signal.SIG_DFL)
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
     code = SIGNALLED.replace("IGNORED", str(ignore_sigint))
     return subprocess.Popen([sys.executable, "-m", "safehub", "run", "--confine", "--",

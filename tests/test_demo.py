@@ -207,6 +207,9 @@ def test_serve_stops_on_ctrl_c_and_removes_its_files() -> None:
     serve(0, said.append, stop)
     root = Path(said[0].split("(files in ", 1)[1].split(";", 1)[0])
     assert not root.exists() and said[-1].startswith("safehub demo hub stopped")
+    assert said[-1].endswith("unset SAFEHUB_GITHUB_API_URL SAFEHUB_GITHUB_URL "
+                             "REQUESTS_CA_BUNDLE SAFEHUB_ALLOWED_HOSTS SAFEHUB_CACHE_DIR "
+                             "SAFEHUB_POLICY")
 
 
 def test_port_goes_with_serve(capsys: pytest.CaptureFixture[str]) -> None:
@@ -239,3 +242,15 @@ def test_serve_in_a_process_of_its_own_ends_cleanly_on_sigterm(tmp_path: Path) -
         served.process.send_signal(signal.SIGTERM)
         rest, _ = served.process.communicate(timeout=60)
     assert "stopped" in rest and served.process.returncode == 0 and not root.exists()
+    # The export lines, then the unset line it printed on stopping, in one shell: that
+    # shell's environment is as it was (issue 33, 3).
+    unset = [line for line in rest.splitlines() if line.startswith("unset ")]
+    assert len(unset) == 1
+    pasted = [line for line in served.printed if line.startswith("export ")]
+    script = "\n".join([*pasted, unset[0], "env -0"])
+    import subprocess
+
+    after = subprocess.run(["sh", "-c", script], capture_output=True, check=True,
+                           env={"PATH": os.environ["PATH"]}).stdout
+    names = {item.split(b"=", 1)[0].decode() for item in after.split(b"\0") if item}
+    assert not names & set(served.exports), names

@@ -415,3 +415,180 @@ def test_a_fork_commit_loaded_by_a_repos_own_code(
                                  trust_repo=True), safehub.PinError)
     assert "load it" not in (error.hint or "") and "repo's code" in (error.hint or "")
     assert "asked for by the code of the repo" in error.message
+
+
+def test_an_air_gap_without_a_registry(hub_repo: HubRepo, server, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                       monkeypatch: pytest.MonkeyPatch,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """``safehub lock``, then ``oci export``, then a load from the folder (issue 33, 1);
+    a lockfile entry without an ``oci`` digest: ``check`` and the load say the same, and
+    the printed fix (DIR: the layout folder) works."""
+    assert main(["lock", "acme/models:v1.0"]) == 0
+    Path("before.lock").write_text(Path("safehub.lock").read_text())
+    layout = tmp_path / "layout"
+    assert main(["oci", "export", "--lockfile", "safehub.lock", str(layout)]) == 0
+    assert "oci = " in Path("safehub.lock").read_text()
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(tmp_path / "node-cache"))
+    monkeypatch.setenv("SAFEHUB_OCI", f"oci:{layout}")
+    monkeypatch.setenv("SAFEHUB_LOCKFILE", "before.lock")
+    capsys.readouterr()
+    assert main(["check", "acme/models:v1.0", "--json"]) == 1
+    said = json.loads(capsys.readouterr().out)
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=True), safehub.PinError)
+    assert said["outcome"] == "refuse" and said["why"] == error.message
+    export = needed(error.fix)[0][0]
+    assert isinstance(export, Run) and export.command in (error.hint or ""), error.hint
+    apply(Run(export.command.replace("DIR", str(layout))))  # in the same shell
+    server.clear_log()
+    assert load("acme/models:v1.0", "echo", 1, trust_repo=True) == ((1,), {})
+    assert server.requests_log == []
+    monkeypatch.setenv("SAFEHUB_LOCKFILE", "safehub.lock")
+    assert main(["check", "acme/models:v1.0"]) == 0
+
+
+@pytest.mark.parametrize("kind", [Run, AddLines])
+def test_trust_repo_false_without_a_terminal(hub_repo: HubRepo, monkeypatch: pytest.MonkeyPatch,
+                                             kind: type[Mechanical]) -> None:
+    """torch.hub's trust_repo=False means "always ask": with nobody to ask, no trust or
+    rule can help; the fix says to pass 'check' (then trust) or True (issue 33, 2)."""
+    monkeypatch.setenv("CI", "true")
+    error = refused(lambda: load("acme/models:v1.0", trust_repo=False),
+                    safehub.UntrustedRepoError)
+    assert "always ask" in error.message
+    first, second = needed(error.fix)[0]
+    assert isinstance(first, Say) and "trust_repo=True" in first.text
+    assert load("acme/models:v1.0", "echo", 1, trust_repo=True) == ((1,), {})
+    assert main(["untrust", "acme/models"]) == 0
+    says, then = needed(second)
+    assert "trust_repo='check'" in says[0].text  # type: ignore[union-attr]
+    with pytest.raises(safehub.UntrustedRepoError):
+        load("acme/models:v1.0", trust_repo="check")  # not trusted yet: the second part
+    apply(next(f for f in then if isinstance(f, kind)))
+    assert load("acme/models:v1.0", "echo", 1, trust_repo="check") == ((1,), {})
+
+
+JOB = '''
+import sys
+import safehub
+from safehub.errors import SafehubError
+try:
+    print("LISTED", safehub.list("acme/models:v1.0", verbose=False))
+except SafehubError as e:
+    print("REFUSED", type(e).__name__, e.message)
+    print("HINT", e.hint)
+'''
+
+
+def test_a_port_a_confined_job_may_not_connect_to(hub_repo: HubRepo, server,  # type: ignore[no-untyped-def]
+                                                  isolated: Path, tmp_path: Path) -> None:
+    """Inside ``safehub run --confine``, a fetch to a port not in ``[confine]
+    connect_ports``: the cause and the fix are said, and the fix works (issue 33, 4)."""
+    from safehub.run.confine import _landlock
+
+    if _landlock.abi() < 4:
+        pytest.skip("confinement needs Landlock ABI 4 (Linux 6.7)")
+    canaries = tmp_path / "canaries"  # the test hubconf writes its canary on import
+    canaries.mkdir()
+    policy = user_policy(isolated, '[[allow]]\nrepo = "acme/models"\n[confine]\n'
+                         f'writes = ["{canaries}"]\n')
+    job = tmp_path / "job.py"
+    job.write_text(JOB)
+    (tmp_path / "tmpdir").mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir"), "CI": "true",
+           "SAFEHUB_TEST_CANARY": str(canaries / "canary")}
+
+    def run_job() -> str:
+        import subprocess
+        import sys
+
+        done = subprocess.run([sys.executable, "-m", "safehub", "run", "--confine", "--",
+                               sys.executable, str(job)], env=env, capture_output=True,
+                              text=True, stdin=subprocess.DEVNULL, timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    said = run_job()
+    assert "REFUSED FetchError" in said and "connect_ports" in said, said
+    assert f"port {server.port}" in said and "check the network" not in said
+    line = re.search(r"set (connect_ports = \[[\d, ]+\]) in the \[confine\] table", said)
+    assert line is not None, said
+    policy.write_text(policy.read_text() + line.group(1) + "\n")  # as the fix says
+    assert "LISTED" in run_job()
+
+
+def test_a_write_a_confined_job_may_not_make(isolated: Path, tmp_path: Path) -> None:
+    """A torch.save the kernel refuses in a job of ``safehub run --confine``: safehub run
+    says what the kernel refuses and where to grant it; granting it works (issue 33, 4)."""
+    import subprocess
+    import sys
+
+    from safehub.run.confine import _landlock
+
+    if _landlock.abi() < 4:
+        pytest.skip("confinement needs Landlock ABI 4 (Linux 6.7)")
+    policy = user_policy(isolated, "[confine]\n")
+    out = tmp_path / "checkpoints"
+    out.mkdir()
+    (tmp_path / "tmpdir").mkdir()
+    job = f"import torch; torch.save({{'w': 1}}, {str(out / 'w.pt')!r})"
+    command = [sys.executable, "-m", "safehub", "run", "--confine", "--", sys.executable,
+               "-c", job]
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmpdir")}
+    done = subprocess.run(command, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 1 and "torch.save outside the writes folders" in done.stderr
+    assert "writes, exec or connect_ports in the [confine] table" in done.stderr
+    policy.write_text(policy.read_text() + f'writes = ["{out}"]\n')  # as the fix says
+    done = subprocess.run(command, env=env, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert (out / "w.pt").stat().st_size > 0
+
+
+def test_signing_a_folder_with_a_symbolic_link(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``safehub sign`` on a folder with a link: what is wrong and the option that signs
+    it, which then verifies (issue 33, 6)."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    private, public = tmp_path / "key.pem", tmp_path / "key.pub"
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.PKCS8,
+                                          serialization.NoEncryption()))
+    public.write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / "hubconf.py").write_text("dependencies = []\n")
+    (repo / "alias.py").symlink_to("hubconf.py")
+    command = ["sign", str(repo), "--key", str(private)]
+    assert main(command) == 1
+    err = capsys.readouterr().err
+    assert "alias.py is a symbolic link" in err and "allow_symlinks`" not in err
+    assert "PEM EC" not in err
+    option = re.search(r"add (--[\w-]+) to `safehub sign`", err)
+    assert option is not None, err
+    assert main([*command, option.group(1)]) == 0
+    assert main(["verify", str(repo), "--key", str(public)]) == 0
+
+
+def test_offline_holds_safehub_and_the_guard_holds_the_code(  # type: ignore[no-untyped-def]
+        make_hub_repo, isolated: Path, listener: int, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """What the README says offline covers (issue 33, 5): safehub's own requests; the
+    repo's code connects unless the runtime guard (``network = []``) refuses it."""
+    make_hub_repo("acme", "net", {"hubconf.py": CONNECTS})
+    user_policy(isolated, "[[allow]]\nrepo = 'acme/net'\n")
+    assert main(["prefetch", "acme/net:v1.0"]) == 0
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    capsys.readouterr()
+    assert main(["load", "acme/net:v1.0", "connect", "--args", f"[{listener}]", "--report",
+                 "-q"]) == 0
+    assert f"127.0.0.1:{listener}" in capsys.readouterr().out  # recorded, not held
+    with pytest.raises(safehub.OfflineError):
+        load("acme/net:v2.0")  # safehub's own request: held
+    user_policy(isolated, "[safehub]\nruntime = 'enforce'\n"
+                "[[allow]]\nrepo = 'acme/net'\nnetwork = []\n")
+    refused(lambda: load("acme/net:v1.0", "connect", listener), safehub.RuntimeGuardError)

@@ -268,6 +268,12 @@ def test_plain_http_only_for_a_loopback_registry_a_policy_names(
     monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "no-docker-login"))
     with DockerRegistry(tmp_path / "plain", tls, plain=True) as plain:
         target = f"http://{plain.host}/team/hub"
+        # Named without http://: the TLS failure says what works (issue 33, 7), which the
+        # rest of this test applies.
+        assert main(["prefetch", "--oci", f"{plain.host}/team/hub", "acme/models:v1.0"]) == 1
+        err = capsys.readouterr().err
+        assert f'add oci = ["{target}"] to [safehub] in your policy file' in err, err
+        assert f"--oci {target}" in err
         # Not named by a policy: refused, with the fix.
         assert main(["prefetch", "--oci", target, "acme/models:v1.0"]) == 2
         assert "add oci = " in capsys.readouterr().err

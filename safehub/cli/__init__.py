@@ -250,7 +250,8 @@ def _cmd_sign(args: argparse.Namespace) -> int:
     from safehub.verify.signatures import sign_directory
 
     out = sign_directory(Path(args.directory), Path(args.key),
-                         out=Path(args.out) if args.out else None)
+                         out=Path(args.out) if args.out else None,
+                         allow_symlinks=args.allow_symlinks)
     _emit(args, {"signature": str(out)}, text.lines([f"wrote {out}"]))
     return EXIT_OK
 
@@ -307,7 +308,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from safehub.operations.job import serve
 
-    return launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
+    code = launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
+    if ruleset is not None and code not in (0, 130):
+        sys.stderr.write(text.confined_failure(code, ruleset))
+    if args.json:  # after COMMAND's own output: how it ended
+        _emit(args, {"command": command, "confine": ruleset and ruleset.to_json(),
+                     "exit": code}, "")
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -362,7 +369,7 @@ def _main(argv: list[str]) -> int:
     except text.RepoCodeError as e:
         return _fail(wants_json, "RepoCodeError", e.message, e.fix, EXIT_REFUSED)
     except KeyboardInterrupt:
-        return _fail(wants_json, "interrupted", "interrupted (Ctrl-C)", "nothing half-done "
+        return _fail(wants_json, "interrupted", "stopped by Ctrl-C", "nothing half-done "
                      "is kept (the cache installs atomically): run the command again", 130)
     except (BrokenPipeError, text.OutputError):
         raise

@@ -116,7 +116,7 @@ JSON_FIELDS: dict[str, str] = {
     "cache ls": "cache, chosen_by, entries",
     "cache verify": "cache, ok, entries",
     "cache clear": "cleared, removed",
-    "run": "command, confine",
+    "run": "command, confine, [after COMMAND ends (not --dry-run)] exit",
     "install": "path, state",
     "uninstall": "path, state, removed",
     "docs": "pages | TOPIC: topic, text",
@@ -323,6 +323,8 @@ def _signing(add: _Adder) -> None:
                       help="PEM EC private key")
     sign.add_argument("--out", metavar="FILE", type=_file_to_be,
                       help="signature path (default: DIRECTORY/model.sig)")
+    sign.add_argument("--allow-symlinks", action="store_true", help="sign a link to a file "
+                      "inside DIRECTORY as that file (model_signing's --allow_symlinks)")
 
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -364,11 +366,11 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
 
     for verb, what in (("install", "write"), ("uninstall", "remove")):
         hook = add(verb, f"{what} the environment hook (--environment)",
-                   f"--environment: {what} {ENV_HOOK} in the active environment's "
-                   "site-packages. With it, every Python process of that environment "
-                   "routes torch.hub.load/list/help through safehub, with -E, -I or a "
-                   "scrubbed environment too (not -S). In a script, safehub.install() "
-                   "routes that one process.", "json")
+                   f"--environment: {what} {ENV_HOOK} in the active environment's site-"
+                   f"packages. {'With it' if verb == 'install' else 'Until then'}, every "
+                   "Python process of that environment routes torch.hub.load/list/help "
+                   "through safehub, with -E, -I or a scrubbed environment too (not -S). In a "
+                   "script, safehub.install() routes that one process.", "json")
         hook.add_argument("--environment", action="store_true", required=True,
                           help=f"{what} the .pth hook in this environment's site-packages")
 
@@ -380,7 +382,8 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                               parser_class=parser_class)
     export = add("export", "write the lockfile's snapshots into an OCI image layout",
                  "Each snapshot is rebuilt with every check of a load (from SAFEHUB_OCI if "
-                 "set, else GitHub) and must equal the lockfile's oci digest.", "json",
+                 "set, else GitHub) and must equal the lockfile entry's oci digest; an entry "
+                 "without one gets it written, for nodes with SAFEHUB_OCI=oci:DIR.", "json",
                  "cache", "lockfile", parent=osub, key="oci export")
     export.add_argument("folder", metavar="DIR", type=_folder_to_be, help="the layout folder")
     _fleet_signing(export, "")
@@ -409,8 +412,9 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                "then show four refusals, and stop.\nWith --serve: keep a loopback hub with "
                "the demo's repos up until Ctrl-C (one signed, one whose tag moved, a fork's "
                "commit, one that phones home), and print the export lines that point "
-               "safehub at it (its own cache and policy: nothing of yours changes), so the "
-               "README's Quickstart and any command can be tried against it.")
+               "safehub at it (its own cache and policy: no file of yours changes), so the "
+               "README's Quickstart and any command can be tried against it; when it "
+               "stops, it prints the unset line that undoes them.")
     demo.add_argument("--serve", action="store_true",
                       help="serve the demo's repos until Ctrl-C, for trying commands")
     demo.add_argument("--port", type=_port, help="with --serve: the port (default: any free)")

@@ -274,3 +274,20 @@ def runtime(report: dict[str, Any]) -> str:
     for refusal in report["refused"]:
         rows.append(f"  {'REFUSED':22} {refusal['message']}")
     return lines(rows)
+
+
+def confined_failure(code: int, ruleset: Any) -> str:
+    """What ``safehub run --confine`` adds when the job fails: what the kernel refused it
+    may be (docs/confine.md), and where to grant more."""
+    def listed(grants: Sequence[Any]) -> str:
+        return ", ".join(printable(g.path) for g in grants) or "none"
+
+    return (f"safehub run: the job exited with {code} under --confine. The kernel refuses "
+            "what [confine] does not grant with EACCES (\"Permission denied\", "
+            "PermissionError in Python; a torch.save outside the writes folders is one): "
+            f"writes beneath {listed(ruleset.writes)} (and the job's temp dir), programs "
+            f"{listed(ruleset.exec)}, TCP ports "
+            f"{', '.join(map(str, ruleset.connect_ports)) or 'none'}.\n"
+            "  fix: if the job needs more, add it to writes, exec or connect_ports in the "
+            "[confine] table of your policy file (see `safehub docs confine`; "
+            "`safehub run --confine --dry-run -- COMMAND` shows what is granted)\n")

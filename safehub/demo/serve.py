@@ -12,8 +12,9 @@ content, author and dates, so the commits are the ones the README shows):
 - ``demo/phone-home`` (tag ``v1.0``): its entrypoint connects to a host (this server).
 
 It prints the ``export`` lines that point safehub at it (API, web, its CA, a cache and a
-policy in its temp folder, so nothing of yours changes) and commands to try. Everything is
-removed when it stops.
+policy in its temp folder, so no file of yours changes) and commands to try. Everything is
+removed when it stops, and it prints the ``unset`` line that undoes the exports (they name
+its removed files; ``REQUESTS_CA_BUNDLE`` is read by every requests-based program).
 """
 
 from __future__ import annotations
@@ -64,6 +65,10 @@ class Served:
     def exports(self) -> str:
         """The lines to paste into a shell (POSIX sh)."""
         return "\n".join(f"export {k}={shlex.quote(v)}" for k, v in self.env.items())
+
+    def unsets(self) -> str:
+        """The line that undoes :meth:`exports` in the shell they were pasted into."""
+        return "unset " + " ".join(self.env)
 
     def tries(self) -> str:
         fork = self.commits["mallory/tiny-hub"]
@@ -258,14 +263,20 @@ def _stop_on_sigterm() -> Iterator[None]:
 def serve(port: int, say: Callable[[str], None] = _say,
           stop: threading.Event | None = None) -> None:
     """Serve until Ctrl-C (or ``stop`` is set), after printing what to paste and try."""
+    unset = ""
     with _stop_on_sigterm(), serving(port) as served, \
             contextlib.suppress(KeyboardInterrupt):  # from the first line printed on
         say(f"safehub demo hub on {served.env['SAFEHUB_GITHUB_API_URL']} "
             f"(files in {served.root}; removed when it stops)\n"
             "In another shell, paste these lines (they point safehub at this hub, with a "
-            "cache and a policy of its own, so nothing of yours changes):\n")
+            "cache and a policy of its own, so no file of yours changes; "
+            "REQUESTS_CA_BUNDLE makes every requests-based program in that shell trust "
+            "this hub's CA only, so use that shell for the demo):\n")
         say(served.exports())
         say("\nthen try the README's Quickstart, or:\n" + served.tries())
-        say("\nCtrl-C stops it.")
+        unset = served.unsets()
+        say(f"\nCtrl-C stops it. Then, in that shell:\n{unset}")
         (stop or threading.Event()).wait()
-    say("safehub demo hub stopped; its files are removed")
+    say("safehub demo hub stopped; its files are removed" + (
+        ". In the shell where you pasted the export lines (they name those files), "
+        f"run:\n{unset}" if unset else ""))

@@ -104,6 +104,11 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
                "is not in the cache: a load would fail")
         fix = hub.settings.offline_fix(str(spec))
+    elif entry is None and hub.settings.oci and not _oci_pinned(hub, r.commit):
+        from safehub.sources.oci.source import unpinned
+
+        refusal = unpinned(str(hub.lockfile_path), spec.key, r.commit)  # as a load says
+        outcome, why, fix = "refuse", refusal.message, refusal.fix
     elif entry is None and (fleet := _fleet_sets(hub)) and decision.mode != "warn":
         outcome = "conditional"
         why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if the snapshot "
@@ -135,6 +140,14 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         violations=list(decision.violations), cached=entry is not None,
         digest=entry.digest if entry is not None else None, entrypoint_found=found,
         entrypoint_note=note if found is not False else "", signature=signature)
+
+
+def _oci_pinned(hub: Hub, commit: str) -> bool:
+    """Whether a lockfile entry pins ``commit``'s snapshot by ``oci`` digest (what a load
+    through ``SAFEHUB_OCI`` needs)."""
+    found = hub.lockfile
+    return any(e.commit == commit and e.oci
+               for e in (found.entries.values() if found is not None else ()))
 
 
 def _fleet_sets(hub: Hub) -> tuple[SignerSet, ...]:

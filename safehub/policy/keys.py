@@ -134,8 +134,8 @@ _DECLARED: tuple[Key, ...] = (
     Key("safehub", "audit_log", PathValue(), None, "where decisions are logged (default "
         "`audit.jsonl` in the user log dir); a log named here must be writable (fail "
         "closed)", "latest"),
-    Key("safehub", "offline", Bool(), False, "as `SAFEHUB_OFFLINE=1`: never open a "
-        "socket", "any-true", env="SAFEHUB_OFFLINE"),
+    Key("safehub", "offline", Bool(), False, "as `SAFEHUB_OFFLINE=1`: safehub opens no "
+        "socket (the repo's own code is not held by it)", "any-true", env="SAFEHUB_OFFLINE"),
     Key("safehub", "noninteractive", Bool(), False, "as `SAFEHUB_NONINTERACTIVE=1`: "
         "never prompt", "any-true", env="SAFEHUB_NONINTERACTIVE"),
     Key("safehub", "github_api_url", HttpsUrl(), None, "REST API base, as "

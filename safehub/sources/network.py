@@ -12,10 +12,15 @@ import errno
 import ipaddress
 import socket
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from safehub._internal.urls import UrlError, read_url
 
-__all__ = ["DIRECT", "host_of", "is_loopback", "proxy_for", "proxy_hosts", "unreachable_cause"]
+if TYPE_CHECKING:
+    from safehub.errors import FetchError
+
+__all__ = ["CONFINED", "DIRECT", "confined_port", "host_of", "is_loopback", "proxy_for",
+           "proxy_hosts", "unreachable_cause"]
 
 _UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
                           errno.EADDRNOTAVAIL})
@@ -80,5 +85,45 @@ def unreachable_cause(exc: BaseException) -> BaseException | None:
         if isinstance(current, socket.gaierror) or (
                 isinstance(current, OSError) and current.errno in _UNREACHABLE):
             return current
+        current = current.__cause__ or current.__context__
+    return None
+
+
+CONFINED = "SAFEHUB_CONFINED"
+"""Set in a job of ``safehub run --confine`` to its ruleset's JSON
+(:mod:`safehub.run.confine.ruleset`, which the transport, a lower layer, does not import)."""
+
+
+def confined_port(exc: BaseException, host: str, port: int, what: str) -> FetchError | None:
+    """The refusal of a connection the kernel held (``EACCES``) in a job of ``safehub run
+    --confine`` whose ``[confine] connect_ports`` leave ``port`` out, with its cause and
+    fix; None for any other failure (said as before)."""
+    import json
+    import os
+
+    from safehub.errors import FetchError
+
+    raw = os.environ.get(CONFINED)
+    try:
+        ports = [int(p) for p in json.loads(raw)["connect_ports"]] if raw else None
+    except (ValueError, KeyError, TypeError):
+        ports = None
+    if ports is None or port in ports:
+        return None
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, OSError) and current.errno in (errno.EACCES, errno.EPERM):
+            wider = ", ".join(map(str, [*ports, port]))
+            return FetchError(
+                f"could not connect to {host} port {port} for {what}: this process runs "
+                "under `safehub run --confine`, whose [confine] connect_ports "
+                f"({', '.join(map(str, ports)) or 'none'}) leave port {port} out, so the "
+                f"kernel refused the connection ({current.strerror or current})",
+                hint=f"set connect_ports = [{wider}] in the [confine] table of your "
+                "policy file (~/.config/safehub/policy.toml; only an admin's file or yours "
+                "widens [confine], see `safehub docs confine`), then start the job again "
+                "with `safehub run --confine`")
         current = current.__cause__ or current.__context__
     return None

@@ -40,6 +40,7 @@ from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineErr
 from safehub.limits import DEFAULTS
 from safehub.sources.network import (
     DIRECT,
+    confined_port,
     host_of,
     is_loopback,
     proxy_for,
@@ -263,6 +264,8 @@ class Transport:
                 raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
+                if (held := confined_port(e, hop.host, hop.port, what)) is not None:
+                    raise held from e
                 if unreachable_cause(e) is not None:
                     raise UnreachableError(
                         f"cannot connect to {hop.host} for {what} "
@@ -344,6 +347,8 @@ class Transport:
                 raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
                                  hint="for a private CA set REQUESTS_CA_BUNDLE") from e
             except (requests.RequestException, OSError, ValueError) as e:
+                if (held := confined_port(e, hop.host, hop.port, what)) is not None:
+                    raise held from e
                 reason = unreachable_cause(e)
                 if reason is not None:
                     proxy = proxy_for(url)

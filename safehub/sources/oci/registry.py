@@ -381,13 +381,37 @@ class Registry:
                     self._login(e, what)
                     continue
                 raise self._refused(e, what) from e
-            except NotFoundError as e:
+            except FetchError as e:
+                if (plain := self._speaks_plain_http(e)) is not None:
+                    raise plain from e
+                if not isinstance(e, NotFoundError):
+                    raise
                 raise NotFoundError(
                     f"{self.target} has no {what.split(' from ')[0]} (404)",
                     hint="push it from a machine where GitHub is reachable: `safehub "
                     f"prefetch --oci {self.target} SPEC`, or list a registry that has it "
                     "in SAFEHUB_OCI") from e
         raise AssertionError("unreachable")
+
+    def _speaks_plain_http(self, e: FetchError) -> FetchError | None:
+        """A TLS failure with a registry on this machine: most likely one without TLS,
+        which safehub speaks to only when a policy file names it ``http://...``."""
+        import requests
+
+        from safehub.sources.network import is_loopback
+
+        if self.target.plain or not isinstance(e.__cause__, requests.exceptions.SSLError) \
+                or not is_loopback(self.places.base.host):
+            return None
+        plain = f"http://{self.target.registry}/{self.target.repository}"
+        return FetchError(
+            f"{e.message} ({self.target.registry} is on this machine: if that registry has "
+            "no TLS, safehub speaks plain HTTP to it only where a policy file names it "
+            "http://...)",
+            hint=f'add oci = ["{plain}"] to [safehub] in your policy file '
+            f"(~/.config/safehub/policy.toml), then name it {plain} (`safehub prefetch "
+            f"--oci {plain} ...`; loads read the policy's oci list once SAFEHUB_OCI is "
+            "unset); for a registry with a private CA, set REQUESTS_CA_BUNDLE instead")
 
     def _login(self, e: HTTPError, what: str) -> None:
         scheme, params = challenge(_header(e.headers, "WWW-Authenticate"))

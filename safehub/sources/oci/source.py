@@ -34,7 +34,27 @@ from safehub.sources.transport import Progress
 from safehub.spec import RepoSpec
 from safehub.verify.gitattributes.subst import CommitFacts
 
-__all__ = ["OciSource", "Pin", "Place"]
+__all__ = ["OciSource", "Pin", "Place", "unpinned"]
+
+
+def unpinned(lockfile: str, repo: str, commit: str) -> PinError:
+    """The refusal of a load through ``SAFEHUB_OCI`` whose commit no lockfile entry pins
+    by ``oci`` digest (a load and ``safehub check`` say the same)."""
+    import shlex
+
+    from safehub._internal import fixes
+
+    where = "where GitHub is reachable (it records the snapshot's digest in the lockfile)"
+    return PinError(
+        f"the lockfile {lockfile} pins no OCI snapshot (no `oci` digest) for commit "
+        f"{commit} of {repo}, and with SAFEHUB_OCI set safehub loads only snapshots the "
+        "lockfile names by digest (the registry or folder is untrusted)",
+        fix=fixes.noted(fixes.either(
+            fixes.run(f"safehub oci export --lockfile {shlex.quote(lockfile)} DIR", where),
+            fixes.run(f"safehub prefetch --oci REGISTRY/REPOSITORY --lockfile "
+                      f"{shlex.quote(lockfile)}", where)),
+            after="\n    then load with that lockfile (SAFEHUB_OCI=oci:DIR for the folder); "
+            "or unset SAFEHUB_OCI to load from GitHub"))
 
 
 class Place(Protocol):
@@ -133,7 +153,7 @@ class OciSource:
         """The locked snapshot's archive into ``out``, from the first place that has it."""
         pin = self._pins(commit)
         if pin is None:
-            self._refuse(repo)
+            raise unpinned(self._lockfile(), repo, commit)
         failures: list[SafehubError] = []
         for place in self.places:
             try:

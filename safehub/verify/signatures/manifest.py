@@ -93,6 +93,7 @@ def hashing_config(hashing: Any, statement: dict[str, Any], ignore: list[Path]) 
         ignore_paths=[Path(p) for p in serialization.get("ignore_paths", ())])
     config.set_ignored_paths(
         paths=[*(Path(p) for p in serialization.get("ignore_paths", ())), *ignore])
+    config.set_allow_symlinks(bool(serialization.get("allow_symlinks", False)))
     return config
 
 
@@ -203,6 +204,7 @@ def _hash_model_signing(tree: Path, serialization: dict[str, Any],
         else:
             raise fail(f"unknown model-signing serialization method {method!r}")
         config.set_ignored_paths(paths=ignore_paths, ignore_git_paths=True)
+        config.set_allow_symlinks(symlinks)  # hash() applies this one, not the serializer's
         manifest = config.hash(tree)
     except SignatureError:
         raise

@@ -11,15 +11,18 @@ __all__ = ["sign_directory"]
 
 
 def sign_directory(directory: Path, private_key: Path, *, out: Path | None = None,
-                   password: str | None = None) -> Path:
+                   password: str | None = None, allow_symlinks: bool = False) -> Path:
     """Sign every file under ``directory`` with an EC private key (OpenSSF Model Signing).
 
     Writes ``model.sig`` at the root (or ``out``); the signature file itself and git
     metadata are not signed. Verify with the matching public key in a policy's ``keys``.
+    ``allow_symlinks``: a link inside the folder is signed as the file it names (as
+    ``model_signing sign --allow_symlinks``); without it a link is refused.
     """
     if not directory.is_dir():
         raise SignatureError(f"cannot sign {directory}: it is not a folder",
                              hint="name the folder of the repo to sign")
+    _check_links(directory, allow_symlinks)
     if private_key.resolve().is_relative_to(directory.resolve()):
         raise SignatureError(
             f"the private key {private_key} is inside the folder being signed: it would be "
@@ -46,12 +49,41 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
     config = signing.Config()  # type: ignore[no-untyped-call]
     try:
         config.use_elliptic_key_signer(private_key=private_key, password=password)
-        config.set_hashing_config(hashing_config)
+        config.set_hashing_config(hashing_config.set_allow_symlinks(allow_symlinks))
         config.sign(directory, target)
     except (ValueError, TypeError, OSError) as e:
         raise SignatureError(f"cannot sign {directory} with {private_key}: {e}",
                              hint="use a PEM EC private key (P-256, P-384 or P-521)") from e
     return target
+
+
+def _check_links(directory: Path, allowed: bool) -> None:
+    """A symbolic link is signed only when asked for, and only one to a file inside the
+    folder (a load refuses an archive with a link out of its tree)."""
+    import os
+
+    root = directory.resolve()
+    for folder, dirs, files in os.walk(directory):
+        dirs[:] = [d for d in dirs if not (Path(folder) == directory and d == ".git")]
+        for name in sorted([*dirs, *files]):
+            path = Path(folder) / name
+            if not path.is_symlink():
+                continue
+            target = path.resolve()
+            if not target.is_relative_to(root) or not target.is_file():
+                raise SignatureError(
+                    f"cannot sign {directory}: {path} is a symbolic link to {target}, which "
+                    "is not a file inside the folder (a load refuses links out of the "
+                    "repo's tree; the key is not the problem)",
+                    hint=f"replace {path} with the file itself (or remove it), then sign "
+                    "again")
+            if not allowed:
+                raise SignatureError(
+                    f"cannot sign {directory}: {path} is a symbolic link (to {target}), and "
+                    "links are signed only when asked for (the key is not the problem)",
+                    hint="sign it as the file it names: add --allow-symlinks to `safehub "
+                    "sign` (model_signing sign: --allow_symlinks); or replace the link with "
+                    "the file")
 
 
 def _require_ec(path: Path, key_bytes: bytes, password: str | None) -> None:
