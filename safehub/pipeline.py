@@ -65,6 +65,8 @@ class Plan(NamedTuple):
     pinned: bool = True
     """False: the tree is checked against the commit, not the lockfile's entry, and named
     as the source spells the repo (``lock`` writes that entry)."""
+    must_be_locked: bool = False
+    """Refuse a spec the lockfile does not pin, right after admission (the fleet verbs)."""
     dry_run: bool = False
     """A signature refusal and the trust verdict come back as data; nothing is recorded."""
     gate: bool = False
@@ -225,8 +227,14 @@ def admit(ctx: Context, spec: RepoSpec, plan: Plan) -> Admitted:
     resolution = plan.resolution
     if plan.force and resolution == "normal":
         resolution = "fresh"
-    return ctx.admission.admit(spec, entrypoint=plan.entrypoint, resolution=resolution,
-                               locked=plan.locked)
+    admitted = ctx.admission.admit(spec, entrypoint=plan.entrypoint, resolution=resolution,
+                                   locked=plan.locked)
+    if plan.must_be_locked and admitted.lock is None:
+        from safehub.store.lockfile import spec_key
+
+        raise PinError(f"{spec} is not locked in {ctx.lockfile_path}",
+                       hint=f"safehub lock {spec_key(spec)}")
+    return admitted
 
 
 def fetch_tree(ctx: Context, admitted: Admitted, plan: Plan) -> CachedTree | None:
