@@ -95,17 +95,18 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module 'safehub' has no attribute {name!r}")
 
 
-_LAST: dict[str, tuple[tuple[Any, ...], Hub]] = {}  # the module-level functions' Hub
-
-
 def _hub() -> Hub:
     """The Hub the module-level functions use: built again whenever anything it was built
     from may have changed (the environment, the working directory, whether stdin is a
     terminal, and the bytes of every policy path searched and of the lockfile), so a
-    policy file edited, added or removed between two calls is obeyed on the second."""
-    last = _LAST.get("hub")
-    if last is not None and last[0] == _key(last[0][3]):
-        return last[1]
+    policy file edited, added or removed between two calls is obeyed on the second
+    (:mod:`safehub.store.cache.warm`, 1)."""
+    from safehub.store.cache.warm import STATE
+
+    last = STATE.memos.get("hub")
+    if last is not None and last[0] == _key(last[0][3]):  # type: ignore[index]
+        hub: Hub = last[1]
+        return hub
     from safehub._internal import gcpause
 
     with gcpause.paused():  # the first call imports most of safehub (see gcpause)
@@ -114,7 +115,7 @@ def _hub() -> Hub:
 
         hub = Hub()
         paths = (*(str(c.path) for c in searched()), str(hub.lockfile_path))
-        _LAST["hub"] = (_key(paths), hub)
+        STATE.memos["hub"] = (_key(paths), hub)
     return hub
 
 

@@ -25,7 +25,7 @@ from safehub.fetch import TreeFetcher
 from safehub.policy import Policy, load_policy
 from safehub.resolve import Resolver
 from safehub.run import runtime
-from safehub.store.cache import Cache
+from safehub.store.cache import Cache, warm
 from safehub.store.records import ConsentStore, SignatureRecords, VerifiedRecords
 from safehub.trust import Trust
 from safehub.verify.signatures.check import SignatureCheck
@@ -194,11 +194,9 @@ def _audit_sink(confined: Any, path: Path) -> Callable[[dict[str, Any]], None] |
     return send
 
 
-_LOCKFILES: dict[tuple[str, int, int, int], Lockfile] = {}
-
-
 def load_lockfile(path: Path) -> Lockfile:
-    """A parsed lockfile, kept per process until the file changes."""
+    """A parsed lockfile, kept per process until the file changes (its stat key: see
+    :mod:`safehub.store.cache.warm`, 2)."""
     from safehub.store.lockfile import Lockfile
 
     try:
@@ -211,9 +209,4 @@ def load_lockfile(path: Path) -> Lockfile:
                        "write it afresh with `safehub lock --rewrite SPEC...`; no repo "
                        "loads until then (fail closed)") from e
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
-    hit = _LOCKFILES.get(key)
-    if hit is None:
-        hit = Lockfile.load(path)
-        _LOCKFILES.clear()
-        _LOCKFILES[key] = hit
-    return hit
+    return warm.recall("lockfile", key, lambda: Lockfile.load(path))
