@@ -3,23 +3,20 @@
 Each step is a function of the :class:`~safehub.context.Context` and of the previous
 step's typed result, and calls nothing above it:
 
-====================  ======================================  =================================
-step                  given                                   returns
-====================  ======================================  =================================
-:func:`admit`         the spec, the plan                      ``Admitted`` (2, 3, 4)
-:func:`fetch_tree`    ``Admitted``                            ``CachedTree`` or None (5, 6)
-:func:`sign`          ``Admitted``, ``CachedTree`` or None    ``SignatureStatus`` (7: OK,
-                                                              MISSING, INVALID... as data)
-:func:`trust`         ``Admitted``, tree, ``SignatureStatus``  ``Trusted`` (8)
-:func:`run`           ``Prepared``                            what the repo's code returned (9)
-====================  ======================================  =================================
+- :func:`admit` (steps 2 to 4): the spec and the plan -> ``Admitted``;
+- :func:`fetch_tree` (5, 6): ``Admitted`` -> ``CachedTree`` (None: a dry run, not cached);
+- :func:`sign` (7): ``Admitted`` and the tree -> ``SignatureStatus``, whose ``kind`` says
+  OK, UNSIGNED, MISSING, INVALID, NOT_ASKED or NOT_CHECKED as data;
+- :func:`trust` (8): ``Admitted``, the tree and ``SignatureStatus`` -> ``Trusted``;
+- :func:`run` (9): ``Prepared`` -> what the repo's code returned.
 
 The audit line (10) is built by :class:`~safehub.outcome.Audited` from the last outcome
 :func:`steps` noted, whether the sequence finished or a step raised. The verbs differ only
 in their plan: ``load``/``list``/``help`` and ``trust`` run every step; ``check`` runs them
 as a dry run (no fetch: a cached tree only; a signature refusal and the trust verdict come
-back as data); ``lock`` resolves afresh and stops after the signature; ``lock --check``,
-``verify``, ``prefetch`` and the fleet verbs stop earlier (:attr:`Plan.upto`).
+back as data); ``lock`` resolves afresh and stops after the signature, as the fleet
+verbs do (for locked specs only); ``lock --check``, ``verify`` and ``prefetch`` stop
+earlier (:attr:`Plan.upto`).
 """
 
 from __future__ import annotations
