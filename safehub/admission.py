@@ -14,10 +14,9 @@ prefetch, so a rename, a default branch or a denial gets the same verdict everyw
 from __future__ import annotations
 
 import shlex
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from safehub._internal import fixes
 from safehub._internal.warn import warn
@@ -29,7 +28,7 @@ from safehub.spec import RepoSpec
 if TYPE_CHECKING:  # the lockfile module is imported where a lockfile is read
     from safehub.store.lockfile import Locked, Lockfile
 
-__all__ = ["Admission", "Admitted"]
+__all__ = ["Admission", "Admitted", "Lockfiles"]
 
 Resolution = Literal["normal", "fresh", "online"]
 
@@ -49,22 +48,29 @@ class Admitted:
         return self.resolved.commit
 
 
+class Lockfiles(Protocol):
+    """Where admission finds the lockfile in force (the context: read once, on first use)."""
+
+    @property
+    def lockfile(self) -> Lockfile | None: ...
+
+    @property
+    def lockfile_path(self) -> Path: ...
+
+
 class Admission:
     """The policy and the resolver, applied in one order for every operation."""
 
-    def __init__(self, policy: Policy, resolver: Resolver,
-                 lockfile: Callable[[], Lockfile | None], lockfile_path: Callable[[], Path]
-                 ) -> None:
+    def __init__(self, policy: Policy, resolver: Resolver, lockfiles: Lockfiles) -> None:
         self.policy = policy
         self.resolver = resolver
-        self._lockfile = lockfile
-        self._lockfile_path = lockfile_path
-        """The lockfile's path, for the one message with no entry to name it (a lockfile
-        that is named but missing)."""
+        self.lockfiles = lockfiles
+        """The lockfile in force, and its path for the one message with no entry to name
+        it (a lockfile that is named but missing)."""
 
     def locked(self, spec: RepoSpec) -> Locked | None:
         """The lockfile's entry of ``spec`` with its file, or None."""
-        lockfile = self._lockfile()
+        lockfile = self.lockfiles.lockfile
         return lockfile.locked(spec) if lockfile is not None else None
 
     def decide(self, spec: RepoSpec, *, entrypoint: str | None = None, ref: str | None = None,
@@ -101,7 +107,7 @@ class Admission:
         if missing is not None and locked is None:
             from safehub.store.lockfile import spec_key
 
-            where = shlex.quote(str(self._lockfile_path()))  # the file named, wherever from
+            where = shlex.quote(str(self.lockfiles.lockfile_path))  # the file named, wherever from
             raise PinError(missing.message, fix=fixes.either(
                 fixes.run(f"safehub lock {shlex.quote(spec_key(spec))} --lockfile {where}"),
                 fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None

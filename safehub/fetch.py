@@ -22,8 +22,7 @@ from safehub._internal.fsutil import rmtree
 from safehub._internal.text import printable
 from safehub._internal.warn import warn
 from safehub.errors import CacheError, IntegrityError
-from safehub.store.cache import Cache, CachedTree, Verdict, integrity
-from safehub.store.cache.integrity import Survey
+from safehub.store.cache import Cache, CachedTree, Verdict, integrity, warm
 
 if TYPE_CHECKING:
     from safehub.config import Settings
@@ -35,9 +34,6 @@ if TYPE_CHECKING:
 
 __all__ = ["TreeFetcher"]
 
-# (tree path, digest) -> what this process found right after verifying the tree: served
-# again without re-hashing even where the user's records cannot be written.
-_SEEN: dict[tuple[str, str], Survey] = {}
 
 
 class TreeFetcher:
@@ -103,7 +99,7 @@ class TreeFetcher:
         """Record what this user verified (scans, verified time); the tree with ``verified_ns``."""
         found = integrity.survey(tree.path)
         self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path), found)
-        _SEEN[(str(tree.path), tree.digest)] = found
+        warm.STATE.surveys[(str(tree.path), tree.digest)] = found  # see warm, 3
         return dataclasses.replace(tree, verified_ns=found.verified_ns, ident=found.ident)
 
     def cache_hit(self, resolved: Resolved, locked: Locked | None, *,
@@ -126,7 +122,7 @@ class TreeFetcher:
         path = str(hit.path)
         known = self.verified.get(hit.commit)
         recorded = ((known.at(path) if known.digest == hit.digest else None)
-                    if known is not None else _SEEN.get((path, hit.digest)))
+                    if known is not None else warm.STATE.surveys.get((path, hit.digest)))
         ident = integrity.tree_ident(hit.path)
         fast = recorded.verified_ns if recorded is not None and integrity.unchanged(
             hit.path, recorded, checked_on_open=checked_on_open) else None

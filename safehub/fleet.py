@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safehub import pipeline
 from safehub.errors import IntegrityError, PinError, SpecError
 from safehub.sources.oci import Layout, Registry, place
 from safehub.sources.oci.artifact import (
@@ -34,7 +35,7 @@ from safehub.sources.oci.artifact import (
     sha256,
 )
 from safehub.spec import RepoSpec
-from safehub.store.lockfile import Lockfile, spec_key
+from safehub.store.lockfile import Lockfile
 
 if TYPE_CHECKING:
     from safehub.hub import Hub
@@ -79,14 +80,16 @@ def tag_for(spec: str) -> str:
     return (text.strip(".-") or "snapshot")[:128]
 
 
+_SNAPSHOT = pipeline.Plan(upto="signature", must_be_locked=True, verbose=False)
+"""A snapshot: a locked spec's tree and the policy's signature, checked as a load does."""
+
+
 def _build(hub: Hub, text: str, work: Path) -> _Built:
     """The snapshot of a locked spec: every check of a load, then canonical bytes."""
     spec = RepoSpec.parse(text)
-    admitted = hub.admission.admit(spec)
-    if admitted.lock is None:
-        raise PinError(f"{spec} is not locked in {hub.lockfile_path}",
-                       hint=f"safehub lock {spec_key(spec)}")
-    tree = hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False)
+    passed = pipeline.steps(hub.context, spec, _SNAPSHOT)  # a load's checks, no trust
+    admitted, tree = passed.admitted, passed.tree
+    assert tree is not None and admitted.lock is not None
     r = admitted.resolved
     archive = work / f"{r.commit}.zip"
     hub.fetcher.download(r, archive, verbose=False)
@@ -94,7 +97,6 @@ def _build(hub: Hub, text: str, work: Path) -> _Built:
         raise IntegrityError(f"the archive of {spec} downloaded again does not hold the "
                              f"verified content {tree.digest}",
                              hint="the server changed what it serves; nothing was pushed")
-    hub.signature(admitted, tree)  # the policy's signature, as a load checks it
     signature = _signature_outside_tree(hub, admitted, tree.path)
     lock = admitted.lock.entry
     config = SnapshotConfig(lock.repo or lock.repo_key, lock.commit, lock.tree, lock.digest)

@@ -3,10 +3,10 @@
 (The small records are named tuples: a load imports this module, and a frozen dataclass
 costs several times as much to define.)
 
-Each step of the pipeline (:meth:`safehub.hub.Hub.prepare`) yields a frozen
+Each step of the pipeline (:func:`safehub.pipeline.steps`) notes a frozen
 :class:`Outcome`: what was asked, then the admitted resolution, the verified tree, the
 signature status, the decision and who trusted the content, the runtime guard's report.
-:class:`Audited` keeps the last one and, when the load ends, writes its line with
+:class:`Audited` keeps the last one (``outcome``) and, when the load ends, writes its line with
 :func:`audit_line`, the one place that says what the line holds: a load that finished is
 written with its decision; one that a :class:`~safehub.errors.SafehubError` stopped is
 written as ``deny``, ``refused``, ``prompt-no`` or ``error`` with what it had produced by
@@ -17,11 +17,10 @@ something else keeps its decision and names what was raised.
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from safehub.errors import PolicyDenied, SafehubError, UntrustedRepoError
 
@@ -45,8 +44,6 @@ __all__ = [
     "audit_line",
     "local_verdict",
 ]
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -158,20 +155,11 @@ def audit_line(outcome: Outcome, error: BaseException | None = None) -> AuditLin
 
 class Audited:
     """The audit line of one load, written once when the block ends, from the last
-    outcome the load's steps yielded (:meth:`follow`)."""
+    outcome the load's steps noted (``outcome``)."""
 
     def __init__(self, log: AuditLog, first: Outcome) -> None:
         self.log = log
         self.outcome = first
-
-    def follow(self, steps: Generator[Outcome, None, T]) -> T:
-        """Run ``steps`` to the end, keeping each outcome it yields; return its value."""
-        while True:
-            try:
-                self.outcome = next(steps)
-            except StopIteration as done:
-                value: T = done.value
-                return value
 
     def __enter__(self) -> Audited:
         return self

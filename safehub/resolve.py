@@ -193,13 +193,8 @@ class Resolver:
             if lock.repo and lock.repo.lower() != spec.key:
                 # The lockfile says the code comes from another repo (a rename when it was
                 # locked): the same rule as a rename found online, and its rules apply.
-                if not self.may_follow(lock.repo.lower()):
-                    raise RepoMovedError(
-                        f"{locked.file} locks {spec} to code from {lock.repo}, "
-                        f"and no [[allow]] rule names {lock.repo}",
-                        old=spec.key, new=lock.repo, fix=moved_fix(lock.repo))
-                moved_to = RepoSpec.parse(lock.repo if spec.ref is None
-                                          else f"{lock.repo}:{spec.ref}")
+                moved_to = self.follow(spec, lock.repo,
+                                       f"{locked.file} locks {spec} to code from {lock.repo}")
             return Resolved(spec, lock.ref or spec.ref or "", lock.commit, lock.tree,
                             f"{where}: {lock.proof}" if lock.proof else where,
                             moved_to=moved_to, name=lock.repo, full_ref=lock.resolved_ref)
@@ -232,15 +227,26 @@ class Resolver:
         try:
             return resolve_online(self._source(), spec)
         except RepoMovedError as moved:
-            new = RepoSpec.parse(moved.new if spec.ref is None else f"{moved.new}:{spec.ref}")
-            if not self.may_follow(new.key):
-                raise RepoMovedError(moved.message, old=moved.old, new=moved.new,
-                                     fix=moved_fix(moved.new)) from None
+            new = self.follow(spec, moved.new, f"{spec.repo} has moved to {moved.new} (the "
+                              f"source answers for {moved.new} now)")
             found = resolve_online(self._source(), new)
             return Resolved(spec, found.ref, found.commit, found.tree,
                             f"{found.proof} (moved from {spec.repo}; the policy names "
                             f"{new.repo})", moved_to=new, name=found.name or new.repo,
                             full_ref=found.full_ref)
+
+    def follow(self, spec: RepoSpec, new: str, seen: str) -> RepoSpec:
+        """The rename rule, decided and said here only: ``spec``'s code is at ``new`` now
+        (``seen`` says where that was found: the lockfile, the cache's record, the source).
+        The old name can be registered again by someone else (repo-jacking), so the move is
+        followed only where an ``[[allow]]`` rule names ``new``; the spec to resolve then."""
+        if not self.may_follow(new.lower()):
+            raise RepoMovedError(
+                f"{seen}; the old name can be registered again by someone else "
+                f"(repo-jacking), so safehub follows a move only where an [[allow]] rule "
+                f"names the new repo, and none names {new}",
+                old=spec.key, new=new, fix=moved_fix(new))
+        return RepoSpec.parse(new if spec.ref is None else f"{new}:{spec.ref}")
 
     def spelled(self, resolved: Resolved) -> Resolved:
         """``resolved`` with ``owner/name`` as GitHub spells it (the API's ``full_name``,
@@ -267,13 +273,9 @@ class Resolver:
             return None
         moved_to = None
         if record.moved_to is not None:
-            if not self.may_follow(record.moved_to):  # the policy may have changed since
-                raise RepoMovedError(
-                    f"{spec.repo} has moved to {record.moved_to}, and no [[allow]] rule names "
-                    f"{record.moved_to} any more", old=spec.key, new=record.moved_to,
-                    fix=moved_fix(record.moved_to))
-            moved_to = RepoSpec.parse(record.moved_to if spec.ref is None
-                                      else f"{record.moved_to}:{spec.ref}")
+            moved_to = self.follow(spec, record.moved_to,  # the policy may have changed
+                                   f"{spec.repo} has moved to {record.moved_to} (as the "
+                                   "cache recorded when it was resolved)")
         return Resolved(spec, label, commit, proof.tree, proof.proof, moved_to=moved_to,
                         name=record.name, full_ref=full)
 

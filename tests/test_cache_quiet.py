@@ -16,7 +16,7 @@ import pytest
 
 import safehub
 from safehub._internal import inotify
-from safehub.store.cache import integrity, quiet
+from safehub.store.cache import integrity, quiet, warm
 from safehub.store.cache.integrity import Survey, survey, unchanged
 from tests.conftest import HubRepo, runs
 
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="in
 def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[quiet._Watcher]:
     """A watcher of this test's own (the process's one is left as it was)."""
     fresh = quiet._Watcher()
-    monkeypatch.setattr(quiet, "_WATCHER", fresh)
+    monkeypatch.setattr(warm.STATE, "watcher", fresh)
     yield fresh
     if fresh.fd is not None:
         os.close(fresh.fd)

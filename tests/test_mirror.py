@@ -269,7 +269,7 @@ def test_a_verification_record_without_a_usable_folder_list(
     else:
         data["folders"][key] = "docs"
     path.write_text(json.dumps(data))
-    monkeypatch.setattr("safehub.fetch._SEEN", {})  # as in a new process
+    monkeypatch.setattr("safehub.store.cache.warm.STATE.surveys", {})  # as in a new process
     rehashed: list[str] = []
     real = integrity.rehash
 

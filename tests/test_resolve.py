@@ -186,3 +186,51 @@ def test_a_tag_named_like_a_branch_is_asked_fully_qualified(
     load("acme/models:v1.0")
     asked = [r.path for r in server.requests_log if "/git/ref/" in r.path]
     assert asked == ["/api/v3/repos/acme/models/git/ref/tags/v1.0"]
+
+
+def test_the_rename_rule_says_the_same_from_the_source_and_from_the_cache_record(
+    source: MemorySource, repo: MemoryRepo, tmp_path: Path
+) -> None:
+    """One rule (``Resolver.follow``): followed where a rule names the new repo; refused
+    with the same reason once the policy no longer names it (the cache's record)."""
+    source.moved["acme/old"] = "Acme/Models"
+    with pytest.raises(RepoMovedError) as online:
+        admit(hub(source, tmp_path / "a"), "acme/old:v1.0")
+    followed = hub(source, tmp_path / "b", '[[allow]]\nrepo = "acme/models"\n')
+    admit(followed, "acme/old:v1.0")
+    again = Hub(policy=Policy.from_text("", "test.toml"), source=source,
+                cache_dir=tmp_path / "b" / "cache", data_dir=tmp_path / "b" / "data",
+                log_dir=tmp_path / "b" / "log")
+    with pytest.raises(RepoMovedError) as recorded:
+        admit(again, "acme/old:v1.0")
+    for err in (online.value, recorded.value):
+        assert "repo-jacking" in err.message
+        assert "none names acme/models" in err.message.lower()
+        assert err.new.lower() == "acme/models"
+
+
+def test_a_plan_that_stops_at_admission_fetches_nothing(
+    source: MemorySource, repo: MemoryRepo, tmp_path: Path
+) -> None:
+    from safehub import pipeline
+
+    h = hub(source, tmp_path)
+    passed = pipeline.steps(h.context, RepoSpec.parse("acme/models:v1.0"),
+                            pipeline.Plan(upto="admit"))
+    assert passed.admitted.commit == repo.tags["v1.0"] and passed.tree is None
+    assert not [c for c in source.calls if c[0] == "download_archive"]
+
+
+def test_a_dry_run_with_nothing_cached_checks_no_signature(
+    source: MemorySource, repo: MemoryRepo, tmp_path: Path
+) -> None:
+    from safehub import pipeline
+
+    h = hub(source, tmp_path, '[[allow]]\nrepo = "acme/models"\nsignature = "required"\n'
+            '[[allow.signers]]\nissuer = "https://token.actions.githubusercontent.com"\n'
+            'identity = "https://github.com/acme/models/.github/workflows/r.yml@refs/tags/*"\n')
+    passed = pipeline.steps(h.context, RepoSpec.parse("acme/models:v1.0"),
+                            pipeline.Plan(fetch=False, dry_run=True))
+    assert passed.tree is None and passed.signature is not None
+    assert passed.signature.kind == "NOT_CHECKED" and passed.signature.error is None
+    assert not [c for c in source.calls if c[0] == "download_archive"]

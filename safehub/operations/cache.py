@@ -60,8 +60,7 @@ def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
     done = []
     try:
         for spec in items:
-            admitted = hub.admission.admit(spec)
-            tree = verified_tree(hub, admitted)
+            admitted, tree = verified_tree(hub, spec)
             where = str(_mirror(hub, admitted, tree.digest, mirror)) if mirror else None
             done.append(Prefetched(spec_key(spec), admitted.commit, tree.digest,
                                    str(tree.path), where))

@@ -8,16 +8,16 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from safehub import pipeline
 from safehub._internal import fixes
 from safehub.admission import Admitted
-from safehub.errors import OfflineError, PolicyDenied, SafehubError, SignatureError
+from safehub.errors import PolicyDenied, SafehubError
 from safehub.operations.common import Report
-from safehub.run import environment
 from safehub.spec import RepoSpec
-from safehub.trust import Subject
 from safehub.verify.signatures.signers import SignerSet
 
 if TYPE_CHECKING:
+    from safehub.context import Context
     from safehub.hub import Hub
 
 __all__ = ["CheckReport", "check"]
@@ -62,57 +62,49 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     user would be asked), ``refuse`` (with ``error`` and ``fix``), or ``conditional``: the
     policy requires a signature and the tree is not cached, so it could not be checked
     (``fix`` fetches the tree; a cached tree's signature is verified as a load would).
+    The load's own steps run as a dry run (:func:`safehub.pipeline.steps`).
     """
+    ctx = hub.context
     spec = RepoSpec.parse(repo)
     base: dict[str, Any] = {"spec": str(spec), "repo": spec.key, "entrypoint": entrypoint,
-                            "policy_files": list(hub.policy.files)}
+                            "policy_files": list(ctx.policy.files)}
     try:
-        environment.gate(hub.policy)
-        admitted = hub.admission.admit(spec, entrypoint=entrypoint)
-    except SafehubError as e:  # offline: the load's own fix, for this spec
-        said = hub.settings.offline_fix(str(spec)) if isinstance(e, OfflineError) else e.fix
-        return CheckReport(**base, outcome="refuse", why=e.message, fix=said,
+        passed = pipeline.steps(ctx, spec, pipeline.Plan(entrypoint, fetch=False,
+                                                         dry_run=True, gate=True))
+    except SafehubError as e:  # a refusal before the signature (offline: the load's fix)
+        return CheckReport(**base, outcome="refuse", why=e.message, fix=e.fix,
                            error=type(e).__name__,
                            policy="deny" if isinstance(e, PolicyDenied) else None,
                            reasons=list(e.reasons) if isinstance(e, PolicyDenied) else [])
-    r, decision = admitted.resolved, admitted.decision
-    entry = hub.cache.lookup(r.commit)
-    if entry is not None:
-        entry = hub.fetcher.check_cached(entry, r, admitted.lock)
-    wanted = decision.requirements.signature
-    signature = f"not checked (signature = {wanted!r}: the tree is not cached)"
-    if wanted == "none":
-        signature = "not checked (no policy asks for one)"
-    elif entry is not None:
-        try:
-            status = hub.signature(admitted, entry)
-        except SignatureError as e:
-            return CheckReport(**base, outcome="refuse", why=e.message, fix=e.fix,
-                               error=type(e).__name__, ref=r.ref, commit=r.commit,
-                               proof=r.proof, policy=decision.verdict, cached=True,
-                               digest=entry.digest,
-                               signature="MISSING" if "has no signature" in e.message
-                               else "INVALID")
-        signature = status.status
-        decision = status.weighed(decision)  # as a load does
-    found, note = _entrypoint(hub, admitted, entry, entrypoint)
+    admitted, entry, signed = passed.admitted, passed.tree, passed.signature
+    r = admitted.resolved
+    assert signed is not None
+    if signed.error is not None:  # MISSING or INVALID, said by the step as data
+        return CheckReport(**base, outcome="refuse", why=signed.error.message,
+                           fix=signed.error.fix, error=type(signed.error).__name__,
+                           ref=r.ref, commit=r.commit, proof=r.proof,
+                           policy=admitted.decision.verdict, cached=True,
+                           digest=entry.digest if entry is not None else None,
+                           signature=signed.kind)
+    decision, wanted = passed.decision, admitted.decision.requirements.signature
+    found, note = _entrypoint(ctx, admitted, entry, entrypoint)
     fix: fixes.Fix | None
     if found is False:
         outcome, why, fix = "refuse", note, fixes.say(f"safehub list {spec.repo}:{r.commit}")
-    elif entry is None and hub.settings.offline:
+    elif entry is None and ctx.settings.offline:
         outcome = "refuse"
-        why = (f"offline mode ({hub.settings.offline_source}) and the tree of {r.commit[:12]} "
+        why = (f"offline mode ({ctx.settings.offline_source}) and the tree of {r.commit[:12]} "
                "is not in the cache: a load would fail")
-        fix = hub.settings.offline_fix(str(spec))
-    elif entry is None and hub.settings.oci and not _oci_pinned(hub, r.commit):
+        fix = ctx.settings.offline_fix(str(spec))
+    elif entry is None and ctx.settings.oci and not _oci_pinned(ctx, r.commit):
         from safehub.sources.oci.source import unpinned
 
-        refusal = unpinned(str(hub.lockfile_path), spec.key, r.commit)  # as a load says
+        refusal = unpinned(str(ctx.lockfile_path), spec.key, r.commit)  # as a load says
         outcome, why, fix = "refuse", refusal.message, refusal.fix
-    elif entry is None and (fleet := _fleet_sets(hub)) and decision.mode != "warn":
+    elif entry is None and (fleet := _fleet_sets(ctx)) and decision.mode != "warn":
         outcome = "conditional"
         why = (f"{'LOAD' if decision.verdict == 'allow' else 'PROMPT'} only if the snapshot "
-               f"in {', '.join(hub.settings.oci)} carries a fleet signature by "
+               f"in {', '.join(ctx.settings.oci)} carries a fleet signature by "
                f"{_signers(fleet)}: [oci] requires one, checked when the snapshot is "
                "downloaded")
         fix = _prefetch_fix(spec)
@@ -124,9 +116,8 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
                "downloaded tree")
         fix = _prefetch_fix(spec)
     else:  # the load's own trust step, asked without acting
-        trust = hub.trust_step.verdict(Subject(spec.repo, spec.key, r.ref, r.commit,
-                                               entry.digest if entry else "", signature),
-                                       decision, "check")
+        assert passed.trusted is not None and passed.trusted.verdict is not None
+        trust = passed.trusted.verdict
         outcome, why, fix = {
             "allow": ("load", trust.why, None), "consent": ("load", trust.why, None),
             "ask": ("prompt", "not trusted yet: you would be asked", None),
@@ -139,23 +130,23 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
                       "signature": decision.requirements.signature},
         violations=list(decision.violations), cached=entry is not None,
         digest=entry.digest if entry is not None else None, entrypoint_found=found,
-        entrypoint_note=note if found is not False else "", signature=signature)
+        entrypoint_note=note if found is not False else "", signature=signed.status)
 
 
-def _oci_pinned(hub: Hub, commit: str) -> bool:
+def _oci_pinned(ctx: Context, commit: str) -> bool:
     """Whether a lockfile entry pins ``commit``'s snapshot by ``oci`` digest (what a load
     through ``SAFEHUB_OCI`` needs)."""
-    found = hub.lockfile
+    found = ctx.lockfile
     return any(e.commit == commit and e.oci
                for e in (found.entries.values() if found is not None else ()))
 
 
-def _fleet_sets(hub: Hub) -> tuple[SignerSet, ...]:
+def _fleet_sets(ctx: Context) -> tuple[SignerSet, ...]:
     """The ``[oci]`` signer sets a load through ``SAFEHUB_OCI`` must satisfy (none
     without it)."""
     from safehub.policy.oci import fleet_signers
 
-    return fleet_signers(hub.policy) if hub.settings.oci else ()
+    return fleet_signers(ctx.policy) if ctx.settings.oci else ()
 
 
 def _prefetch_fix(spec: RepoSpec) -> fixes.Fix:
@@ -171,7 +162,7 @@ def _signers(sets: Sequence[SignerSet]) -> str:
     return " and ".join(named) or "a signer the policy names"
 
 
-def _entrypoint(hub: Hub, admitted: Admitted, entry: Any,
+def _entrypoint(ctx: Context, admitted: Admitted, entry: Any,
                 entrypoint: str | None) -> tuple[bool | None, str]:
     """Whether hubconf.py defines ``entrypoint``, read without running any of it: from the
     cached tree, or fetched by blob id from the commit's tree."""
@@ -185,7 +176,7 @@ def _entrypoint(hub: Hub, admitted: Admitted, entry: Any,
             path = entry.path / "hubconf.py"
             source = path.read_bytes() if path.is_file() else None
         else:
-            source = hub.source().top_level_file(r.location, r.tree, "hubconf.py")
+            source = ctx.source().top_level_file(r.location, r.tree, "hubconf.py")
     except (SafehubError, OSError) as e:
         return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {e}"
     if source is None:

@@ -5,11 +5,15 @@ from __future__ import annotations
 import dataclasses
 from typing import TYPE_CHECKING, Any
 
+from safehub import pipeline
+
 if TYPE_CHECKING:
     from safehub.admission import Admitted
     from safehub.hub import Hub
+    from safehub.spec import RepoSpec
+    from safehub.store.cache import CachedTree
 
-__all__ = ["Report", "verified_tree"]
+__all__ = ["TREE", "Report", "verified_tree"]
 
 
 class Report:
@@ -19,6 +23,14 @@ class Report:
         return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
 
 
-def verified_tree(hub: Hub, admitted: Admitted) -> Any:
-    """The spec's tree, fetched and verified as a load does (from the cache if it is there)."""
-    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False)
+TREE = pipeline.Plan(upto="tree", verbose=False)
+"""``verify SPEC``, ``prefetch``: a load's steps up to the verified tree (nothing trusted,
+nothing run)."""
+
+
+def verified_tree(hub: Hub, spec: RepoSpec) -> tuple[Admitted, CachedTree]:
+    """The spec admitted, and its tree fetched and verified as a load does (from the cache
+    if it is there)."""
+    passed = pipeline.steps(hub.context, spec, TREE)
+    assert passed.tree is not None
+    return passed.admitted, passed.tree

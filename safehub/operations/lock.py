@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from safehub import pipeline
 from safehub.errors import PinError, SafehubError, SpecError
 from safehub.operations.common import Report
 from safehub.spec import RepoSpec
@@ -18,6 +19,13 @@ if TYPE_CHECKING:
     from safehub.hub import Hub
 
 __all__ = ["LockChange", "LockStatus", "lock", "lock_check"]
+
+_LOCK = pipeline.Plan(upto="signature", resolution="fresh", locked=True, pinned=False,
+                      verbose=False)
+"""``lock``: resolved afresh, the tree checked against the commit (the entry is being
+written), the policy's signature verified (its signer is pinned)."""
+_ONLINE = pipeline.Plan(upto="admit", resolution="online")
+"""``lock --check``: admission with the ref asked online, nothing recorded."""
 
 
 @dataclass(frozen=True)
@@ -61,10 +69,11 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
             lockfile.put(old.with_pins(pins.for_repo(spec.key)))
             changes.append(LockChange(old.spec, old.commit, "kept"))
             continue
-        admitted = hub.admission.admit(spec, resolution="fresh", locked=True)
-        r = hub.resolver.spelled(admitted.resolved)  # the lockfile keeps GitHub's spelling
-        tree = hub.fetcher.tree(r, None, verbose=False)
-        signer = hub.signature(admitted, tree).signer
+        passed = pipeline.steps(hub.context, spec, _LOCK)
+        tree, signed = passed.tree, passed.signature
+        assert tree is not None and signed is not None
+        r = hub.resolver.spelled(passed.admitted.resolved)  # as the tree was named
+        signer = signed.signer
         entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
                           tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
         if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
@@ -101,7 +110,8 @@ def lock_check(hub: Hub) -> list[LockStatus]:
     for key in sorted(lockfile.entries):
         entry = lockfile.entries[key]
         try:
-            now = hub.admission.admit(RepoSpec.parse(entry.spec), resolution="online").resolved
+            now = pipeline.steps(hub.context, RepoSpec.parse(entry.spec),
+                                 _ONLINE).admitted.resolved
             where = now.url_name.lower()
             if entry.repo and entry.repo.lower() != where:
                 # The entry locks code from another repo than the spec names today.

@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from safehub.admission import Admitted
 from safehub.errors import SignatureError, SpecError
 from safehub.operations.common import Report, verified_tree
 from safehub.spec import RepoSpec
@@ -44,8 +43,7 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
         tree_path = folder
         found = hub.signatures.find(folder, (), {})
     else:
-        admitted = hub.admission.admit(RepoSpec.parse(target))
-        tree = verified_tree(hub, admitted)
+        admitted, tree = verified_tree(hub, RepoSpec.parse(target))
         tree_path, commit, digest = tree.path, admitted.commit, tree.digest
         sets = sets or admitted.decision.requirements.signer_sets
         r = admitted.resolved
@@ -64,7 +62,3 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
     result = verify_complete(target, tree_path, found, sets)
     return VerifyReport(target, result.signer, len(result.files), list(result.uncovered),
                         commit, digest)
-
-
-def _tree(hub: Hub, admitted: Admitted) -> Any:
-    return hub.fetcher.tree(admitted.resolved, admitted.lock, verbose=False)

@@ -307,6 +307,18 @@ class GitHub:
                                  hint="the API answer was altered; do not load it")
         return data
 
+    def signature_at(self, url: str) -> bytes | None:
+        from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
+
+        try:
+            return self.transport.get(url, what="signature", accept="application/octet-stream",
+                                      headers=self.headers, max_bytes=MAX_SIGNATURE_BYTES).body
+        except NotFoundError:
+            return None
+
+    def snapshot_signer(self, manifest: str) -> str:
+        return ""  # GitHub serves no snapshots
+
     def archive_url(self, repo: str, commit: str) -> str:
         """The zipball URL, with owner and name spelled as GitHub spells them."""
         return f"{self.web}/{repo}/zipball/{commit}"

@@ -75,3 +75,12 @@ class Source(Protocol):
                          progress: Progress | None = None) -> None:
         """Write the archive (a ``git archive`` zip) of ``commit`` to ``out``, at most
         ``max_bytes``; ``repo`` is ``owner/name`` as :meth:`repo_info` spells it."""
+
+    def signature_at(self, url: str) -> bytes | None:
+        """A signature bundle the policy names by URL (a release asset, ``signature_url``),
+        checked by the signature step as untrusted bytes; None if there is none. A source
+        of snapshots answers only with what came with the snapshot."""
+
+    def snapshot_signer(self, manifest: str) -> str:
+        """Who signed the snapshot with manifest digest ``manifest`` (what ``[oci]``
+        required, for the audit line); ``""`` for a source of no snapshots."""

@@ -84,6 +84,8 @@ class MemorySource:
         self.repos: dict[str, MemoryRepo] = {}
         self.moved: dict[str, str] = {}
         self.calls: list[tuple[str, str]] = []
+        self.signature_files: dict[str, bytes] = {}
+        """Signature bundles by URL (what a release asset or ``signature_url`` serves)."""
 
     def repo(self, name: str, *, fork_of: MemoryRepo | None = None) -> MemoryRepo:
         network = fork_of.network if fork_of is not None else _Network()
@@ -170,3 +172,10 @@ class MemorySource:
         if found is None:
             raise NotFoundError(f"no archive of {repo}@{commit[:12]} in memory")
         out.write(found[:max_bytes])
+
+    def signature_at(self, url: str) -> bytes | None:
+        self.calls.append(("signature_at", url))
+        return self.signature_files.get(url)
+
+    def snapshot_signer(self, manifest: str) -> str:
+        return ""

@@ -29,7 +29,7 @@ from typing import Any, Protocol
 
 from safehub.errors import RuntimeGuardError
 from safehub.run.runtime._events import EVENTS, Action, writes
-from safehub.store.cache import integrity
+from safehub.store.cache import integrity, warm
 
 __all__ = ["OWN_WORK", "Guarded", "install", "own_work", "pop", "push", "watch"]
 
@@ -70,32 +70,30 @@ _installed = False
 
 def _hook(event: str, args: tuple[Any, ...]) -> None:
     if event == "open":
-        if _prefixes:
+        if _warm.prefixes:
             name = args[0]
             if name.__class__ is str:
                 if "/." in name or name[:1] != "/":
                     _tree_read_slow(name, args)  # relative, "tree/../x" or "a/../tree/x"
-                elif name.startswith(_prefixes):
+                elif name.startswith(_warm.prefixes):
                     _tree_read(name, args)
             elif name.__class__ is not int:
                 _tree_read_slow(name, args)  # bytes, a path object
     elif event == "os.chdir":
         integrity.changed_dir()
-    elif event == "os.mkdir" and _prefixes:
+    elif event == "os.mkdir" and _warm.prefixes:
         integrity.refuse_bytecode_folder(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
 
 
-_prefixes: tuple[str, ...] = ()  # integrity.PREFIXES, where the hook reads it fastest
+_warm = warm.STATE  # the watched trees' prefixes (``_warm.prefixes``): one home, read here
 
 
 def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
           ident: tuple[int, int] | None = None) -> None:
     """Check reads of the tree under ``prefixes`` from now on (:func:`integrity.watch`)."""
-    global _prefixes
     integrity.watch(prefixes, verified_ns, repo, ident)
-    _prefixes = integrity.PREFIXES
 
 
 def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
@@ -128,7 +126,7 @@ def _from_a_tree() -> bool:
     """Some frame on this thread's stack runs code of a watched tree."""
     frame: Any = sys._getframe(3)
     while frame is not None:
-        if frame.f_code.co_filename.startswith(_prefixes):
+        if frame.f_code.co_filename.startswith(_warm.prefixes):
             return True
         frame = frame.f_back
     return False

@@ -171,6 +171,13 @@ class OciSource:
         raise cls(f"no registry in SAFEHUB_OCI served the snapshot {pin.manifest} of "
                   f"{pin.spec}:\n    {listed}", fix=failures[-1].fix)
 
+    def signature_at(self, url: str) -> bytes | None:
+        """Only what came with a snapshot: the registry is asked nothing else."""
+        return self.signatures.get(url)
+
+    def snapshot_signer(self, manifest: str) -> str:
+        return self.fleet_signers.get(manifest, "")
+
     def _from(self, place: Place, pin: Pin, out: BinaryIO, max_bytes: int) -> None:
         where = str(place)
         snap = parse_manifest(place.manifest(pin.manifest)[:MAX_MANIFEST + 1], pin.manifest,

@@ -24,8 +24,9 @@ tree is served, and its files read, only after the check that fits the moment:
    and it and every folder between it and the file must have a ctime no later than the
    verified time. What native code reads directly is not seen here (``safehub cache
    verify`` re-hashes everything). Cost: the audit hook tests an absolute path against
-   :data:`PREFIXES` and stops there for a file outside every tree (a relative path is
-   joined to the working directory, which is looked up again only after a ``chdir``).
+   the watched trees' prefixes (:mod:`~safehub.store.cache.warm`) and stops there for a
+   file outside every tree (a relative path is joined to the working directory, which is
+   looked up again only after a ``chdir``).
 
 Every failure is an :class:`~safehub.errors.IntegrityError` that names the file
 (:func:`tamper`; on open, a :class:`~safehub.errors.TamperedError`).
@@ -42,18 +43,18 @@ import stat
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, git_tree_id, parents
 from safehub.errors import IntegrityError, TamperedError
-from safehub.store.cache import quiet
+from safehub.store.cache import quiet, warm
 
 if TYPE_CHECKING:
     from safehub.store.cache.tree import CachedTree
 
-__all__ = ["PREFIXES", "Survey", "changed_dir", "check_opened", "refuse_bytecode",
+__all__ = ["Survey", "changed_dir", "check_opened", "refuse_bytecode",
            "refuse_bytecode_folder", "rehash", "scan_entries", "scan_folders", "survey",
            "tamper", "tree_ident", "tree_path", "unchanged", "watch"]
 
@@ -316,16 +317,9 @@ def _remove_bytecode(tree: Path, committed: set[str]) -> None:
 
 # -- 3. the check on open -----------------------------------------------------------------
 
-class _Watched(NamedTuple):
-    verified_ns: int  # the tree's verified time (ctime, ns)
-    repo: str
-    root: str  # the tree folder
-    ident: tuple[int, int] | None  # its (st_dev, st_ino) when it was verified
-
-
-#: Watched tree folders (each ending in a separator). Empty: reads cost nothing.
-PREFIXES: tuple[str, ...] = ()
-_WATCHED: dict[str, _Watched] = {}  # folder + separator -> what it was when verified
+# The watched trees are warm.STATE.watched (folder + separator -> what it was when
+# verified) and warm.STATE.prefixes (their keys; empty: reads cost nothing).
+_warm = warm.STATE
 _cwd: str | None = None  # the working directory as last looked up (None: changed since)
 _cwd_near = True  # a tree is at or below the working directory, or the reverse
 
@@ -335,7 +329,6 @@ def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
     """Check reads under ``prefixes`` against ``verified_ns`` (ctime, ns) from now on, for the
     rest of the process. ``ident``: the tree folder's ``(st_dev, st_ino)`` when it was
     verified; without it, the folder's identity now."""
-    global PREFIXES
     for prefix in prefixes:
         root = prefix.rstrip(os.sep) or os.sep
         here = ident
@@ -346,8 +339,8 @@ def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
                 here = None  # then every read under it is refused
             else:
                 here = (st.st_dev, st.st_ino)
-        _WATCHED[prefix] = _Watched(verified_ns, repo, root, here)
-    PREFIXES = tuple(_WATCHED)
+        _warm.watched[prefix] = warm.Watched(verified_ns, repo, root, here)
+    _warm.prefixes = tuple(_warm.watched)
     changed_dir()
 
 
@@ -372,13 +365,14 @@ def tree_path(name: object) -> str | None:
     if not os.path.isabs(name):
         if _cwd is None:
             _cwd = os.path.join(os.getcwd(), "")
-            _cwd_near = _cwd.startswith(PREFIXES) or any(p.startswith(_cwd) for p in PREFIXES)
+            prefixes = _warm.prefixes
+            _cwd_near = _cwd.startswith(prefixes) or any(p.startswith(_cwd) for p in prefixes)
         if not _cwd_near and ".." not in name:
             return None
         name = _cwd + name
     if "/." in name:  # "tree/../x" is not in the tree; "a/../tree/x" is
         name = os.path.normpath(name)
-    return name if name.startswith(PREFIXES) else None
+    return name if name.startswith(_warm.prefixes) else None
 
 
 def refuse_bytecode_folder(args: tuple[object, ...]) -> None:
@@ -391,7 +385,7 @@ def refuse_bytecode_folder(args: tuple[object, ...]) -> None:
         name = os.fsdecode(name)
     if isinstance(name, str) and name.endswith("__pycache__"):
         name = os.path.abspath(name)
-        if name.startswith(PREFIXES):
+        if name.startswith(_warm.prefixes):
             raise PermissionError(errno.EACCES, "safehub: a verified tree takes no bytecode",
                                   name)
 
@@ -406,10 +400,11 @@ def refuse_bytecode(path: str) -> None:
 
 def check_opened(path: str, repo: str = "") -> TamperedError | None:
     """The refusal if ``path``, in a watched tree, is not the file that was verified."""
-    found = next((p for p in _WATCHED if path.startswith(p)), None)
+    watched = _warm.watched
+    found = next((p for p in watched if path.startswith(p)), None)
     if found is None:
         return None
-    verified_ns, repo_, folder, ident = _WATCHED[found]
+    verified_ns, repo_, folder, ident = watched[found]
     repo = repo or repo_
     try:
         st = os.lstat(folder)

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from safehub._internal import inotify
+from safehub.store.cache import warm
 
 __all__ = ["LOCAL_FILESYSTEMS", "MAX_WATCHES", "arm", "forget", "quiet", "settle"]
 
@@ -97,13 +98,19 @@ class _Watcher:
                     self.trees[root].wds.discard(wd)
 
 
-_WATCHER = _Watcher()
+def _watcher() -> _Watcher:
+    """The process's watcher, kept with the rest of the warm path's state (warm, 5)."""
+    w = warm.STATE.watcher
+    if w is None:
+        w = warm.STATE.watcher = _Watcher()
+    assert isinstance(w, _Watcher)
+    return w
 
 
 def quiet(root: str, key: str) -> bool:
     """True if ``root`` passed the folder scan ``key`` with its watches set, and nothing
     has changed since (its folder is the one watched, and no event is waiting)."""
-    w = _WATCHER
+    w = _watcher()
     tree = w.trees.get(root)
     if tree is None or tree.key != key or w.pid != os.getpid():
         return False
@@ -123,7 +130,7 @@ def arm(root: str, key: str, folders: Sequence[str]) -> bool:
     """Set the watches on ``root``'s ``folders`` (relative, the tree first), before the
     folder scan that is to vouch for them; True if they are all set (then call
     :func:`settle` once the scan passed)."""
-    w = _WATCHER
+    w = _watcher()
     with w.lock:
         fd = w._fd()
         if fd is None or not folders or folders[0] != "":
@@ -154,7 +161,7 @@ def arm(root: str, key: str, folders: Sequence[str]) -> bool:
 def settle(root: str, key: str) -> None:
     """The folder scan ``key`` of ``root`` passed after :func:`arm`: from now on, no event
     means no change."""
-    w = _WATCHER
+    w = _watcher()
     with w.lock:
         tree = w.trees.get(root)
         if tree is not None and tree.key == key:
@@ -163,7 +170,7 @@ def settle(root: str, key: str) -> None:
 
 def forget(root: str | None = None) -> None:
     """Stop trusting the watches of ``root`` (every tree if None): its next load scans."""
-    w = _WATCHER
+    w = _watcher()
     with w.lock:
         for each in ([root] if root is not None else list(w.trees)):
             _drop(w, each)

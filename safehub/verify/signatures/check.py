@@ -29,16 +29,30 @@ __all__ = ["SignatureCheck", "SignatureStatus", "verify_complete"]
 
 @dataclass(frozen=True)
 class SignatureStatus:
-    """What the signature step found: a line for the prompt and the audit, and the signer."""
+    """What the signature step found, as data: its ``kind``, a line for the prompt and the
+    audit, and the signer.
+
+    ``kind`` is ``OK`` (verified), ``UNSIGNED`` (none, and ``if-present`` allows that),
+    ``MISSING`` (none, and one is required), ``INVALID`` (one that does not verify),
+    ``NOT_ASKED`` (no policy asks) or ``NOT_CHECKED`` (no tree at hand: a dry run).
+    """
 
     status: str
     signer: str = ""
     failed: str = ""
     """In ``mode = "warn"``, why the signature failed (the load goes on with consent)."""
+    kind: str = "OK"
+    error: SignatureError | None = None
+    """The refusal, where the step was asked to return it instead of raising it."""
 
     @classmethod
     def not_asked(cls) -> SignatureStatus:
-        return cls("not checked (no policy asks for one)")
+        return cls("not checked (no policy asks for one)", kind="NOT_ASKED")
+
+    @classmethod
+    def not_checked(cls, wanted: str) -> SignatureStatus:
+        return cls(f"not checked (signature = {wanted!r}: the tree is not cached)",
+                   kind="NOT_CHECKED")
 
     def weighed(self, decision: Decision) -> Decision:
         """``decision`` once this step has spoken: in ``mode = "warn"`` a failed signature
@@ -82,21 +96,28 @@ class SignatureCheck:
 
     def check(self, *, repo: str, commit: str, digest: str, tree: Path, signature: str,
               sets: Sequence[SignerSet], values: Mapping[str, str],
-              warn_only: bool = False) -> SignatureStatus:
+              warn_only: bool = False, refuse: bool = True) -> SignatureStatus:
         """Verify per the policy's ``signature`` (``none``, ``if-present``, ``required``).
 
         Raises :class:`SignatureError`; with ``warn_only`` (``mode = "warn"``) a failure is
-        returned in ``failed`` instead.
+        returned in ``failed`` instead; without ``refuse`` (a dry run), in ``error``.
         """
         if signature == "none":
             return SignatureStatus.not_asked()
         try:
-            return self._check(repo, commit, digest, tree, signature, sets, values)
-        except SignatureError as e:
-            if not warn_only:
-                raise
-            warn(f"signature check failed (mode = 'warn', loading anyway): {e.message}")
-            return SignatureStatus(f"INVALID ({e.message})", failed=e.message)
+            found = self._check(repo, commit, digest, tree, signature, sets, values)
+        except SignatureError as invalid:
+            found = SignatureStatus("INVALID", kind="INVALID", error=invalid)
+        refusal = found.error
+        if refusal is None:
+            return found
+        if warn_only:
+            warn(f"signature check failed (mode = 'warn', loading anyway): {refusal.message}")
+            return SignatureStatus(f"INVALID ({refusal.message})", failed=refusal.message,
+                                   kind=found.kind)
+        if refuse:
+            raise refusal
+        return found
 
     def _check(self, repo: str, commit: str, digest: str, tree: Path, signature: str,
                sets: Sequence[SignerSet], values: Mapping[str, str]) -> SignatureStatus:
@@ -108,14 +129,14 @@ class SignatureCheck:
         if found is None:
             if signature == "required":
                 where = next((s.location for s in sets if s.location), DEFAULT_SIGNATURE)
-                raise SignatureError(
+                return SignatureStatus("MISSING", kind="MISSING", error=SignatureError(
                     f"{repo} at {commit} has no signature ({where}), and the policy requires "
                     f"one ({sets[0].source})",
                     hint="ask the publisher to sign releases (`safehub docs signing`), or "
                     "load a signed commit",
-                )
+                ))
             return SignatureStatus("unsigned (the policy allows that: signature = "
-                                   "'if-present')")
+                                   "'if-present')", kind="UNSIGNED")
         result = verify_complete(repo, tree, found, sets)
         self.records.record(commit, digest, policy, result.signer)
         return SignatureStatus(f"verified ({result.signer})", result.signer)

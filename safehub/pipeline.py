@@ -1,0 +1,368 @@
+"""The load pipeline, sequenced once: every verb runs :func:`steps` with a :class:`Plan`.
+
+Each step is a function of the :class:`~safehub.context.Context` and of the previous
+step's typed result, and calls nothing above it:
+
+- :func:`admit` (steps 2 to 4): the spec and the plan -> ``Admitted``;
+- :func:`fetch_tree` (5, 6): ``Admitted`` -> ``CachedTree`` (None: a dry run, not cached);
+- :func:`sign` (7): ``Admitted`` and the tree -> ``SignatureStatus``, whose ``kind`` says
+  OK, UNSIGNED, MISSING, INVALID, NOT_ASKED or NOT_CHECKED as data;
+- :func:`trust` (8): ``Admitted``, the tree and ``SignatureStatus`` -> ``Trusted``;
+- :func:`run` (9): ``Prepared`` -> what the repo's code returned.
+
+The audit line (10) is built by :class:`~safehub.outcome.Audited` from the last outcome
+:func:`steps` noted, whether the sequence finished or a step raised. The verbs differ only
+in their plan: ``load``/``list``/``help`` and ``trust`` run every step; ``check`` runs them
+as a dry run (no fetch: a cached tree only; a signature refusal and the trust verdict come
+back as data); ``lock`` resolves afresh and stops after the signature, as the fleet
+verbs do (for locked specs only); ``lock --check``, ``verify`` and ``prefetch`` stop
+earlier (:attr:`Plan.upto`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+
+from safehub._internal import fixes, gcpause
+from safehub.errors import HubconfError, OfflineError, PinError, RepoMovedError, SpecError
+from safehub.outcome import Audited, Outcome, Prepared, local_verdict
+from safehub.resolve import CALLERS_FIXES, moved_fix
+from safehub.run import environment, guards, runtime, torchhub
+from safehub.spec import RepoSpec, plain_text
+from safehub.trust import Subject, Verdict, check_trust_repo
+from safehub.verify.signatures.check import SignatureStatus
+
+if TYPE_CHECKING:
+    from safehub.admission import Admitted, Resolution
+    from safehub.context import Context
+    from safehub.policy import Decision
+    from safehub.store.cache import CachedTree
+
+__all__ = ["Passed", "Plan", "Trusted", "admit", "drop_in", "fetch_tree", "prepare", "run",
+           "sign", "steps", "trust"]
+
+Upto = Literal["admit", "tree", "signature", "trust"]
+
+
+class Plan(NamedTuple):
+    """What a verb asks of the one sequence (the flags of :func:`steps`)."""
+
+    entrypoint: str | None = None
+    upto: Upto = "trust"
+    """The last step to run (``admit``, ``tree``, ``signature``, ``trust``)."""
+    resolution: Resolution = "normal"
+    locked: bool | None = None
+    """Whether a lockfile pin satisfies ``pin = "commit"`` (``lock``: it is about to)."""
+    fetch: bool = True
+    """False: no download, a cached tree only (``check``)."""
+    pinned: bool = True
+    """False: the tree is checked against the commit, not the lockfile's entry, and named
+    as the source spells the repo (``lock`` writes that entry)."""
+    must_be_locked: bool = False
+    """Refuse a spec the lockfile does not pin, right after admission (the fleet verbs)."""
+    dry_run: bool = False
+    """A signature refusal and the trust verdict come back as data; nothing is recorded."""
+    gate: bool = False
+    """Hold the policy's ``environment_hook`` first (a load, ``check``)."""
+    trust_repo: Any = "check"
+    force: bool = False
+    verbose: bool = True
+    checked_on_open: bool = False
+    nested: bool = False
+    """A load the repo's own code asked for (never prompted)."""
+
+
+class Trusted(NamedTuple):
+    """Step 8's result: the decision after the signature, who agreed (a load) or the
+    verdict asked without acting (a dry run)."""
+
+    decision: Decision
+    by: str = ""
+    verdict: Verdict | None = None
+
+
+class Passed(NamedTuple):
+    """What the steps of a plan produced (those it did not run are None)."""
+
+    admitted: Admitted
+    tree: CachedTree | None = None
+    signature: SignatureStatus | None = None
+    trusted: Trusted | None = None
+
+    @property
+    def decision(self) -> Decision:
+        """The decision that holds after the last step run."""
+        if self.trusted is not None:
+            return self.trusted.decision
+        if self.signature is not None:
+            return self.signature.weighed(self.admitted.decision)
+        return self.admitted.decision
+
+    def prepared(self) -> Prepared:
+        """A load's result: every step passed."""
+        assert self.tree is not None and self.signature is not None
+        assert self.trusted is not None
+        a = self.admitted
+        return Prepared(a.spec, a.resolved, self.tree, self.trusted.decision, self.trusted.by,
+                        self.signature.status, a.lock)
+
+
+# -- the sequence ---------------------------------------------------------------------------
+
+
+def prepare(ctx: Context, repo: str, *, entrypoint: str | None = None,
+            trust_repo: Any = "check", force_reload: bool = False,
+            verbose: bool = True) -> Prepared:
+    """Every check on ``repo`` (audited); its verified tree; nothing is imported."""
+    check_trust_repo(trust_repo)
+    spec = RepoSpec.parse(repo)                                                   # 1. parse
+    with Audited(ctx.audit, Outcome.asked(spec, entrypoint)) as seen, runtime.own_work(), \
+            gcpause.paused():                                                     # 10. audit
+        return steps(ctx, spec, _load_plan(entrypoint, trust_repo, force_reload, verbose),
+                     seen).prepared()
+
+
+def drop_in(ctx: Context, repo_or_dir: str | os.PathLike[str], source: str,
+            entrypoint: str | None, trust_repo: Any, force_reload: bool, verbose: bool,
+            code: Callable[[Path], Any], *, nested: bool = False) -> Any:
+    """``load``/``list``/``help``: every check, then the repo's code (step 9) under the
+    guards; audited (step 10)."""
+    target, source, entrypoint, force_reload, verbose = _call_args(
+        repo_or_dir, source, entrypoint, force_reload, verbose)
+    environment.gate(ctx.policy)
+    if source == "local":
+        return _run_local(ctx, Path(target), entrypoint, code)
+    check_trust_repo(trust_repo)
+    spec = RepoSpec.parse(target)                                                 # 1. parse
+    plan = _load_plan(entrypoint, trust_repo, force_reload, verbose, nested)
+    with Audited(ctx.audit, Outcome.asked(spec, entrypoint)) as seen:            # 10. audit
+        with runtime.own_work(), gcpause.paused():  # safehub's own work, nested or not
+            prepared = steps(ctx, spec, plan, seen).prepared()                   # 2 to 8
+        return run(ctx, prepared, seen, code, nested)                            # 9
+
+
+def _load_plan(entrypoint: str | None, trust_repo: Any, force_reload: bool, verbose: bool,
+               nested: bool = False) -> Plan:
+    return Plan(entrypoint, trust_repo=trust_repo, force=force_reload, verbose=verbose,
+                checked_on_open=True, nested=nested)
+
+
+def _run_local(ctx: Context, folder: Path, entrypoint: str | None,
+               code: Callable[[Path], Any]) -> Any:
+    """A folder on this machine: code you vouch for, run as torch.hub runs it (no fetch,
+    no consent), if the policy's ``local_dirs`` admit it; audited like any load."""
+    real = os.path.realpath(folder)
+    with Audited(ctx.audit, Outcome.local_folder(real, entrypoint)) as seen:
+        seen.outcome = seen.outcome._replace(local=local_verdict(ctx.admission, ctx.ran, real))
+        return code(folder)
+
+
+def _call_args(repo_or_dir: object, source: object, entrypoint: object, force_reload: object,
+               verbose: object) -> tuple[str, str, str | None, bool, bool]:
+    """The caller's arguments checked, as plain values."""
+    kind = plain_text(source, "source").lower() if isinstance(source, str) else None
+    if kind not in ("github", "local"):
+        raise SpecError(f'Unknown source: "{source}". Allowed values: "github" | "local".',
+                        hint="use source='github' for owner/name[:ref] or 'local' for a folder")
+    if kind == "local":
+        folder = os.fspath(repo_or_dir) if isinstance(repo_or_dir, (str, os.PathLike)) else None
+        if not isinstance(folder, str):
+            raise SpecError(f"source='local' needs a folder path, not {repo_or_dir!r}",
+                            hint="pass the folder as a str or pathlib.Path")
+        target = plain_text(folder, "the folder")
+    elif isinstance(repo_or_dir, str):
+        target = plain_text(repo_or_dir, "the repo")
+    else:
+        raise SpecError(f"{repo_or_dir!r} is not a repo: write it as 'owner/name[:ref]'",
+                        hint="pass the repo as a string, e.g. 'pytorch/vision:v0.19.0'")
+    name = plain_text(entrypoint, "model") if isinstance(entrypoint, str) else None
+    return target, kind, name, bool(force_reload), bool(verbose)
+
+
+def steps(ctx: Context, spec: RepoSpec, plan: Plan, seen: Audited | None = None) -> Passed:
+    """Steps 2 to 8 in their one order, as far as ``plan.upto``; each product is noted in
+    ``seen`` (the audit line is built from the last one)."""
+    done = seen.outcome if seen is not None else Outcome.asked(spec, plan.entrypoint)
+
+    def note(outcome: Outcome) -> Outcome:
+        if seen is not None:
+            seen.outcome = outcome
+        return outcome
+
+    if plan.gate:
+        environment.gate(ctx.policy)
+    try:
+        admitted = admit(ctx, spec, plan)                                 # 2, 3, 4
+        done = note(done._replace(admitted=admitted))
+        if plan.upto == "admit":
+            return Passed(admitted)
+        tree = fetch_tree(ctx, admitted, plan)                            # 5, 6
+    except OfflineError as e:
+        raise ctx.offline(e, str(spec)) from e
+    oci = admitted.lock.entry.oci if admitted.lock is not None else ""
+    done = note(done._replace(tree=tree, fleet=ctx.snapshot_signer(oci) if oci else ""))
+    if plan.upto == "tree":
+        return Passed(admitted, tree)
+    signature = sign(ctx, admitted, tree, plan)                           # 7
+    done = note(done._replace(signature=signature))
+    if plan.upto == "signature" or signature.error is not None:  # a dry run's refusal
+        return Passed(admitted, tree, signature)
+    trusted = trust(ctx, admitted, tree, signature, plan)                 # 8
+    note(done._replace(decision=trusted.decision, trusted_by=trusted.by))
+    return Passed(admitted, tree, signature, trusted)
+
+
+# -- the steps ------------------------------------------------------------------------------
+
+
+def admit(ctx: Context, spec: RepoSpec, plan: Plan) -> Admitted:
+    """Steps 2 to 4: decide on the name, resolve once, decide on what was resolved."""
+    resolution = plan.resolution
+    if plan.force and resolution == "normal":
+        resolution = "fresh"
+    admitted = ctx.admission.admit(spec, entrypoint=plan.entrypoint, resolution=resolution,
+                                   locked=plan.locked)
+    if plan.must_be_locked and admitted.lock is None:
+        from safehub.store.lockfile import spec_key
+
+        raise PinError(f"{spec} is not locked in {ctx.lockfile_path}",
+                       hint=f"safehub lock {spec_key(spec)}")
+    return admitted
+
+
+def fetch_tree(ctx: Context, admitted: Admitted, plan: Plan) -> CachedTree | None:
+    """Steps 5 and 6: the verified tree of the admitted commit (a cache hit re-checked);
+    without ``plan.fetch``, the cached tree or None."""
+    r, lock = admitted.resolved, admitted.lock
+    if not plan.pinned:
+        r, lock = ctx.resolver.spelled(r), None  # the lockfile keeps the source's spelling
+    if not plan.fetch:
+        hit = ctx.cache.lookup(r.commit)
+        return ctx.fetcher.check_cached(hit, r, lock) if hit is not None else None
+    return ctx.fetcher.tree(r, lock, force=plan.force, verbose=plan.verbose,
+                            checked_on_open=plan.checked_on_open)
+
+
+def sign(ctx: Context, admitted: Admitted, tree: CachedTree | None,
+         plan: Plan) -> SignatureStatus:
+    """Step 7: the signature the policy asks for, as data (``kind``: OK, UNSIGNED,
+    MISSING, INVALID, NOT_ASKED, NOT_CHECKED). A refusal raises, except in a dry run."""
+    reqs, r = admitted.decision.requirements, admitted.resolved
+    if reqs.signature == "none":
+        return SignatureStatus.not_asked()
+    if tree is None:
+        return SignatureStatus.not_checked(reqs.signature)
+    owner, _, name = r.url_name.partition("/")
+    return ctx.signatures.check(
+        repo=r.spec.repo, commit=r.commit, digest=tree.digest, tree=tree.path,
+        signature=reqs.signature, sets=reqs.signer_sets,
+        values={"owner": owner, "name": name, "repo": r.url_name, "ref": r.ref,
+                "commit": r.commit},
+        warn_only=admitted.decision.mode == "warn", refuse=not plan.dry_run)
+
+
+def trust(ctx: Context, admitted: Admitted, tree: CachedTree | None,
+          signature: SignatureStatus, plan: Plan) -> Trusted:
+    """Step 8: who agrees to run this content (a dry run: who would, asked without
+    acting)."""
+    decision = signature.weighed(admitted.decision)
+    r = admitted.resolved
+    subject = Subject(r.spec.repo, r.spec.key, r.ref, r.commit,
+                      tree.digest if tree is not None else "", signature.status)
+    if plan.dry_run:
+        return Trusted(decision, verdict=ctx.trust.verdict(subject, decision, "check"))
+    return Trusted(decision, ctx.trust.decide(subject, decision, plan.trust_repo,
+                                              nested=plan.nested))
+
+
+def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], Any],
+        nested: bool = False) -> Any:
+    """Step 9: the repo's code under the weights guard, the runtime guard and nested-load
+    routing; the guard's report is noted for the audit line."""
+    weights = guards.weights_guard(
+        prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
+        data_dir=ctx.settings.data_dir, transport=ctx.weights_transport)
+    handlers = {**weights.handlers(),
+                **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
+    guard = guards.runtime_guard(
+        prepared.spec, prepared.decision, prepared.tree, mode=ctx.settings.runtime,
+        own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path))
+    weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
+    # The repo's code may call torch.hub after its load returns (model.forward, its
+    # threads): those calls keep this load's routing.
+    real = str(guard.tree)  # the tree's real path, as the guard holds it
+    torchhub.remember((str(prepared.path) + os.sep, real + os.sep), handlers)
+    ctx.ran[real] = prepared.spec.repo
+    if not nested:  # the load the caller asked for, not one its repo made
+        ctx.last_report = guard.report
+    seen.outcome = seen.outcome._replace(runtime=guard.report)
+    try:
+        with torchhub.handling(handlers), guard.active():
+            return code(prepared.path)
+    except HubconfError as e:  # name the repo, not the cache folder
+        if repr(str(prepared.path)) not in e.message:
+            raise
+        r = prepared.resolved
+        raise HubconfError(
+            e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "
+                              f"{r.commit[:12]}"),
+            fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
+                          "to see its entrypoints")) from e
+
+
+# -- loads the repo's own code asks for -----------------------------------------------------
+
+
+def _nested(ctx: Context, name: str) -> Callable[..., Any]:
+    """torch.hub.load/list/help called by a repo's code while it runs (with torch's
+    signature): through this context, with this policy; a ``trust_repo`` the repo's code
+    passes grants nothing."""
+    signature = torchhub.signature(name)
+
+    def nested(*args: Any, **kwargs: Any) -> Any:
+        call = signature.bind(*args, **kwargs).arguments
+        given = call.get("model")
+        if name != "list" and not (isinstance(given, str) and given.isidentifier()):
+            raise SpecError(f"model={given!r} is not the name of an entrypoint",
+                            hint="pass the entrypoint's name as a string")
+        model = str(given)
+        code: Callable[[Path], Any]
+        if name == "load":
+            positional, extra = tuple(call.get("args", ())), dict(call.get("kwargs", {}))
+
+            def code(path: Path) -> Any:
+                return torchhub.call_entrypoint(path, model, positional, extra)
+        elif name == "list":
+            code = torchhub.entrypoints
+        else:
+            def code(path: Path) -> Any:
+                return torchhub.docstring(path, model)
+        with _fixes_for_the_user():
+            return drop_in(ctx, call.get("repo_or_dir", call.get("github", "")),
+                           call.get("source", "github"), model if name != "list" else None,
+                           "check", call.get("force_reload", False),
+                           call.get("verbose", True), code, nested=True)
+    return nested
+
+
+@contextlib.contextmanager
+def _fixes_for_the_user() -> Iterator[None]:
+    """A load the repo's own code made: a refusal's fix is what the user can change (the
+    policy), never the repo's call."""
+    try:
+        yield
+    except RepoMovedError as e:
+        raise RepoMovedError(f"{e.message} (the repo's code asked for {e.old})",
+                             old=e.old, new=e.new, fix=moved_fix(e.new, nested=True)) from e
+    except PinError as e:
+        if e.fix not in CALLERS_FIXES:
+            raise  # a fix of the lockfile or the policy: the user's to apply
+        raise PinError(f"{e.message} (asked for by the code of the repo being loaded)",
+                       hint="the call is in the repo's code, so what it asks for cannot be "
+                       "changed here and no setting makes this commit the repo's own: do "
+                       "not load the outer repo at this commit, or ask its authors to fix "
+                       "the call") from e
