@@ -288,8 +288,9 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         data_dir=ctx.settings.data_dir, transport=ctx.weights_transport)
     handlers = {**weights.handlers(),
                 **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
-    guard = guards.runtime_guard(
-        prepared.spec, prepared.decision, prepared.tree, mode=ctx.settings.runtime,
+    guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
+        prepared.resolved.location, prepared.decision, prepared.tree,
+        mode=ctx.settings.runtime,
         own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path))
     weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
     # The repo's code may call torch.hub after its load returns (model.forward, its

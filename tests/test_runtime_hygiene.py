@@ -218,3 +218,25 @@ def test_the_listing_shortcut_finds_what_a_path_search_finds(tmp_path: Path,
     importlib.invalidate_caches()
     assert hygiene._origin("added_later", others, hygiene._listed(others)) == str(
         extra / "added_later.py")
+
+
+@pytest.mark.usefixtures("installed", "clean_modules")
+def test_a_renamed_repo_asked_by_its_old_name_is_judged_by_the_name_it_resolved_to(
+        make_hub_repo, server, isolated: Path) -> None:  # type: ignore[no-untyped-def]
+    """The old name (``rwightman/...``) resolves to the new one, which the distribution
+    names as its source: the guard is built for the repo that runs, so the shadowing is its
+    own distribution's (a warning), as it is when the new name is asked for."""
+    import safehub
+
+    hubconf = 'import timmish\ndependencies = []\n\ndef tiny():\n    """t"""\n    return 1\n'
+    make_hub_repo("rwightman", "pytorch-image-models",
+                  {"hubconf.py": hubconf, "timmish/__init__.py": ""})
+    server.rename_repo("rwightman", "pytorch-image-models", "huggingface",
+                       "pytorch-image-models")
+    policy = isolated / "config" / "safehub" / "policy.toml"
+    policy.parent.mkdir(parents=True, exist_ok=True)
+    policy.write_text('[safehub]\nruntime = "enforce"\n'
+                      '[[allow]]\nrepo = "huggingface/pytorch-image-models"\n')
+    with pytest.warns(UserWarning, match="its own distribution"):
+        assert safehub.load("rwightman/pytorch-image-models:v1.0", "tiny",
+                            verbose=False) == 1
