@@ -167,3 +167,25 @@ def test_a_weights_url_inside_the_folder_loads(shared_host: str) -> None:
     got = safehub.load("acme/models:v1.0", "fetch", f"{shared_host}/acme/good.pth",
                        verbose=False)
     assert got == b"good weights"
+
+
+def test_a_warm_code_cold_weights_load_in_a_fresh_process(
+        weights: str, server: GitHubStandIn, isolated: Path) -> None:
+    """The code is cached, the checkpoint is not, and a weights host of the rule does not
+    resolve here: the weights download imports what it needs (requests) as safehub's own
+    work, never as an import the runtime guard must decide on (issue 33)."""
+    import os
+    import subprocess
+    import sys
+
+    base = server.api_url.rsplit("/api", 1)[0]
+    policy(isolated, "[[allow]]\nrepo = 'acme/weighted'\n"
+           f"weights = ['https://weights.invalid/*', '{base}/weights/*']\n")
+    env = {**os.environ, "CI": "true"}
+    subprocess.run([sys.executable, "-m", "safehub", "prefetch", "acme/weighted:v1.0"],
+                   env=env, check=True, capture_output=True, timeout=600)
+    code = ("import safehub; s = safehub.load('acme/weighted:v1.0', 'weighted', "
+            f"{weights!r}, verbose=False); print(sorted(s))")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 and done.stdout.splitlines()[-1] == "['w']", done.stderr

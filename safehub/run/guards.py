@@ -58,16 +58,23 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
     data but never the consent records, logs, sigstore's caches, the temp dir); never a
     process. safehub's own places are :meth:`Settings.own_places` (the audit log's folder
     for the log), the consent records' folder is the records module's."""
-    import platformdirs
+    import functools
 
-    from safehub.sources.transport import proxy_hosts
+    import platformdirs
 
     patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
     weights = hosts_of_urls(patterns)
-    hosts: tuple[str, ...] | None = None
-    if patterns and not any("*" in h for h in weights):
-        hosts = (*settings.transport_config().allowed_hosts, *weights,
-                 *proxy_hosts([settings.api_url, settings.web_url, *patterns]))
+
+    @functools.cache
+    def hosts() -> tuple[str, ...] | None:
+        """Worked out on the first connection (the proxies' reading imports requests)."""
+        from safehub.sources.transport import proxy_hosts
+
+        if not patterns or any("*" in h for h in weights):
+            return None
+        return (*settings.transport_config().allowed_hosts, *weights,
+                *proxy_hosts([settings.api_url, settings.web_url, *patterns]))
+
     own = [p.path.parent if p.file else p.path for p in settings.own_places()]
     roots = (*own, audit_path.parent,
              Path(platformdirs.user_cache_dir("sigstore-python", appauthor=False)),

@@ -261,9 +261,13 @@ class RuntimeGuard:
             self._own = self._own()
         if self._own is None:
             return False
+        own = self._own
+        return own.allows(action, lambda host: self._own_book(own).names_of(host))
+
+    def _own_book(self, own: OwnWork) -> _AddressBook:
         if self._own_addresses is None:
-            self._own_addresses = _AddressBook(self._own.hosts or ())
-        return self._own.allows(action, self._own_addresses.names_of)
+            self._own_addresses = _AddressBook(own.host_list() or ())
+        return self._own_addresses
 
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
         """Add ``action`` (and ``refusal``) to this guard's report."""

@@ -180,9 +180,15 @@ class OwnWork:
     opened by a relative name is its archive writer's, relative to the staging folder's
     descriptor, which the audit event does not carry.)"""
 
-    hosts: tuple[str, ...] | None = ()
+    hosts: tuple[str, ...] | Callable[[], tuple[str, ...] | None] | None = ()
+    """The hosts, or a function that works them out (called on the first connection:
+    reading the environment's proxies imports requests, which must not be needed to
+    decide on an import made halfway through requests' own)."""
     roots: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
+
+    def host_list(self) -> tuple[str, ...] | None:
+        return self.hosts() if callable(self.hosts) else self.hosts
 
     def allows(self, action: Action, names_of: Callable[[str], set[str]]) -> bool:
         kind = action.kind
@@ -194,8 +200,9 @@ class OwnWork:
             return all((within_any(p, self.roots) and not within_any(p, self.denied))
                        or (action.op == "os.mkdir" and any(within(r, p) for r in self.roots))
                        for p in action.paths)
-        if kind in ("lookup", "connect") and self.hosts is not None:
+        hosts = self.host_list() if kind in ("lookup", "connect") else None
+        if hosts is not None:
             host = normalise_host(action.host)
-            own = set(self.hosts)
+            own = set(hosts)
             return host in own or local_name(host) or bool(names_of(host) & own)
         return True
