@@ -738,19 +738,3 @@ def test_the_rules_are_data(tmp_path: Path) -> None:
     assert out.stdout.strip() == "False"
 
 
-def _state(pid: int) -> str:
-    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-
-
-@needs_confine
-def test_ctrl_z_stops_the_job_and_fg_continues_it(confine_table: Any) -> None:
-    confine_table("")
-    with _start(ignore_sigint=False) as outer:
-        job = _ready(outer)[1]
-        os.killpg(outer.pid, signal.SIGTSTP)  # Ctrl-Z
-        _, status = os.waitpid(outer.pid, os.WUNTRACED)  # as the shell sees safehub run stop
-        assert os.WIFSTOPPED(status)
-        assert _state(job) == "T"  # the job stopped before safehub run did
-        os.killpg(outer.pid, signal.SIGCONT)  # fg
-        os.killpg(outer.pid, signal.SIGTERM)
-        assert outer.wait(timeout=120) == 10 + signal.SIGTERM

@@ -165,12 +165,12 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
 class _Forward:
     """While a job in a session of its own runs: the signals this process gets from the
     terminal or from ``kill`` (interrupt, quit, hangup, terminate, window size) go to
-    the job's process group instead, and Ctrl-Z stops the job, then this process (and
-    ``fg``/``bg`` continue both). A signal ignored here stays ignored, and the job
+    the job's process group instead. A signal ignored here stays ignored, and the job
     inherits that (``SIGINT`` in a background job of a shell). Signals that come before
-    the job has started are passed on once it has."""
+    the job has started are passed on once it has. Ctrl-Z stops this process only (the
+    job, in another session, runs on; ``fg`` continues this process)."""
 
-    SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGWINCH", "SIGTSTP")
+    SIGNALS = ("SIGINT", "SIGQUIT", "SIGHUP", "SIGTERM", "SIGWINCH")
 
     def __init__(self, enabled: bool) -> None:
         import signal
@@ -199,18 +199,11 @@ class _Forward:
             signal.signal(number, handler)
 
     def _received(self, number: int, frame: object) -> None:
-        import signal
 
         if not self.group:
             self.pending.append(number)
-        elif number != signal.SIGTSTP:
+        else:
             self._send(number)
-        else:  # SIGSTOP: a job in another session (an orphaned group) ignores SIGTSTP
-            self._send(signal.SIGSTOP)
-            with contextlib.suppress(ChildProcessError):  # until it has stopped (or ended)
-                os.waitid(os.P_PID, self.group, os.WSTOPPED | os.WEXITED | os.WNOWAIT)
-            os.kill(os.getpid(), signal.SIGSTOP)
-            self._send(signal.SIGCONT)  # continued by fg, bg or kill -CONT
 
     def _send(self, number: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):  # the group has gone
