@@ -56,8 +56,8 @@ def torch_hub() -> types.ModuleType:
             import torch.hub  # noqa: F401
         except ImportError as e:
             raise HubconfError(f"torch cannot be imported ({e})",
-                               fix=fixes.say("install it: pip install torch (safehub hands "
-                                             "verified repos to torch's own loader)")) from e
+                               fix=fixes.run("pip install torch", "to install it (safehub "
+                                             "hands verified repos to torch's own loader)")) from e
         module = sys.modules["torch.hub"]
     return module
 

@@ -125,8 +125,8 @@ def prepare(ruleset: Ruleset) -> Prepared:
     except OSError as e:
         raise ConfineError(f"the kernel refused the Landlock ruleset ({e.strerror}); "
                            "nothing was started",
-                           fix=fixes.say("run `safehub run --confine --dry-run "
-                           "-- CMD` to see the ruleset, and report it if it looks right")) from e
+                           fix=fixes.run("safehub run --confine --dry-run -- CMD", "to see "
+                                         "the ruleset (report it if it looks right)")) from e
 
 
 def enter(prepared: Prepared) -> None:

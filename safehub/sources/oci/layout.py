@@ -62,8 +62,9 @@ class Layout:
             f = open(path, "rb")  # noqa: SIM115 - handed to the caller
         except FileNotFoundError:
             raise NotFoundError(f"{self} has no {what} {digest}",
-                                fix=fixes.say("export the lockfile's snapshots into it with "
-                                              "`safehub oci export --lockfile FILE DIR`")) from None
+                                fix=fixes.run("safehub oci export --lockfile FILE DIR",
+                                              "to export the lockfile's snapshots into it")
+                                ) from None
         except OSError as e:
             raise CacheError(f"cannot read {path} ({e.strerror or e})",
                              fix=fixes.say("fix the folder's permissions")) from e

@@ -392,9 +392,10 @@ class Registry:
                     raise
                 raise NotFoundError(
                     f"{self.target} has no {what.split(' from ')[0]} (404)",
-                    fix=fixes.say("push it from a machine where GitHub is reachable: `safehub "
-                    f"prefetch --oci {self.target} SPEC`, or list a registry that has it "
-                                  "in SAFEHUB_OCI")) from e
+                    fix=fixes.either(
+                        fixes.run(f"safehub prefetch --oci {self.target} SPEC",
+                                  "on a machine where GitHub is reachable, to push it"),
+                        fixes.say("list a registry that has it in SAFEHUB_OCI"))) from e
         raise AssertionError("unreachable")
 
     def _speaks_plain_http(self, e: FetchError) -> FetchError | None:
