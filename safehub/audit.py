@@ -34,6 +34,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.text import printable
 from safehub.errors import PolicyError, SafehubError
 
@@ -86,7 +87,7 @@ class AuditLog:
                 raise PolicyError(
                     f"cannot write the audit log {str(self.path)!r} that the policy requires "
                     f"({getattr(e, 'strerror', None) or e})",
-                    hint="make it writable, or change audit_log in the policy",
+                    fix=fixes.say("make it writable, or change audit_log in the policy"),
                 ) from e
             warnings.warn(printable(f"safehub could not write its audit log {self.path}: {e}"),
                           stacklevel=3)

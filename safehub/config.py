@@ -94,7 +94,7 @@ def env_flag(environ: Mapping[str, str], name: str) -> bool:
     if value in ("", "0", "false", "no", "off"):
         return False
     raise SpecError(f"{name}={environ[name]!r} is not a yes or no",
-                    hint=f"set {name}=1 to turn it on, or unset it")
+                    fix=fixes.say(f"set {name}=1 to turn it on, or unset it"))
 
 
 def _user_dir(kind: str) -> Path:
@@ -112,11 +112,11 @@ def _number(environ: Mapping[str, str], name: str, default: float, kind: type) -
         value = kind(raw)
     except ValueError:
         raise SpecError(f"{name}={raw!r} is not a {'whole ' if kind is int else ''}number",
-                        hint=f"unset {name}") from None
+                        fix=fixes.run(f"unset {name}")) from None
     if not math.isfinite(value):
-        raise SpecError(f"{name}={raw!r} is not a finite number", hint=f"unset {name}")
+        raise SpecError(f"{name}={raw!r} is not a finite number", fix=fixes.run(f"unset {name}"))
     if value < 0 or (kind is int and value == 0):
-        raise SpecError(f"{name}={raw!r} must be positive", hint=f"unset {name}")
+        raise SpecError(f"{name}={raw!r} must be positive", fix=fixes.run(f"unset {name}"))
     return value
 
 
@@ -129,7 +129,8 @@ def _base_url(value: str | None, name: str, default: str) -> str:
     except UrlError as e:
         raise SpecError(f"{name}: {e}; safehub only talks HTTPS to a plain "
                         "https://host[:port]/path base",
-                        hint=f"{e.advice} (for a private CA set REQUESTS_CA_BUNDLE)") from None
+                        fix=fixes.say(f"{e.advice} (for a private CA set "
+                                      f"REQUESTS_CA_BUNDLE)")) from None
 
 
 def _cache_dir(policy: Policy, environ: Mapping[str, str]) -> tuple[Path, str]:
@@ -156,13 +157,13 @@ def _oci_places(raw: Any, where: Origin) -> tuple[str, ...]:
         if item.startswith("http://") and where.kind != "file":
             raise SpecError(f"{where}: {item!r} speaks plain HTTP, which only a policy file "
                             "may ask for (oci = [\"http://127.0.0.1:PORT/REPO\"] in [safehub])",
-                            hint="give the registry TLS, or name it in a policy file")
+                            fix=fixes.say("give the registry TLS, or name it in a policy file"))
         try:
             split_place(item)
         except ValueError as e:
             raise SpecError(f"{where}: {item!r} is {e}",
-                            hint="write SAFEHUB_OCI=registry.example.com/team/hub (comma "
-                            "separated, tried in order) or SAFEHUB_OCI=oci:/path/to/dir") from None
+                            fix=fixes.say("write SAFEHUB_OCI=registry.example.com/team/hub (comma "
+                            "separated, tried in order) or SAFEHUB_OCI=oci:/path/to/dir")) from None
     return places
 
 

@@ -85,13 +85,16 @@ class SafehubError(Exception):
         super().__init__(self.message)
         self.fix: Fix | None = fix if fix is not None else Say(hint) if hint else None
         """How to fix it, as data (:mod:`safehub._internal.fixes`)."""
+        self.surface = "api"
+        """Where the fix is shown (``api``, or ``torchhub`` when code called torch.hub's
+        routed function): which words :attr:`hint` and ``str(err)`` use."""
 
     @property
     def hint(self) -> str | None:
-        """How to fix it, as text: :attr:`fix` rendered."""
+        """How to fix it, as text: :attr:`fix` rendered for :attr:`surface`."""
         from safehub._internal.fixes import render
 
-        return render(self.fix) if self.fix is not None else None
+        return render(self.fix, self.surface) if self.fix is not None else None
 
     def __str__(self) -> str:
         """The message and the fix as a terminal shows them: what came from outside (a
@@ -100,7 +103,7 @@ class SafehubError(Exception):
         and :attr:`hint` stay exact."""
         from safehub._internal.text import error
 
-        return error(self.summary, self.fix, self.details)
+        return error(self.summary, self.fix, self.details, surface=self.surface)
 
 
 class SpecError(SafehubError, ValueError):

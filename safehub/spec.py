@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from safehub._internal import fixes
 from safehub.errors import SpecError
 
 __all__ = ["FULL_REF", "FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text",
@@ -38,7 +39,8 @@ _REF_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]")
 _MAX_REF = 255
 _FOREIGN_NAMESPACES = frozenset({"pull", "remotes", "notes", "changes", "merge-requests"})
 
-_SPEC_HINT = "write the repo as 'owner/name' or 'owner/name:ref', e.g. 'pytorch/vision:v0.10.0'"
+_SPEC_FIX = fixes.say("write the repo as 'owner/name' or 'owner/name:ref', e.g. "
+                      "'pytorch/vision:v0.10.0'")
 
 
 def ref_forms(ref: str | None, full_ref: str, *, resolved: bool = False
@@ -80,7 +82,7 @@ def plain_text(value: object, what: str) -> str:
     """
     if not isinstance(value, str):
         raise SpecError(f"{what} must be a string, not {type(value).__name__}",
-                        hint=f"pass {what} as a str")
+                        fix=fixes.say(f"pass {what} as a str"))
     return str.__getitem__(value, slice(None))
 
 
@@ -103,7 +105,7 @@ def _check_ref(ref: str, spec: str) -> None:
     def bad(why: str) -> SpecError:
         return SpecError(
             f"invalid ref {ref!r} in {spec!r}: {why}",
-            hint="use a branch name, a tag name or a commit sha (4 to 40 hex digits)",
+            fix=fixes.say("use a branch name, a tag name or a commit sha (4 to 40 hex digits)"),
         )
 
     if not ref:
@@ -167,32 +169,30 @@ class RepoSpec:
     def parse(cls, text: str) -> RepoSpec:
         """Parse ``owner/name[:ref]``; raise :class:`SpecError` for anything else."""
         if not isinstance(text, str):
-            raise SpecError(f"repo must be a string, not {type(text).__name__}", hint=_SPEC_HINT)
+            raise SpecError(f"repo must be a string, not {type(text).__name__}", fix=_SPEC_FIX)
         if (meant := _from_url(text)) is not None:
             raise SpecError(f"invalid repo spec {text!r}: a URL, not owner/name[:ref]",
-                            hint=f"write it as {meant!r} (owner/name[:ref])")
+                            fix=fixes.say(f"write it as {meant!r} (owner/name[:ref])"))
         repo, sep, ref = text.partition(":")
         parts = repo.split("/")
         if len(parts) != 2:
             raise SpecError(
-                f"invalid repo spec {text!r}: expected exactly one '/'", hint=_SPEC_HINT
+                f"invalid repo spec {text!r}: expected exactly one '/'", fix=_SPEC_FIX
             )
         owner, name = parts
         if not _OWNER.fullmatch(owner):
             raise SpecError(
                 f"invalid owner {owner!r} in {text!r}: GitHub owners are 1-39 ASCII letters, "
-                "digits or hyphens, not starting or ending with a hyphen",
-                hint=_SPEC_HINT,
+                "digits or hyphens, not starting or ending with a hyphen", fix=_SPEC_FIX,
             )
         if not _NAME.fullmatch(name) or name in (".", ".."):
             raise SpecError(
                 f"invalid repo name {name!r} in {text!r}: GitHub repo names are 1-100 ASCII "
-                "letters, digits, '.', '-' or '_'",
-                hint=_SPEC_HINT,
+                "letters, digits, '.', '-' or '_'", fix=_SPEC_FIX,
             )
         if name.endswith(".git"):
             raise SpecError(
-                f"invalid repo name {name!r} in {text!r}: drop the '.git' suffix", hint=_SPEC_HINT
+                f"invalid repo name {name!r} in {text!r}: drop the '.git' suffix", fix=_SPEC_FIX
             )
         if sep:
             _check_ref(ref, text)

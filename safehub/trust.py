@@ -34,7 +34,7 @@ def check_trust_repo(value: Any) -> None:
     """Refuse a ``trust_repo`` that torch.hub would not take, before any I/O."""
     if not any(value is v or (isinstance(v, str) and value == v) for v in TRUST_VALUES):
         raise SpecError(f"trust_repo={value!r} is not one of 'check', True, False, None",
-                        hint="use trust_repo='check' (the default) or True")
+                        fix=fixes.say("use trust_repo='check' (the default) or True"))
 
 
 def ask(lines: list[str], question: str) -> bool:
@@ -90,7 +90,7 @@ class Trust:
                  surface: str = "api") -> None:
         self.consents = consents
         self.noninteractive = noninteractive
-        self.surface = surface  # "api" or "cli": which fix to suggest
+        self.surface = surface  # kept for callers; the fix is data, rendered where it is shown
 
     def verdict(self, subject: Subject, decision: Decision, trust_repo: Any, *,
                 nested: bool = False) -> Verdict:
@@ -138,7 +138,8 @@ class Trust:
                 "(non-interactive: CI=true, SAFEHUB_NONINTERACTIVE=1, noninteractive = "
                 "true, or no terminal), so no trust or policy rule can let it load",
                 fix=fixes.either(
-                    fixes.say("pass trust_repo=True to safehub.load (run it without asking)"),
+                    fixes.noted(fixes.call("trust_repo", "True", "load"),
+                                after=" (run it without asking)"),
                     fixes.both(fixes.say("pass trust_repo='check' (the default: ask only "
                                          "for content not trusted yet)"),
                                fixes.noted(self._fix(subject, nested=True),
@@ -182,7 +183,7 @@ class Trust:
         if not ask(lines, f"Run hubconf.py of {subject.repo} at {subject.commit[:12]}?"):
             declined = UntrustedRepoError(
                 f"you declined to run {subject.repo} at {subject.commit}",
-                hint="nothing ran; answer y to trust this exact content")
+                fix=fixes.say("nothing ran; answer y to trust this exact content"))
             declined.declined = True
             raise declined
         self.consents.record(subject.key, subject.commit, subject.digest, "prompt")
@@ -192,10 +193,8 @@ class Trust:
         from safehub.policy import user_file
 
         user_policy = user_file()
-        explicit = ("add --trust to the command" if self.surface == "cli"
-                    else "pass trust_repo=True to safehub.load")
         return fixes.either(
             fixes.run(f"safehub trust {subject.repo}:{subject.commit}",
                       "once, to trust this exact content (runs nothing)"),
-            *(() if nested else (fixes.say(explicit),)),
+            *(() if nested else (fixes.call("trust_repo", "True", "load"),)),
             fixes.add(user_policy, ["[[allow]]", f'repo = "{subject.key}"']))

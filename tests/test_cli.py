@@ -138,12 +138,20 @@ def test_terminal_escapes_from_a_repo_are_shown_escaped(capsys: pytest.CaptureFi
 
 
 def test_a_cache_clear_fix_carries_the_cache_dir() -> None:
-    from safehub.cli.parser import for_cli
+    """The fix is rendered from its data for the command line: the command it names
+    carries the --cache-dir this command was given (the parser records who takes it)."""
+    from safehub._internal import fixes
+    from safehub.cli import COMMANDS
+    from safehub.cli.common import Parser
+    from safehub.cli.parser import build, command_line
 
-    hint = for_cli("run:\n      safehub cache clear " + "a" * 40,
-                   argparse.Namespace(cache_dir="/x y", lockfile=None))
-    assert hint is not None and hint.endswith("safehub cache clear " + "a" * 40
-                                              + " --cache-dir '/x y'")
+    args = build(Parser, COMMANDS).parse_args(["check", "acme/models:v1.0", "--cache-dir",
+                                               "/x y"])
+    hint = fixes.render(fixes.run("safehub cache clear " + "a" * 40), "cli",
+                        command_line=command_line(args))
+    assert hint.endswith("safehub cache clear " + "a" * 40 + " --cache-dir '/x y'")
+    assert fixes.render(fixes.run("safehub docs policy"), "cli",
+                        command_line=command_line(args)).endswith("safehub docs policy")
 
 
 @pytest.mark.parametrize(("source", "certain"), [

@@ -25,6 +25,7 @@ from safehub._internal.fixes import (
     AddLines,
     AllOf,
     AnyOf,
+    Call,
     Fix,
     Noted,
     RemoveRule,
@@ -342,8 +343,55 @@ def test_cli_hints_name_cli_fixes(hub_repo: HubRepo, monkeypatch: pytest.MonkeyP
     assert main(["load", "acme/models:v1.0", "echo", "--json"]) == 1
     error = json.loads(capsys.readouterr().out)
     assert "--trust" in error["hint"] and "trust_repo" not in error["hint"]
-    said = [o["text"] for o in error["fix"]["options"] if o["kind"] == "say"]  # the data too
+    said = [o["text"] for o in error["fix"]["options"] if o["kind"] == "call"]  # the data too
     assert said == ["add --trust to the command"], error["fix"]
+    assert [o["argument"] for o in error["fix"]["options"] if o["kind"] == "call"] == [
+        "trust_repo"]
+
+
+
+def test_one_fix_is_written_for_each_surface() -> None:
+    """The fix is data; each surface writes it from the data (no rewording of text)."""
+    from safehub._internal import fixes
+
+    trust = fixes.either(fixes.run("safehub cache clear " + "a" * 40),
+                         fixes.call("trust_repo", "True", "load"),
+                         fixes.noted(fixes.call("force_reload", "True"), "retry with "))
+    line = fixes.CommandLine((("--cache-dir", "/c d"),),
+                             {"cache clear": frozenset({"--cache-dir"})})
+    assert render(trust).split("\n    or ")[1:] == ["pass trust_repo=True to safehub.load",
+                                                   "retry with force_reload=True"]
+    assert render(trust, "torchhub").split("\n    or ")[1:] == [
+        "pass trust_repo=True to torch.hub.load", "retry with force_reload=True"]
+    cli = render(trust, "cli", command_line=line).split("\n    or ")
+    assert cli == ["run:\n      safehub cache clear " + "a" * 40 + " --cache-dir '/c d'",
+                   "add --trust to the command", "retry with --force-reload"]
+    data = json.loads(render(trust, "json"))
+    assert data["options"][1] == {"kind": "call", "argument": "trust_repo", "value": "True",
+                                  "function": "load",
+                                  "text": "pass trust_repo=True to safehub.load"}
+    assert fixes.from_json(data) == trust
+    with pytest.raises(ValueError):
+        render(trust, "html")
+
+
+def test_torch_hub_callers_read_torch_hub_fixes(hub_repo: HubRepo,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Code that called torch.hub.load (routed through safehub) is told what to pass to
+    torch.hub.load; the same refusal through safehub.load names safehub.load."""
+    import torch
+
+    monkeypatch.setenv("CI", "true")
+    safehub.install()
+    try:
+        with pytest.raises(safehub.UntrustedRepoError) as routed:
+            torch.hub.load("acme/models:v1.0", "echo")
+    finally:
+        safehub.uninstall()
+    assert "pass trust_repo=True to torch.hub.load" in str(routed.value)
+    with pytest.raises(safehub.UntrustedRepoError) as direct:
+        safehub.load("acme/models:v1.0", "echo")
+    assert "pass trust_repo=True to safehub.load" in (direct.value.hint or "")
 
 
 # -- a runtime fix for a project's rule that would name a path outside it -------------------
@@ -456,7 +504,8 @@ def test_trust_repo_false_without_a_terminal(hub_repo: HubRepo, monkeypatch: pyt
                     safehub.UntrustedRepoError)
     assert "always ask" in error.message
     first, second = needed(error.fix)[0]
-    assert isinstance(first, Say) and "trust_repo=True" in first.text
+    assert isinstance(first, Call) and (first.argument, first.value) == ("trust_repo", "True")
+    assert "pass trust_repo=True to safehub.load" in render(first)  # applied as written:
     assert load("acme/models:v1.0", "echo", 1, trust_repo=True) == ((1,), {})
     assert main(["untrust", "acme/models"]) == 0
     says, then = needed(second)

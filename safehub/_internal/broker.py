@@ -21,6 +21,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.errors import CacheError, SafehubError
 
 __all__ = ["ENV", "Broker", "ask", "available"]
@@ -97,15 +98,16 @@ class Broker:
             return handler(request)
         except SafehubError as e:
             return {"error": {"kind": type(e).__name__, "message": e.message,
-                              "hint": e.hint or ""}}
+                              "fix": fixes.to_json(e.fix) if e.fix is not None else None}}
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
             return {"error": {"kind": "SafehubError",
                               "message": f"safehub run refused a malformed request ({e})",
-                              "hint": ""}}
+                              "fix": None}}
         except Exception as e:  # the job waits for an answer: it gets one
             return {"error": {"kind": "SafehubError",
                               "message": f"safehub run could not do it for the job: {e}",
-                              "hint": "run `safehub prefetch SPEC` before the job"}}
+                              "fix": fixes.to_json(fixes.run("safehub prefetch SPEC",
+                                                             "before the job"))}}
 
 
 def available(environ: Mapping[str, str] | None = None) -> bool:
@@ -126,18 +128,22 @@ def ask(request: Mapping[str, Any]) -> dict[str, Any]:
             answer = json.loads(ours.recv(_MAX).decode() or "{}")
     except (OSError, KeyError, ValueError) as e:
         raise CacheError(f"cannot ask safehub run for {request.get('op')} ({e})",
-                         hint="run `safehub prefetch SPEC` before the confined job") from e
+                         fix=fixes.run("safehub prefetch SPEC", "before the confined job")) from e
     if not isinstance(answer, dict):
         answer = {}
     error = answer.get("error")
     if isinstance(error, dict) or "ok" not in answer:
         error = error if isinstance(error, dict) else {"message": "no answer"}
         kind = getattr(errors, str(error.get("kind", "")), None)
-        message, hint = str(error.get("message", "")), str(error.get("hint", "")) or None
+        message = str(error.get("message", ""))
         try:
-            refusal = kind(message, hint=hint) if isinstance(kind, type) and issubclass(
-                kind, SafehubError) else SafehubError(message, hint=hint)
+            fix = fixes.from_json(error["fix"]) if error.get("fix") else None
+        except ValueError:
+            fix = None
+        try:
+            refusal = kind(message, fix=fix) if isinstance(kind, type) and issubclass(
+                kind, SafehubError) else SafehubError(message, fix=fix)
         except TypeError:  # an error that carries more than words (a rename's names)
-            refusal = SafehubError(message, hint=hint)
+            refusal = SafehubError(message, fix=fix)
         raise refusal
     return answer

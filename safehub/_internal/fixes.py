@@ -9,9 +9,17 @@ the command line's ``--json`` error object shows it as data too (:func:`to_json`
 * :class:`SetKeys`: keys to set in one rule of a policy file
   (``[[allow]] #2 (org/*)``: the second ``[[allow]]`` of that file);
 * :class:`RemoveRule`: a rule to remove from a policy file;
-* :class:`Say`: anything else (an API argument, a command-line flag);
+* :class:`Call`: an argument of the Python call (``trust_repo=True``), which the command
+  line writes as its flag (``--trust``) and code routed from torch.hub as ``torch.hub.load``;
+* :class:`Say`: anything else (advice, what to check);
 * :class:`AnyOf`: alternatives, any one of them enough; :class:`AllOf`: fixes that are all
   needed (two requirements block); :class:`Noted`: a fix with words around it.
+
+:func:`render` writes a fix for one surface: ``api`` (a Python caller of ``safehub.load``),
+``cli`` (the command words: ``--trust``, and the ``--cache-dir``/``--lockfile`` this command
+was given carried to the commands a fix names: :class:`CommandLine`), ``torchhub`` (code that
+called ``torch.hub.load``, routed through safehub) and ``json`` (the data, :func:`to_json`).
+Nothing rewrites text once rendered: each surface is written from the data.
 
 Tests apply each kind mechanically and check that the next attempt gets past the refusal
 (tests/test_fixes.py).
@@ -29,13 +37,17 @@ run:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, fields, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-__all__ = ["AddLines", "AllOf", "AnyOf", "Fix", "Noted", "RemoveRule", "Run", "Say",
-           "SetKeys", "add", "both", "change", "clear_cache", "either", "noted", "remove",
-           "render", "reworded", "run", "say", "to_json"]
+__all__ = ["SURFACES", "AddLines", "AllOf", "AnyOf", "Call", "CommandLine", "Fix", "Noted",
+           "RemoveRule", "Run", "Say", "SetKeys", "add", "both", "call", "change",
+           "clear_cache", "either", "from_json", "noted", "remove", "render", "reworded", "run",
+           "say", "to_json"]
+
+#: Where a fix is shown: a Python caller, the command line, torch.hub's routed calls, JSON.
+SURFACES = ("api", "cli", "torchhub", "json")
 
 _INDENT = "      "
 
@@ -74,6 +86,19 @@ class RemoveRule:
 
 
 @dataclass(frozen=True)
+class Call:
+    """An argument of the Python call (``force_reload``), its value (``True``; empty: the
+    argument named alone) and the function (``load``: "pass ... to safehub.load"; empty:
+    the call that failed). The command line writes it as the flag for it (``--trust``),
+    code routed from torch.hub as a call of ``torch.hub.load``; no argument: the function
+    itself (``safehub.list``, ``safehub list``)."""
+
+    argument: str = ""
+    value: str = ""
+    function: str = ""
+
+
+@dataclass(frozen=True)
 class Say:
     """Anything that is not applied mechanically: an API argument, a flag, advice."""
 
@@ -103,7 +128,22 @@ class Noted:
     after: str = ""
 
 
-Fix = Run | AddLines | SetKeys | RemoveRule | Say | AnyOf | AllOf | Noted
+Fix = Run | AddLines | SetKeys | RemoveRule | Call | Say | AnyOf | AllOf | Noted
+
+
+@dataclass(frozen=True)
+class CommandLine:
+    """What the command line's rendering needs from the command that failed: the shared
+    options it was given (``("--cache-dir", DIR)``), which a command a fix names carries too
+    where that command takes them (``takes``: command words, such as ``cache clear``, to
+    its options), else the fix would act on other files."""
+
+    given: tuple[tuple[str, str], ...] = ()
+    takes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+
+
+#: The command line's flag for an argument of the Python API (else ``--the-argument``).
+_FLAGS = {"trust_repo": "--trust", "force_reload": "--force-reload"}
 
 
 def run(command: str, where: str = "") -> Run:
@@ -120,6 +160,10 @@ def change(path: object, table: str, lines: Sequence[str]) -> SetKeys:
 
 def remove(path: object, table: str) -> RemoveRule:
     return RemoveRule(str(path), table)
+
+
+def call(argument: str = "", value: str = "", function: str = "") -> Call:
+    return Call(argument, value, function)
 
 
 def say(text: str) -> Say:
@@ -147,20 +191,41 @@ def clear_cache(path: object) -> Fix:
     commit = next((part for part in str(path).split("/") if len(part) == 40
                    and all(c in "0123456789abcdef" for c in part)), "")
     return either(run(f"safehub cache clear {commit}".rstrip()),
-                  say("load with force_reload=True (a fresh copy, fetched and verified)"))
+                  noted(call("force_reload", "True"), "load with ",
+                        " (a fresh copy, fetched and verified)"))
 
 
-def render(fix: Fix, field: Callable[[str], str] | None = None) -> str:
-    """The fix as the hint's text: each alternative complete on its own.
+def render(fix: Fix, surface: str = "api", field: Callable[[str], str] | None = None, *,
+           command_line: CommandLine | None = None) -> str:
+    """The fix as the hint's text on ``surface`` (one of :data:`SURFACES`): each
+    alternative complete on its own.
 
     ``field``: applied to each text of the fix (a command, a file, a line) before the
     layout is added; a terminal passes :func:`safehub._internal.text.printable`, so that
-    only the line breaks written here reach it.
+    only the line breaks written here reach it. ``command_line``: on ``cli``, the options
+    the command was given that the commands a fix names carry too. ``json``: the data
+    (:func:`to_json`) as JSON text.
+
+    >>> fix = noted(call("force_reload", "True"), "retry with ")
+    >>> render(fix), render(fix, "cli"), render(call("trust_repo", "True", "load"), "torchhub")
+    ('retry with force_reload=True', 'retry with --force-reload', \
+'pass trust_repo=True to torch.hub.load')
     """
+    if surface not in SURFACES:
+        raise ValueError(f"surface {surface!r} is not one of {', '.join(SURFACES)}")
+    if surface == "json":
+        import json
+
+        return json.dumps(to_json(fix, command_line=command_line))
     if field is not None:
         fix = reworded(fix, field)
+    return _written(fix, surface, command_line or CommandLine())
+
+
+def _written(fix: Fix, surface: str, command_line: CommandLine) -> str:
     if isinstance(fix, Run):
-        return f"run{' ' + fix.where if fix.where else ''}:\n{_INDENT}{fix.command}"
+        command = _with_options(fix.command, command_line) if surface == "cli" else fix.command
+        return f"run{' ' + fix.where if fix.where else ''}:\n{_INDENT}{command}"
     if isinstance(fix, AddLines):
         return f"add to {fix.file}:\n" + "\n".join(_INDENT + line for line in fix.lines)
     if isinstance(fix, SetKeys):
@@ -168,29 +233,106 @@ def render(fix: Fix, field: Callable[[str], str] | None = None) -> str:
                 + "\n".join(_INDENT + line for line in fix.keys))
     if isinstance(fix, RemoveRule):
         return f"in {fix.file}, remove {fix.rule}"
+    if isinstance(fix, Call):
+        return _call(fix, surface)
     if isinstance(fix, Say):
         return fix.text
     if isinstance(fix, AnyOf):
-        return "\n    or ".join(render(o) for o in fix.options)
+        return "\n    or ".join(_written(o, surface, command_line) for o in fix.options)
     if isinstance(fix, AllOf):
-        return "\n    and ".join(render(n) for n in fix.needed)
-    return fix.before + render(fix.fix) + fix.after
+        return "\n    and ".join(_written(n, surface, command_line) for n in fix.needed)
+    return fix.before + _written(fix.fix, surface, command_line) + fix.after
 
 
-def to_json(fix: Fix) -> dict[str, Any]:
+def _call(fix: Call, surface: str) -> str:
+    if surface == "cli":
+        if not fix.argument:
+            return f"safehub {fix.function}"
+        flag = _FLAGS.get(fix.argument, "--" + fix.argument.replace("_", "-"))
+        if fix.value not in ("", "True"):
+            flag += f" {fix.value}"
+        return f"add {flag} to the command" if fix.function else flag
+    prefix = "torch.hub." if surface == "torchhub" else "safehub."
+    if not fix.argument:
+        return prefix + fix.function
+    argument = f"{fix.argument}={fix.value}" if fix.value else fix.argument
+    return f"pass {argument} to {prefix}{fix.function}" if fix.function else argument
+
+
+def _with_options(command: str, command_line: CommandLine) -> str:
+    """``command`` with the options this command line was given that it takes."""
+    import shlex
+
+    words = command.split()
+    if len(words) < 2 or words[0] != "safehub" or not command_line.given:
+        return command
+    verb = " ".join(words[1:3]) if " ".join(words[1:3]) in command_line.takes else words[1]
+    takes = command_line.takes.get(verb, frozenset())
+    command, gap, note = command.partition("   (")  # a note after the command
+    for flag, value in command_line.given:
+        if flag in takes and flag not in words:
+            command += f" {flag} {shlex.quote(value)}"
+    return command + gap + note
+
+
+def to_json(fix: Fix, surface: str = "api", *,
+            command_line: CommandLine | None = None) -> dict[str, Any]:
     """The fix as JSON data: ``kind`` (``run``, ``add_lines``, ``set_keys``,
-    ``remove_rule``, ``say``, ``any_of``, ``all_of``, ``noted``) and its fields."""
-    kind = {Run: "run", AddLines: "add_lines", SetKeys: "set_keys", RemoveRule: "remove_rule",
-            Say: "say", AnyOf: "any_of", AllOf: "all_of", Noted: "noted"}[type(fix)]
+    ``remove_rule``, ``call``, ``say``, ``any_of``, ``all_of``, ``noted``) and its fields,
+    as ``surface`` writes them: a ``call`` carries its ``text`` there (``add --trust to the
+    command``), a ``run`` on ``cli`` its command with this command line's options.
+
+    >>> to_json(call("trust_repo", "True", "load"), "cli")["text"]
+    'add --trust to the command'
+    """
+    line = command_line or CommandLine()
+    kind = next(name for name, cls in _KINDS.items() if cls is type(fix))
     data: dict[str, Any] = {"kind": kind}
     for f in fields(fix):
         value = getattr(fix, f.name)
         if isinstance(value, tuple):
-            value = [to_json(v) if not isinstance(v, str) else v for v in value]
+            value = [to_json(v, surface, command_line=line) if not isinstance(v, str) else v
+                     for v in value]
         elif not isinstance(value, str):
-            value = to_json(value)
+            value = to_json(value, surface, command_line=line)
+        elif isinstance(fix, Run) and f.name == "command" and surface == "cli":
+            value = _with_options(value, line)
         data[f.name] = value
+    if isinstance(fix, Call):
+        data["text"] = _call(fix, surface)
     return data
+
+
+def from_json(data: Any) -> Fix:
+    """The fix :func:`to_json` wrote (what a parent process sent a confined job); any other
+    value is :class:`ValueError`.
+
+    >>> fix = either(run("safehub trust a/b:v1"), noted(call("force_reload", "True"), "or "))
+    >>> from_json(to_json(fix, "cli")) == fix
+    True
+    """
+    if not isinstance(data, dict) or data.get("kind") not in _KINDS:
+        raise ValueError(f"not a fix: {str(data)[:80]!r}")
+    kind = _KINDS[data["kind"]]
+    values: dict[str, Any] = {}
+    for f in fields(kind):
+        value = data.get(f.name, "")
+        if f.name in ("options", "needed"):
+            value = tuple(from_json(v) for v in value)
+        elif f.name == "fix":
+            value = from_json(value)
+        elif f.name in ("lines", "keys"):
+            value = tuple(str(v) for v in value)
+        elif not isinstance(value, str):
+            raise ValueError(f"not a fix: {f.name} is not text")
+        values[f.name] = value
+    fix: Fix = kind(**values)
+    return fix
+
+
+_KINDS: dict[str, Any] = {"run": Run, "add_lines": AddLines, "set_keys": SetKeys,
+                          "remove_rule": RemoveRule, "call": Call, "say": Say, "any_of": AnyOf,
+                          "all_of": AllOf, "noted": Noted}
 
 
 def reworded(fix: Fix, change: Callable[[str], str]) -> Fix:

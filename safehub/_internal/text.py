@@ -46,7 +46,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from safehub._internal.fixes import Fix
+    from safehub._internal.fixes import CommandLine, Fix
 
 __all__ = ["REFUSED", "error", "printable"]
 
@@ -110,7 +110,8 @@ def printable(text: str, *, lines: bool = False) -> str:
     return text.translate(_LINES if lines else _SINGLE)
 
 
-def error(message: str, fix: Fix | None = None, details: Sequence[str] = ()) -> str:
+def error(message: str, fix: Fix | None = None, details: Sequence[str] = (), *,
+          surface: str = "api", command_line: CommandLine | None = None) -> str:
     """An error as a terminal shows it: the message on one line, each detail on a line of
     its own, then ``  fix: `` and the fix, every text field of which is one line.
 
@@ -127,5 +128,5 @@ def error(message: str, fix: Fix | None = None, details: Sequence[str] = ()) -> 
     if fix is not None:
         from safehub._internal.fixes import render
 
-        lines.append(f"  fix: {render(fix, printable)}")
+        lines.append(f"  fix: {render(fix, surface, printable, command_line=command_line)}")
     return "\n".join(lines)

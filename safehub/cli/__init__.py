@@ -26,7 +26,7 @@ from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
 from safehub.cli.common import hub as _hub
-from safehub.cli.parser import fix_for_cli, for_cli
+from safehub.cli.parser import command_line, for_cli
 from safehub.errors import CacheError, SafehubError, SpecError
 
 __all__ = ["main"]
@@ -56,13 +56,13 @@ def _specs_from(args: argparse.Namespace) -> list[str]:
             content = Path(args.from_file).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
             raise SpecError(f"cannot read --from {args.from_file} ({e})",
-                            hint="give a UTF-8 text file: one owner/name:ref per line; "
-                            "# starts a comment") from e
+                            fix=fixes.say("give a UTF-8 text file: one owner/name:ref per line; "
+                                          "# starts a comment")) from e
         listed = [line.split("#", 1)[0].strip() for line in content.splitlines()
                   if line.split("#", 1)[0].strip()]
         if not listed:
             raise SpecError(f"--from {args.from_file} lists no specs",
-                            hint="write one owner/name:ref per line; # starts a comment")
+                            fix=fixes.say("write one owner/name:ref per line; # starts a comment"))
         specs += listed
     return specs
 
@@ -164,8 +164,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     from safehub import operations
 
     report = operations.check(_hub(args), args.spec, entrypoint=args.entrypoint)
-    report = dataclasses.replace(report, fix=fix_for_cli(report.fix, args))
-    _emit(args, report.to_json(), text.check(report))
+    line = command_line(args)
+    _emit(args, {**report.to_json(), "fix": fixes.render(report.fix, "cli", command_line=line)
+                 if report.fix else None}, text.check(report, line))
     return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
 
 
@@ -265,7 +266,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
     root = Path(hub.cache.root)
     if os.path.lexists(root) and not root.is_dir():
         raise CacheError(f"the cache {root} is a file, not a folder",
-                         hint="point --cache-dir or SAFEHUB_CACHE_DIR at a folder")
+                         fix=fixes.say("point --cache-dir or SAFEHUB_CACHE_DIR at a folder"))
     if args.cache_command == "ls":
         rows = operations.cache_entries(hub)
         chosen = hub.settings.cache_source
@@ -277,7 +278,7 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         checks = operations.cache_verify(hub, args.commit)
         if args.commit and not checks:
             raise CacheError(f"no cached commit starts with {' or '.join(args.commit)}",
-                             hint="`safehub cache ls` lists the cached commits")
+                             fix=fixes.run("safehub cache ls", "to list the cached commits"))
         ok = all(r.ok for r in checks)
         _emit(args, {"cache": str(hub.cache.root), "ok": ok,
                      "entries": [r.to_json() for r in checks]}, text.cache_checks(checks))
@@ -363,9 +364,9 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
     except SpecError as e:
-        return _fail(wants_json, type(e).__name__, e, fix_for_cli(e.fix, args), EXIT_USAGE)
+        return _fail(wants_json, type(e).__name__, e, e.fix, EXIT_USAGE, command_line(args))
     except SafehubError as e:
-        return _fail(wants_json, type(e).__name__, e, fix_for_cli(e.fix, args), EXIT_REFUSED)
+        return _fail(wants_json, type(e).__name__, e, e.fix, EXIT_REFUSED, command_line(args))
     except text.RepoCodeError as e:
         return _fail(wants_json, "RepoCodeError", e.message, e.fix, EXIT_REFUSED)
     except KeyboardInterrupt:
@@ -382,7 +383,8 @@ def _main(argv: list[str]) -> int:
 
 
 def _fail(wants_json: bool, kind: str, message: str | SafehubError,
-          fix: fixes.Fix | str | None, code: int) -> int:
+          fix: fixes.Fix | str | None, code: int,
+          line: fixes.CommandLine | None = None) -> int:
     """Say what failed (``message``, or a safehub error's message and details) and its fix
     (the ``--json`` object, exact: ``hint`` as text, ``fix`` as data, see
     :func:`safehub._internal.fixes.to_json`); the exit code.
@@ -395,12 +397,14 @@ def _fail(wants_json: bool, kind: str, message: str | SafehubError,
     exact, summary, details = ((message.message, message.summary, message.details)
                                if isinstance(message, SafehubError) else (message, message, ()))
     if wants_json:
-        hint = fixes.render(fix) if fix is not None else None
+        hint = fixes.render(fix, "cli", command_line=line) if fix is not None else None
         text.out_json({"error": kind, "message": exact, "hint": hint,
-                       "fix": fixes.to_json(fix) if fix is not None else None, "exit": code},
+                       "fix": None if fix is None else fixes.to_json(fix, "cli", command_line=line),
+                       "exit": code},
                       sort_keys=False)
     label = "usage error" if kind == "usage" else kind
-    said = f"safehub: {printable(label)}: {_error_text(summary, fix, details)}\n"
+    said = (f"safehub: {printable(label)}: "
+            f"{_error_text(summary, fix, details, surface='cli', command_line=line)}\n")
     try:
         sys.stderr.write(said)
         sys.stderr.flush()

@@ -82,7 +82,7 @@ def policy_validate(args: argparse.Namespace) -> int:
         except PolicyError as e:
             faults = list(e.faults) or [e.message]
             fix = _validate_fix(name, in_force, e)
-            result.update(ok=False, rules=None, faults=faults, fix=fixes.render(fix),
+            result.update(ok=False, rules=None, faults=faults, fix=fixes.render(fix, 'cli'),
                           notes=[])
         results.append(result)
         shown.append(_validated(result, fix))
@@ -101,7 +101,7 @@ def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
             f"{len(r['faults'])} fault{'s' if len(r['faults']) != 1 else ''}"]
     rows += [f"    {fault}" for fault in r["faults"]]
     if fix is not None:  # each field of the fix one line, then the fix's own layout
-        rows += f"  fix: {fixes.render(fix, printable)}".split("\n")
+        rows += f"  fix: {fixes.render(fix, 'cli', printable)}".split("\n")
     return text.lines(rows)
 
 
@@ -190,8 +190,8 @@ def policy_init(args: argparse.Namespace) -> int:
     target = Path(args.path) if args.path else init_target(args.flavour)
     if os.path.lexists(target):
         raise PolicyError(f"{target} exists already; safehub policy init never overwrites",
-                          hint="edit it, or write elsewhere with --path (then point "
-                          "SAFEHUB_POLICY at it)")
+                          fix=fixes.say("edit it, or write elsewhere with --path (then point "
+                                        "SAFEHUB_POLICY at it)"))
     body = (DATA / "policies" / name).read_text(encoding="utf-8")
     if _machine_wide(target) and not args.yes:
         refuses = _refuses(body, target)
@@ -213,9 +213,9 @@ def policy_init(args: argparse.Namespace) -> int:
         with open(target, "x", encoding="utf-8") as f:  # never over a file made meanwhile
             f.write(body)
     except OSError as e:
-        raise PolicyError(f"cannot write {target} ({e.strerror or e})", hint=(
+        raise PolicyError(f"cannot write {target} ({e.strerror or e})", fix=fixes.say((
             "the site policy needs an admin (sudo), " if args.flavour == "admin" else "")
-            + "or write elsewhere with --path") from e
+            + "or write elsewhere with --path")) from e
     emit(args, {"written": str(target), "path": str(target), "flavour": args.flavour,
                 "machine_wide": _machine_wide(target)},
          text.lines([f"wrote {target} (from policies/{name}); edit it (`safehub check SPEC` "
@@ -253,8 +253,8 @@ def demo(args: argparse.Namespace) -> int:
                     "safehub demo")
     if shutil.which("git") is None:
         raise SafehubError("safehub demo builds its repos with git, which is not on PATH",
-                           hint="install git (for example: apt-get install git), then run "
-                           "it again")
+                           fix=fixes.say("install git (for example: apt-get install git), then run "
+                                         "it again"))
     if args.serve:
         import errno
 

@@ -39,7 +39,7 @@ def hub(args: argparse.Namespace) -> Any:
         overrides.update(cache_dir=args.cache_dir, cache_source="--cache-dir")
     if getattr(args, "lockfile", None):
         overrides["lockfile"] = args.lockfile
-    return Hub(surface="cli", **overrides)
+    return Hub(**overrides)
 
 
 def emit(args: argparse.Namespace, data: dict[str, Any], shown: str) -> None:

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.cli import text
 from safehub.cli.common import EXIT_OK, emit, hub
 
@@ -37,7 +38,8 @@ def cmd_prefetch(args: argparse.Namespace) -> int:
         from safehub.errors import SpecError
 
         raise SpecError("--sign-key and --sign-keyless sign OCI snapshots: they need --oci",
-                        hint="safehub prefetch --oci REGISTRY/REPOSITORY --sign-key KEY SPEC")
+                        fix=fixes.run("safehub prefetch --oci REGISTRY/REPOSITORY "
+                                      "--sign-key KEY SPEC"))
     pushed = fleet.publish(the_hub, specs, args.oci, sign=sign) if args.oci else []
     if args.oci:
         specs = [r.spec for r in pushed]

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import argparse
 import os
-import shlex
 from collections.abc import Callable, Mapping
 
-from safehub._internal.fixes import Fix, reworded
+from safehub._internal.fixes import CommandLine, render, run
 
-__all__ = ["JSON_FIELDS", "build", "fix_for_cli", "for_cli"]
+__all__ = ["JSON_FIELDS", "build", "command_line", "for_cli"]
 
 Command = Callable[[argparse.Namespace], int]
 _FORMAT = argparse.RawDescriptionHelpFormatter
@@ -176,6 +175,7 @@ def build(parser_class: type[argparse.ArgumentParser],
     _pinning(add)
     _signing(add)
     _admin(add, sub, parser_class)
+    p.set_defaults(command_options=add.takes)  # for the fixes: see command_line()
     return p
 
 
@@ -188,6 +188,8 @@ class _Adder:
     def __init__(self, commands: Mapping[str, Command],
                  sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         self.commands, self.sub = commands, sub
+        self.takes: dict[str, frozenset[str]] = {}
+        """Command words (``cache clear``) to the shared path options the command takes."""
 
     def __call__(self, name: str, help_text: str, description: str = "", *options: str,
                  parent: argparse._SubParsersAction[argparse.ArgumentParser] | None = None,
@@ -196,6 +198,9 @@ class _Adder:
                                               description=description or help_text,
                                               formatter_class=_FORMAT)
         _options(cmd, *options, key=(key or name) if key != "cache" else f"cache {name}")
+        self.takes[cmd.prog.split(" ", 1)[1]] = frozenset(
+            flag for option, flag in (("cache", "--cache-dir"), ("lockfile", "--lockfile"))
+            if option in options)
         cmd.set_defaults(func=self.commands[key or name], prog=cmd.prog)
         return cmd
 
@@ -443,57 +448,33 @@ def _init_description() -> str:
             "  --path FILE  anywhere else instead")
 
 
+def command_line(args: argparse.Namespace) -> CommandLine:
+    """What :func:`safehub._internal.fixes.render` needs to write a fix for this command
+    line: the ``--cache-dir`` and ``--lockfile`` it was given (a command the fix names
+    carries them, else the fix acts on other files) and which commands take them (recorded
+    by :func:`build` as it adds them)."""
+    given = tuple((flag, str(value)) for flag, value in (
+        ("--cache-dir", getattr(args, "cache_dir", None)),
+        ("--lockfile", getattr(args, "lockfile", None))) if value)
+    return CommandLine(given, getattr(args, "command_options", {}))
+
+
 def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
-    """A library hint as a command-line user applies it (see :func:`_cli_words`)."""
-    return _cli_words(args)(hint) if hint else hint
+    """A hint that reached the command line as text only (``safehub lock --check``'s
+    statuses, until they carry the fix as data): the command words for it. Every other
+    fix is rendered from its data (:func:`command_line`)."""
+    if not hint:
+        return hint
+    line = command_line(args)
+    hint = hint.replace("force_reload=True", "--force-reload").replace(
+        "without force_reload", "without --force-reload")
+    return "\n".join(_run_words(part, line) for part in hint.split("\n"))
 
 
-def fix_for_cli(fix: Fix | None, args: argparse.Namespace) -> Fix | None:
-    """A library fix as a command-line user applies it (see :func:`_cli_words`)."""
-    return reworded(fix, _cli_words(args)) if fix is not None else None
+def _run_words(part: str, line: CommandLine) -> str:
+    command = part.lstrip()
+    if not command.startswith("safehub "):
+        return part
+    rendered = render(run(command), "cli", command_line=line)
+    return part[:len(part) - len(command)] + rendered.split("\n", 1)[1].lstrip()
 
-
-def _cli_words(args: argparse.Namespace) -> Callable[[str], str]:
-    """How a text of a fix reads on the command line: ``force_reload=True`` is
-    ``--force-reload``, and a command it names carries the ``--cache-dir`` and
-    ``--lockfile`` this command was given (else the fix acts on other files)."""
-    given = [(flag, value) for flag, value in (("--cache-dir", getattr(args, "cache_dir", None)),
-                                              ("--lockfile", getattr(args, "lockfile", None)))
-             if value]
-    verbs: dict[str, argparse.ArgumentParser] = {}
-    if given:
-        from safehub.cli import COMMANDS
-        from safehub.cli.common import Parser as _Parser
-
-        verbs = _commands(build(_Parser, COMMANDS))
-
-    def adapted(text: str) -> str:
-        text = text.replace("force_reload=True", "--force-reload").replace(
-            "without force_reload", "without --force-reload")
-        if not given:
-            return text
-        lines = []
-        for line in text.split("\n"):
-            words = line.split()
-            if len(words) > 1 and words[0] == "safehub" and words[1] in verbs:
-                parser = verbs[words[1]]
-                sub = _commands(parser)  # `safehub cache clear`: the sub-command's options
-                if len(words) > 2 and words[2] in sub:
-                    parser = sub[words[2]]
-                takes = parser._option_string_actions
-                command, gap, note = line.partition("   (")  # a note after the command
-                for flag, value in given:
-                    if flag in takes and flag not in words:
-                        command += f" {flag} {shlex.quote(str(value))}"
-                line = command + gap + note
-            lines.append(line)
-        return "\n".join(lines)
-    return adapted
-
-
-def _commands(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    found: dict[str, argparse.ArgumentParser] = {}
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            found.update(action.choices)
-    return found

@@ -52,7 +52,7 @@ class RepoCodeError(Exception):
                 f"check the arguments (`safehub help {spec} {entrypoint}` shows them) and "
                 "the repo's docs" if entrypoint else "see the repo's docs"))
         super().__init__(message)
-        self.message, self.fix, self.hint = message, fix, fixes.render(fix)
+        self.message, self.fix, self.hint = message, fix, fixes.render(fix, "cli")
 
 
 def said(error: BaseException, limit: int = 500) -> str:
@@ -132,7 +132,7 @@ def detach_stdout() -> None:
         os.close(devnull)
 
 
-def check(report: Any) -> str:
+def check(report: Any, line: fixes.CommandLine | None = None) -> str:
     rows = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
     if report.commit:
         rows.append(f"  commit   {report.commit}  ({report.proof})")
@@ -145,7 +145,8 @@ def check(report: Any) -> str:
     for reason in report.reasons:
         rows.append(f"  policy   {reason}")
     if report.fix:  # each field of the fix one line, then the fix's own layout
-        rows += f"  fix      {fixes.render(report.fix, printable)}".split("\n")
+        rows += f"  fix      {fixes.render(report.fix, 'cli', printable, command_line=line)}".split(
+            "\n")
     return lines(rows)
 
 

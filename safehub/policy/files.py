@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS
 from safehub.policy.local import holders
@@ -119,13 +120,14 @@ def discover(environ: Mapping[str, str] | None = None) -> list[tuple[Path, str]]
         elif c.problem and c.origin != "extra":
             raise PolicyError(
                 f"the {c.origin} policy file {str(c.path)!r} {c.problem}",
-                hint="make it a readable policy file, or remove it; until then no repo loads "
-                "(fail closed: a policy that cannot be read is never skipped)")
+                fix=fixes.say("make it a readable policy file, or remove it; until then no repo "
+                              "loads (fail closed: a policy that cannot be read is never skipped)"))
         elif c.origin == "extra":
             raise PolicyError(
                 f"SAFEHUB_POLICY names {str(c.path)!r}, which is not a readable file"
                 + (f" (it {c.problem})" if c.problem else ""),
-                hint="fix SAFEHUB_POLICY; a missing policy refuses every load (fail closed)",
+                fix=fixes.say("fix SAFEHUB_POLICY; a missing policy refuses every load (fail "
+                              "closed)"),
             )
     return found
 
@@ -141,8 +143,8 @@ def _file_key(path: Path, origin: str) -> _FileKey:
     except OSError as e:
         raise PolicyError(
             f"policy file {path} cannot be read ({e})",
-            hint="check the path (it must name a readable file) and its permissions; until "
-            "then no repo loads (fail closed)",
+            fix=fixes.say("check the path (it must name a readable file) and its permissions; "
+                          "until then no repo loads (fail closed)"),
         ) from e
     return (str(path), origin, st.st_mtime_ns, st.st_size, st.st_ino, st.st_ctime_ns)
 
@@ -156,8 +158,8 @@ def _read(path: Path, key: _FileKey) -> FileSpec:
     except (OSError, UnicodeDecodeError) as e:
         raise PolicyError(
             f"policy file {path} cannot be read ({e})",
-            hint="it must be a readable UTF-8 text file, not a folder: fix the path, its "
-            "permissions or its encoding; until then no repo loads (fail closed)",
+            fix=fixes.say("it must be a readable UTF-8 text file, not a folder: fix the path, its "
+                          "permissions or its encoding; until then no repo loads (fail closed)"),
         ) from e
     spec = parse_text(text, str(path), origin=key[1])
     if len(_PARSED) > 64:

@@ -58,7 +58,7 @@ def decide_local(policy: Policy, folder: str) -> Decision:
         what = "is not a folder" if os.path.exists(real) else "does not exist"
         raise HubconfError(f"the local folder {folder} {what}, so there is no hubconf.py to "
                            "load (source='local' loads a folder on this machine)",
-                           hint="check the path")
+                           fix=fixes.say("check the path"))
     def admits(dirs: tuple[str, ...] | None) -> bool:
         return any(within(real, os.path.realpath(os.path.expanduser(d))) for d in dirs or ())
 

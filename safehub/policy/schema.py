@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import within
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS, TABLE_NAMES, Key
@@ -236,7 +237,7 @@ def validate(data: Any, source: str, *, origin: str = "user") -> FileSpec:
                     rules[scope].append(table)
     if faults.items or section is None:
         error = PolicyError(f"policy file {source} is invalid:", details=faults.items,
-                            hint=_fix(source, origin))
+                            fix=fixes.say(_fix(source, origin)))
         error.faults = tuple(faults.items)
         raise error
     return FileSpec(source, origin, section, tuple(rules["allow"]), tuple(rules["deny"]),
@@ -285,5 +286,5 @@ def parse_text(text: str, source: str, *, origin: str = "user") -> FileSpec:
         data = tomllib.loads(text)
     except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
         raise PolicyError(f"policy file {source}: not valid TOML ({e})",
-                          hint=_fix(source, origin)) from e
+                          fix=fixes.say(_fix(source, origin))) from e
     return validate(data, source, origin=origin)

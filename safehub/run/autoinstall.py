@@ -14,6 +14,7 @@ from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import within
 from safehub.errors import ConfineError, SpecError
 
@@ -146,10 +147,10 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
             code = forward.wait(job)
     except OSError as e:
         raise SpecError(f"cannot run {command[0]!r}: {e.strerror}",
-                        hint="check the command and its path") from e
+                        fix=fixes.say("check the command and its path")) from e
     except subprocess.SubprocessError as e:  # entering the ruleset failed in the child
         raise ConfineError(f"the kernel refused to hold {command[0]!r} to the ruleset; "
-                           "nothing ran", hint="report this as a safehub bug") from e
+                           "nothing ran", fix=fixes.say("report this as a safehub bug")) from e
     finally:
         if prepared is not None:
             prepared.close()

@@ -32,7 +32,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from safehub.errors import HubconfError
+from safehub._internal import fixes
+from safehub.errors import HubconfError, SafehubError
 
 __all__ = ["ROUTED", "call_entrypoint", "described", "docstring", "entrypoints", "handling",
            "install", "original", "torch_hub", "uninstall"]
@@ -55,8 +56,8 @@ def torch_hub() -> types.ModuleType:
             import torch.hub  # noqa: F401
         except ImportError as e:
             raise HubconfError(f"torch cannot be imported ({e})",
-                               hint="install it: pip install torch (safehub hands verified "
-                               "repos to torch's own loader)") from e
+                               fix=fixes.run("pip install torch", "to install it (safehub "
+                                             "hands verified repos to torch's own loader)")) from e
         module = sys.modules["torch.hub"]
     return module
 
@@ -197,12 +198,31 @@ def install(replacements: Mapping[str, Callable[..., Any]]) -> None:
     """Route torch.hub's functions to ``replacements`` (``safehub.install()``)."""
     _route()
     with _LOCK:
-        _INSTALLED.update(replacements)
+        _INSTALLED.update({name: _as_called(func) for name, func in replacements.items()})
+
+
+def _as_called(func: Callable[..., Any]) -> Callable[..., Any]:
+    """``func`` as torch.hub's function once routed: the program called ``torch.hub.NAME``,
+    so a refusal's fix is shown for that surface (``pass trust_repo=True to
+    torch.hub.load``), rendered from the fix's data (:func:`safehub._internal.fixes.render`)."""
+    @functools.wraps(func)
+    def called(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        except SafehubError as e:
+            e.surface = "torchhub"
+            raise
+    return called
 
 
 def uninstall() -> None:
     with _LOCK:
         _INSTALLED.clear()
+
+
+#: The fix for an entrypoint that is not there: list those that are.
+_LIST_THEM = fixes.noted(fixes.either(fixes.run("safehub list SPEC"), fixes.call(function="list")),
+                         "list the entrypoints: ")
 
 
 # -- delegation ------------------------------------------------------------------------------
@@ -212,7 +232,7 @@ def _require_hubconf(repo_dir: Path) -> Path:
     if not hubconf.is_file():
         raise HubconfError(
             f"{str(repo_dir)!r} has no hubconf.py, so it is not a torch.hub repo",
-            hint="check the repo and ref; torch.hub needs hubconf.py at the repo root",
+            fix=fixes.say("check the repo and ref; torch.hub needs hubconf.py at the repo root"),
         )
     return hubconf
 
@@ -254,7 +274,7 @@ def call_entrypoint(repo_dir: Path, model: str, args: tuple[Any, ...],
             if str(e) == f"Cannot find callable {model} in hubconf":
                 raise HubconfError(
                     f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
-                    hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
+                    fix=_LIST_THEM,
                 ) from e
             raise
 
@@ -301,7 +321,7 @@ def described(repo_dir: Path, model: str) -> tuple[str, str | None]:
     if func is None or not callable(func):
         raise HubconfError(
             f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
-            hint="list the entrypoints with `safehub list SPEC` (or safehub.list)",
+            fix=_LIST_THEM,
         )
     try:
         line = f"{model}{inspect.signature(func)}"

@@ -84,15 +84,16 @@ class WeightsGuard:
             hop = read_url(url, http=True)  # http only where no pattern is set (torch's)
         except UrlError as e:
             raise PolicyDenied(f"hubconf.py of {self.repo} tried to download from a URL "
-                               f"safehub does not follow: {e}", hint=f"{e.advice}; download "
-                               "weights from a plain https://host/path URL") from None
+                               f"safehub does not follow: {e}",
+                               fix=fixes.say(f"{e.advice}; download "
+                               "weights from a plain https://host/path URL")) from None
         if {".", ".."} & {unquote(seg) for seg in hop.path.split("/")} or any(
                 enc in hop.path.lower() for enc in ("%2f", "%5c")):
             raise PolicyDenied(
                 f"hubconf.py of {self.repo} tried to download {hop}: a URL with '.' or "
                 "'..' path segments, or an encoded '/' or '\\' in its path, is refused (a "
                 "client or server may act on them after the weights patterns matched)",
-                hint="download weights from a plain https://host/path URL")
+                fix=fixes.say("download weights from a plain https://host/path URL"))
         # Patterns see the URL as it will be sent, so that
         # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
         canonical = str(hop)
@@ -109,7 +110,7 @@ class WeightsGuard:
                 path, table = self.rules[i] if i < len(self.rules) else ("your policy", "")
                 raise PolicyDenied(message, fix=fixes.noted(
                     fixes.change(path, table, [f"weights = [{wanted}]"]),
-                    "if the repo should download it: "))
+                                                            "if the repo should download it: "))
 
     def _sha256(self, url: str, path: Path) -> str:
         st = path.stat()
@@ -134,8 +135,8 @@ class WeightsGuard:
                 f"the weights from {url} have sha256 {digest}, but {pinned} was pinned "
                 f"({'in the lockfile' if url in self.locked else 'when first downloaded'}); "
                 f"the file {path} was deleted",
-                hint="if the publisher really replaced the file, remove the pin (the "
-                "lockfile's [[repo.weights]] entry) and load again",
+                fix=fixes.say("if the publisher really replaced the file, remove the pin (the "
+                              "lockfile's [[repo.weights]] entry) and load again"),
             )
         from safehub.run.runtime import own_work
 
@@ -209,9 +210,9 @@ class WeightsGuard:
             raise ConfineError(
                 f"hubconf.py of {self.repo} tried to download {url} into {folder}, which is "
                 "read-only inside `safehub run --confine` (a later run trusts what it finds "
-                "there)", hint="load the model once outside the job (safehub load SPEC "
+                "there)", fix=fixes.say("load the model once outside the job (safehub load SPEC "
                 "ENTRYPOINT downloads and pins the file, and the job then reads it), or pass "
-                "a model_dir under [confine] writes")
+                                        "a model_dir under [confine] writes"))
 
     def _fetch(self, url: str, target: Path, hash_prefix: str | None, progress: bool) -> None:
         from safehub._internal.progress import terminal_progress

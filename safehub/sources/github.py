@@ -20,6 +20,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 from urllib.parse import quote
 
+from safehub._internal import fixes
 from safehub._internal.urls import UrlError, read_url
 from safehub.digest import blob_id
 from safehub.errors import (
@@ -61,7 +62,8 @@ def sha_field(data: Any, what: str, *path: str | int) -> str:
     if not isinstance(value, str) or not is_full_sha(value):
         raise FetchError(f"unexpected answer for {what}: {'.'.join(map(str, path))} is not a "
                          f"40-hex sha ({str(value)[:60]!r})",
-                         hint="the API (or whatever answers for it) is broken; retry later")
+                         fix=fixes.say("the API (or whatever answers for it) is broken; retry "
+                                       "later"))
     return value
 
 
@@ -118,10 +120,11 @@ class GitHub:
                    if self._token else "set GITHUB_TOKEN (5,000 requests an hour instead of 60)")
             return RateLimitError(
                 f"GitHub API rate limit exceeded{when} while fetching {what}",
-                hint=f"{fix}; pinned loads (lockfile or 40-hex ref) that are cached need no API")
+                fix=fixes.say(f"{fix}; pinned loads (lockfile or 40-hex ref) that are cached need "
+                              f"no API"))
         if e.status in (401, 403):
-            return FetchError(f"{e.message}", hint="check GITHUB_TOKEN: it may be wrong, "
-                              "expired or lack access to the repo")
+            return FetchError(f"{e.message}", fix=fixes.say("check GITHUB_TOKEN: it may be wrong, "
+                                                            "expired or lack access to the repo"))
         if e.status == 422:
             return NotFoundError(e.message)
         return e
@@ -133,8 +136,8 @@ class GitHub:
             f"{spec.repo} has moved: GitHub now answers for {new}. The old name can be "
             "registered again by someone else (repo-jacking), so safehub does not follow",
             old=spec.key, new=new,
-            hint=f"load it as {new!r}, or name {new} in an [[allow]] rule of the policy to "
-            "follow the move",
+            fix=fixes.say(f"load it as {new!r}, or name {new} in an [[allow]] rule of the policy "
+                          f"to follow the move"),
         )
 
     # -- endpoints --------------------------------------------------------------------
@@ -157,7 +160,8 @@ class GitHub:
             data = self._json(spec, "", f"repo {spec.repo}")
         except NotFoundError as e:
             raise NotFoundError(f"repo {spec.repo} not found at {self.api}",
-                                hint="check the spelling; for a private repo set GITHUB_TOKEN"
+                                fix=fixes.say("check the spelling; for a private repo set "
+                                              "GITHUB_TOKEN")
                                 ) from e
         branch, name = _field(data, "default_branch"), _field(data, "full_name")
         if not isinstance(branch, str) or not branch or not isinstance(name, str):
@@ -171,7 +175,8 @@ class GitHub:
         if spelled is None or spelled.ref is not None or spelled.key != spec.key:
             raise FetchError(f"unexpected answer for repo {spec.repo}: full_name "
                              f"{name[:120]!r} names another repo",
-                             hint="the API (or whatever answers for it) is broken; retry later")
+                             fix=fixes.say("the API (or whatever answers for it) is broken; retry "
+                                           "later"))
         return branch, spelled.repo
 
     def ref(self, spec: RepoSpec, kind: str, name: str) -> RefTarget | None:
@@ -304,7 +309,7 @@ class GitHub:
             raise FetchError(f"unexpected answer for {what}") from e
         if blob_id(data) != sha:
             raise IntegrityError(f"the API sent other bytes for {what}",
-                                 hint="the API answer was altered; do not load it")
+                                 fix=fixes.say("the API answer was altered; do not load it"))
         return data
 
     def signature_at(self, url: str) -> bytes | None:

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from safehub._internal import fixes
 from safehub._internal.urls import UrlError, read_url
 
 if TYPE_CHECKING:
@@ -121,9 +122,9 @@ def confined_port(exc: BaseException, host: str, port: int, what: str) -> FetchE
                 "under `safehub run --confine`, whose [confine] connect_ports "
                 f"({', '.join(map(str, ports)) or 'none'}) leave port {port} out, so the "
                 f"kernel refused the connection ({current.strerror or current})",
-                hint=f"set connect_ports = [{wider}] in the [confine] table of your "
+                fix=fixes.say(f"set connect_ports = [{wider}] in the [confine] table of your "
                 "policy file (~/.config/safehub/policy.toml; only an admin's file or yours "
                 "widens [confine], see `safehub docs confine`), then start the job again "
-                "with `safehub run --confine`")
+                              "with `safehub run --confine`"))
         current = current.__cause__ or current.__context__
     return None

@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from safehub._internal import gcpause
+from safehub._internal import fixes, gcpause
 from safehub._internal.urls import Url, UrlError, as_client_reads, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
 from safehub.limits import DEFAULTS
@@ -100,15 +100,16 @@ class Reply:
         except (ValueError, RecursionError) as e:
             raise FetchError(f"{what}: the server did not answer valid JSON "
                              f"({type(e).__name__})",
-                             hint="retry later; if it persists the server is broken") from e
+                             fix=fixes.say("retry later; if it persists the "
+                                           "server is broken")) from e
 
 
 class HTTPError(FetchError):
     """The server answered with an error status (other than 404 and 5xx)."""
 
     def __init__(self, message: str, *, status: int, headers: Mapping[str, str],
-                 server_message: str, url: str, hint: str | None = None) -> None:
-        super().__init__(message, hint=hint)
+                 server_message: str, url: str, fix: fixes.Fix | None = None) -> None:
+        super().__init__(message, fix=fix)
         self.status = status
         self.headers = dict(headers)
         self.server_message = server_message
@@ -224,8 +225,8 @@ class Transport:
             self._stream(url, what, accept, ranged, allow, max_bytes, write, progress,
                          write_ok, too_big=lambda: IntegrityError(
                              f"{what} is larger than the {max_bytes:,}-byte limit; download "
-                             "stopped", hint="if it really is that large, raise "
-                             "SAFEHUB_MAX_ARCHIVE_BYTES"), answered=answered)
+                             "stopped", fix=fixes.say("if it really is that large, raise "
+                             "SAFEHUB_MAX_ARCHIVE_BYTES")), answered=answered)
             out.flush()
             return count[0]
 
@@ -244,7 +245,8 @@ class Transport:
 
         if self.config.offline:
             raise OfflineError(f"offline mode ({self.config.offline_source}) refused to "
-                               f"send {what}", hint="turn offline mode off for this command")
+                               f"send {what}",
+                               fix=fixes.say("turn offline mode off for this command"))
         hop = self._check_hop(url, what, allow)
         sent = str(hop)
         cfg = self.config
@@ -262,7 +264,7 @@ class Transport:
                     **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
             except requests.exceptions.SSLError as e:
                 raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
-                                 hint="for a private CA set REQUESTS_CA_BUNDLE") from e
+                                 fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE")) from e
             except (requests.RequestException, OSError, ValueError) as e:
                 if (held := confined_port(e, hop.host, hop.port, what)) is not None:
                     raise held from e
@@ -270,7 +272,7 @@ class Transport:
                     raise UnreachableError(
                         f"cannot connect to {hop.host} for {what} "
                         f"({unreachable_cause(e)})",
-                        hint="check the address, the network or the proxy") from e
+                        fix=fixes.say("check the address, the network or the proxy")) from e
                 raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
             finally:
                 if opened is not None:
@@ -298,12 +300,13 @@ class Transport:
             hop = read_url(url, http=bool(cfg.plain_http))
             as_client_reads(url, hop)
         except UrlError as e:
-            raise FetchError(f"refused to fetch {what}: {e}", hint=e.advice) from None
+            raise FetchError(f"refused to fetch {what}: {e}", fix=fixes.say(e.advice)) from None
         if hop.scheme != "https" and not (is_loopback(hop.host) and hop.origin in {
                 read_url(f"http://{p}", http=True).origin for p in cfg.plain_http}):
             raise FetchError(
                 f"refused to fetch {what} over {hop.scheme}: {hop}",
-                hint="safehub only uses https://; for a private CA set REQUESTS_CA_BUNDLE",
+                fix=fixes.say("safehub only uses https://; for a private "
+                              "CA set REQUESTS_CA_BUNDLE"),
             )
         if allow is not None:
             allow(str(hop))
@@ -311,7 +314,7 @@ class Transport:
             raise FetchError(
                 f"refused to fetch {what} from {hop.host!r}, which is not an allowed host "
                 f"({', '.join(sorted(cfg.allowed_hosts))})",
-                hint="if this host is yours, add it to SAFEHUB_ALLOWED_HOSTS",
+                fix=fixes.say("if this host is yours, add it to SAFEHUB_ALLOWED_HOSTS"),
             )
         return hop
 
@@ -329,8 +332,8 @@ class Transport:
         if self.config.offline:
             raise OfflineError(
                 f"offline mode ({self.config.offline_source}) refused to fetch {what}",
-                hint="serve it from the cache: on a machine with network run `safehub "
-                "prefetch` (or `safehub lock`) and share the cache, or turn offline mode off",
+                fix=fixes.say("serve it from the cache: on a machine with network run `safehub "
+                "prefetch` (or `safehub lock`) and share the cache, or turn offline mode off"),
             )
         cfg = self.config
         redirected = False
@@ -345,7 +348,7 @@ class Transport:
                     **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
             except requests.exceptions.SSLError as e:
                 raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
-                                 hint="for a private CA set REQUESTS_CA_BUNDLE") from e
+                                 fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE")) from e
             except (requests.RequestException, OSError, ValueError) as e:
                 if (held := confined_port(e, hop.host, hop.port, what)) is not None:
                     raise held from e
@@ -357,12 +360,12 @@ class Transport:
                     raise UnreachableError(
                         f"the network is unreachable: cannot connect to {hop.host}{via} "
                         f"for {what} ({reason})",
-                        hint=(f"check that the proxy {proxy} runs, or add {hop.host} to "
+                        fix=fixes.say((f"check that the proxy {proxy} runs, or add {hop.host} to "
                               "NO_PROXY. " if proxy else "check the network or proxy. ") +
-                        "Without a network, a cold load needs "
+                                      "Without a network, a cold load needs "
                         "the code on this machine already: a mirror (SAFEHUB_GITHUB_URL), a "
-                        "cache filled by `safehub prefetch`, or a lockfile with "
-                        "SAFEHUB_OFFLINE=1 and a filled cache",
+                                      "cache filled by `safehub prefetch`, or a lockfile with "
+                                      "SAFEHUB_OFFLINE=1 and a filled cache"),
                     ) from e
                 raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
             with resp:
@@ -375,9 +378,9 @@ class Transport:
                         raise FetchError(
                             f"{hop.authority} redirected {what} to a URL safehub does not "
                             f"follow: {e}; refused, nothing was sent there",
-                            hint="the server (or something between) is broken or hostile; "
-                            "if it is yours, make it redirect to a plain "
-                            "https://host[:port]/path URL") from None
+                            fix=fixes.say("the server (or something between) is broken or hostile; "
+                                          "if it is yours, make it redirect to a plain "
+                                          "https://host[:port]/path URL")) from None
                     redirected = True
                     continue
                 self._raise_for_status(resp, what)
@@ -405,7 +408,7 @@ class Transport:
                                      "bytes")
                 return resp.url or url, redirected, dict(resp.headers)
         raise FetchError(f"too many redirects fetching {what} (more than {cfg.max_redirects})",
-                         hint="check SAFEHUB_GITHUB_URL / SAFEHUB_GITHUB_API_URL")
+                         fix=fixes.say("check SAFEHUB_GITHUB_URL / SAFEHUB_GITHUB_API_URL"))
 
     def _raise_for_status(self, resp: Any, what: str) -> None:
         status = resp.status_code
@@ -435,7 +438,8 @@ class Transport:
             except _Retryable as e:
                 if i == cfg.retries:
                     raise FetchError(f"{e} (gave up after {cfg.retries + 1} attempts)",
-                                     hint="check the network or proxy, or retry later") from e
+                                     fix=fixes.say("check the network or proxy, or "
+                                                   "retry later")) from e
                 self._sleep(cfg.backoff * (2**i))
         raise AssertionError("unreachable")
 
@@ -483,8 +487,8 @@ def _within_deadline(deadline: float, what: str,
             cancelled = True
         raise FetchError(
             f"{what} took longer than {deadline:g} s; gave up",
-            hint="the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
-            "the most one request may take",
+            fix=fixes.say("the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
+                          "the most one request may take"),
         )
     if "error" in box:
         if isinstance(box["error"], _Cancelled):

@@ -261,15 +261,16 @@ class Lockfile:
             if missing_ok:
                 return cls(path)
             missing = PinError(f"lockfile {path} does not exist",
-                               hint="create it with `safehub lock SPEC`, or fix "
-                               "SAFEHUB_LOCKFILE or the policy's lockfile")
+                               fix=fixes.either(fixes.run("safehub lock SPEC", "to create it"),
+                                                 fixes.say("fix SAFEHUB_LOCKFILE or the "
+                                                           "policy's lockfile")))
             missing.missing_lockfile = True
             raise missing from None
         except (OSError, UnicodeDecodeError) as e:
             raise PinError(f"lockfile {path} cannot be read ({e})",
-                           hint="it must be a readable UTF-8 file: fix its permissions, or "
-                           "write it afresh with `safehub lock --rewrite SPEC...`; no repo "
-                           "loads until then (fail closed)") from e
+                           fix=fixes.say("it must be a readable UTF-8 file: fix its permissions, "
+                           "or write it afresh with `safehub lock --rewrite SPEC...`; no repo "
+                                         "loads until then (fail closed)")) from e
         try:
             raw = tomllib.loads(text)
         except (tomllib.TOMLDecodeError, RecursionError) as e:  # or nested beyond any use
@@ -317,8 +318,8 @@ class Lockfile:
             atomic_write(self.path, self.dumps().encode())
         except OSError as e:
             raise PinError(f"cannot write the lockfile {self.path} ({e.strerror or e})",
-                           hint="fix the folder's permissions, or choose another path with "
-                           "--lockfile or SAFEHUB_LOCKFILE") from e
+                           fix=fixes.say("fix the folder's permissions, or choose another path "
+                                         "with --lockfile or SAFEHUB_LOCKFILE")) from e
 
 
 def _toml_str(value: str) -> str:

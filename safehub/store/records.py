@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import read_json, write_json
 from safehub.digest import is_digest
 from safehub.errors import CacheError
@@ -58,7 +59,7 @@ def _read(path: Path) -> Any | None:
 def _commit_file(root: Path, commit: str) -> Path:
     if not is_full_sha(commit):
         raise CacheError(f"refusing to build a record path from {commit!r}: not a 40-hex sha",
-                         hint="this is a bug or a tampered record; report it")
+                         fix=fixes.say("this is a bug or a tampered record; report it"))
     return root / f"{commit}.json"
 
 
@@ -68,7 +69,7 @@ def _write(path: Path, data: Any, *, required: bool, what: str) -> None:
     except OSError as e:
         if required:
             raise CacheError(f"cannot record {what} in {str(path)!r} ({e.strerror or e})",
-                             hint="make the user data dir writable") from e
+                             fix=fixes.say("make the user data dir writable")) from e
         # only a cache of work done: it is done again next time
 
 
@@ -104,12 +105,12 @@ class ConsentStore:
             return []
         except (OSError, ValueError, RecursionError) as e:
             raise CacheError(f"the trust record {str(path)!r} cannot be read ({e})",
-                             hint="fix or delete it; deleting forgets what you trusted for "
-                             "this repo") from e
+                             fix=fixes.say("fix or delete it; deleting forgets what you trusted "
+                                           "for this repo")) from e
         items = data.get("consents") if isinstance(data, dict) else None
         if not isinstance(items, list):
             raise CacheError(f"the trust record {str(path)!r} is malformed",
-                             hint="fix or delete it; deleting forgets what you trusted")
+                             fix=fixes.say("fix or delete it; deleting forgets what you trusted"))
         return [Consent(key, i["commit"], i["digest"], str(i.get("how", "")),
                         str(i.get("at", "")))
                 for i in items

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+from safehub._internal import fixes
 from safehub.errors import ConfineError
 from safehub.run.confine import _landlock, _seccomp
 from safehub.run.confine.ruleset import ENV, Grant, Ruleset, current
@@ -49,26 +50,26 @@ def available() -> int:
         abi = _landlock.abi()
     except OSError as e:
         raise ConfineError(f"cannot ask the kernel for Landlock ({e.strerror})",
-                           hint="run without --confine on this machine, or on a Linux "
-                                "kernel with Landlock") from e
+                           fix=fixes.say("run without --confine on this machine, or on a Linux "
+                                         "kernel with Landlock")) from e
     if abi == 0:
         raise ConfineError(
             f"the kernel ({platform.system()} {platform.release()}) has no Landlock: it is "
-            "not built in, or not in the lsm= boot parameter", hint="boot a kernel with "
+            "not built in, or not in the lsm= boot parameter", fix=fixes.say("boot a kernel with "
             "Landlock (Linux 6.7 or newer, CONFIG_SECURITY_LANDLOCK, lsm=...,landlock), or "
-            "drop --confine, SAFEHUB_CONFINE and [safehub] confine = true")
+            "drop --confine, SAFEHUB_CONFINE and [safehub] confine = true"))
     if abi < MIN_ABI:
         raise ConfineError(
             f"the kernel's Landlock ABI is {abi}; confinement needs ABI {MIN_ABI} (Linux 6.7) "
             f"for its TCP connect_ports rule and ABI 3 for truncation",
-            hint="upgrade the kernel to Linux 6.7 or newer")
+            fix=fixes.say("upgrade the kernel to Linux 6.7 or newer"))
     _with_seccomp(lambda: None)
     return abi
 
 
 _T = TypeVar("_T")
-_SECCOMP_FIX = "install libseccomp (Debian, Ubuntu: `apt-get install libseccomp2`; Fedora: " \
-               "`dnf install libseccomp`), or drop --confine on this machine"
+_SECCOMP_FIX = fixes.say("install libseccomp (Debian, Ubuntu: `apt-get install libseccomp2`; "
+                         "Fedora: `dnf install libseccomp`), or drop --confine on this machine")
 
 
 def _with_seccomp(step: Callable[[], _T]) -> _T:
@@ -79,11 +80,11 @@ def _with_seccomp(step: Callable[[], _T]) -> _T:
         return step()
     except _seccomp.SeccompError as e:
         raise ConfineError(f"cannot build the seccomp filter: {e.strerror}",
-                           hint=_SECCOMP_FIX) from e
+                           fix=_SECCOMP_FIX) from e
     except OSError as e:  # the library itself
         raise ConfineError(f"cannot load libseccomp ({e}); confinement needs it for what "
                            "Landlock cannot hold (socket kinds, terminal ioctls, memfds)",
-                           hint=_SECCOMP_FIX) from e
+                           fix=_SECCOMP_FIX) from e
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,8 @@ def prepare(ruleset: Ruleset) -> Prepared:
                 os.makedirs(grant.path, exist_ok=True)
             except OSError as e:
                 raise ConfineError(f"cannot create {grant.path} ({grant.why}): {e.strerror}",
-                                   hint="create it, or remove it from [confine] writes") from e
+                                   fix=fixes.say("create it, or remove it from "
+                                                 "[confine] writes")) from e
         rights = _WRITE if os.path.isdir(grant.path) else _WRITE & _landlock.FS.FILE_ONLY
         paths.append((grant.path, rights))
     paths += [(grant.path, _landlock.FS.EXECUTE) for grant in ruleset.exec]
@@ -122,8 +124,9 @@ def prepare(ruleset: Ruleset) -> Prepared:
                                          ports=ruleset.connect_ports, scoped=scoped), seccomp)
     except OSError as e:
         raise ConfineError(f"the kernel refused the Landlock ruleset ({e.strerror}); "
-                           "nothing was started", hint="run `safehub run --confine --dry-run "
-                           "-- CMD` to see the ruleset, and report it if it looks right") from e
+                           "nothing was started",
+                           fix=fixes.run("safehub run --confine --dry-run -- CMD", "to see "
+                                         "the ruleset (report it if it looks right)")) from e
 
 
 def enter(prepared: Prepared) -> None:
@@ -142,6 +145,7 @@ def apply(ruleset: Ruleset) -> None:
         enter(prepared)
     except OSError as e:
         raise ConfineError(f"the kernel refused to enter the Landlock ruleset or the seccomp "
-                           f"filter ({e.strerror})", hint="report this as a safehub bug") from e
+                           f"filter ({e.strerror})",
+                           fix=fixes.say("report this as a safehub bug")) from e
     finally:
         prepared.close()

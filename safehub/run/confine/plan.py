@@ -28,6 +28,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import within
 from safehub._internal.programs import find_program
 from safehub._internal.torchdir import torch_hub_dir
@@ -166,10 +167,11 @@ def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
                 raise ConfineError(
                     f"the write grant {grant.path} ({grant.why}) {where} {kept.path} "
                     f"({kept.why}): a confined job could change what the next safehub run "
-                    "trusts", hint=("grant a folder that does not hold it (a subfolder for "
-                                    "the job's output, such as checkpoints/), or "
-                                    if where == "holds" else "grant a folder outside it, or ")
-                    + _how_to_move(kept.why, settings))
+                    "trusts", fix=fixes.say(
+                        ("grant a folder that does not hold it (a subfolder for the job's "
+                         "output, such as checkpoints/), or " if where == "holds"
+                         else "grant a folder outside it, or ")
+                        + _how_to_move(kept.why, settings)))
         if not os.path.lexists(grant.path):
             continue  # made when the command starts, then opened the same way
         try:
@@ -178,16 +180,16 @@ def _check_writes(writes: Sequence[Grant], programs: Sequence[Grant],
             raise ConfineError(
                 f"the write grant {grant.path} ({grant.why}) cannot be opened without "
                 f"following a symbolic link ({e.strerror}): a link can be replaced between "
-                "runs and would move the grant", hint="name the real folder in [confine] "
-                f"writes: {os.path.realpath(grant.path)}") from e
+                "runs and would move the grant", fix=fixes.say("name the real folder in [confine] "
+                f"writes: {os.path.realpath(grant.path)}")) from e
     for program in programs:
         holder = next((g for g in writes if within(program.path, g.path)), None)
         if holder is not None and "[confine] exec" in program.why:
             raise ConfineError(
                 f"the program {program.path} ({program.why}) lies in the write grant "
                 f"{holder.path} ({holder.why}): the job could replace what a later run is "
-                "allowed to start", hint="install the program outside the folders the job "
-                "may write, or drop it from [confine] exec")
+                "allowed to start", fix=fixes.say("install the program outside the folders the job "
+                                                  "may write, or drop it from [confine] exec"))
 
 
 def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
@@ -199,7 +201,7 @@ def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
     real = find_program(command[0], env)[1]
     if not real or not os.path.isfile(real):
         raise SpecError(f"cannot run {command[0]!r}: not found",
-                        hint="check the command and its path")
+                        fix=fixes.say("check the command and its path"))
     # [confine] merges as every policy key (Policy.confine); entries compare as resolved
     # here. Folders are never resolved through links: a grant is opened without following
     # one (a link in a granted path is refused when the ruleset is checked).

@@ -27,6 +27,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from safehub._internal import fixes
 from safehub.errors import RuntimeGuardError
 from safehub.run.runtime._events import EVENTS, Action, writes
 from safehub.store.cache import integrity, warm
@@ -311,7 +312,7 @@ def install() -> None:
         if not probe.seen:
             raise RuntimeGuardError(
                 "the runtime guard could not add its audit hook: another audit hook "
-                "refused it", hint='set runtime = "off" in [safehub], or remove the hook')
+                "refused it", fix=fixes.say('set runtime = "off" in [safehub], or remove the hook'))
         if hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=_after_fork_in_child)
         import _thread

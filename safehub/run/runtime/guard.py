@@ -325,8 +325,8 @@ class RuntimeGuard:
         return RuntimeGuardError(
             f"runtime guard: could not decide on {event} while {self.repo}'s code ran "
             f"({error!r}); refused (fail closed)",
-            hint="report this as a safehub bug; runtime = \"off\" in [safehub] turns the "
-                 "guard off", action="guard", target=event, repo=self.repo, key="runtime")
+            fix=fixes.say("report this as a safehub bug; runtime = \"off\" in [safehub] turns the "
+                          "guard off"), action="guard", target=event, repo=self.repo, key="runtime")
 
     # -- decisions -----------------------------------------------------------------------
 
@@ -399,7 +399,8 @@ class RuntimeGuard:
         return RuntimeGuardError(
             f"runtime guard: {self.repo} tried to load native code {action.target} "
             f"({action.op}); {reason} (runtime = \"enforce\"{self._src()})",
-            hint='runtime = "observe" in [safehub] records native code instead of refusing it',
+            fix=fixes.say('runtime = "observe" in [safehub] records '
+                          'native code instead of refusing it'),
             action="library", target=action.target, repo=self.repo, key="runtime")
 
     def _decide_network(self, action: Action) -> RuntimeGuardError | None:

@@ -79,27 +79,27 @@ class RuntimeRules:
         where = f"{self.source}: " if self.source else ""
         if self.mode not in _MODES:
             raise PolicyError(f"{where}runtime = {self.mode!r} is not one of {_MODES}",
-                              hint='set runtime = "observe", "enforce" or "off"')
+                              fix=fixes.say('set runtime = "observe", "enforce" or "off"'))
         patterns: list[HostPattern] = []
         for entry in (*(self.network or ()), *self.weights_hosts):
             try:
                 patterns.append(HostPattern.parse(entry))
             except ValueError as e:
                 raise PolicyError(f"{where}network entry {entry!r} is invalid: {e}",
-                                  hint='write "host", "host:port", "*.domain" or '
-                                       '"unix:/path"') from e
+                                  fix=fixes.say('write "host", "host:port", "*.domain" or '
+                                                '"unix:/path"')) from e
         object.__setattr__(self, "_hosts", tuple(patterns))
         for name in self.subprocess if isinstance(self.subprocess, tuple) else ():
             try:
                 check_entry(name)
             except ValueError as e:
                 raise PolicyError(f"{where}subprocess entry: {e}",
-                                  hint='write a program name such as "git", or an '
-                                       "absolute path") from e
+                                  fix=fixes.say('write a program name such as "git", or an '
+                                                "absolute path")) from e
         for path in self.writes or ():
             if not os.path.isabs(os.path.expanduser(path)):
                 raise PolicyError(f"{where}writes entry {path!r} is not an absolute path",
-                                  hint="write an absolute path (~ is expanded)")
+                                  fix=fixes.say("write an absolute path (~ is expanded)"))
 
     # -- questions the guard asks -------------------------------------------------------
 

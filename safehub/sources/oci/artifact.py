@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.errors import IntegrityError
 
 __all__ = ["ARCHIVE_TYPE", "ARTIFACT_TYPE", "CONFIG_TYPE", "MANIFEST_TYPE", "MAX_CONFIG",
@@ -120,9 +121,9 @@ def build(config: SnapshotConfig, archive: bytes | Descriptor,
 def _bad(where: str, digest: str, why: str) -> IntegrityError:
     return IntegrityError(
         f"the manifest {digest} from {where} is not a safehub snapshot: {why}",
-        hint="the registry serves something else under that digest; nothing was installed. "
-        "Push the snapshot again with `safehub prefetch --oci REGISTRY/REPOSITORY SPEC` "
-        "where GitHub is reachable, or remove this registry from SAFEHUB_OCI")
+        fix=fixes.say("the registry serves something else under that digest; nothing was "
+        "installed. Push the snapshot again with `safehub prefetch --oci REGISTRY/REPOSITORY SPEC` "
+                      "where GitHub is reachable, or remove this registry from SAFEHUB_OCI"))
 
 
 def _descriptor(doc: Any, types: tuple[str, ...], where: str, digest: str,
@@ -151,8 +152,8 @@ def parse_manifest(data: bytes, digest: str, where: str) -> Snapshot:
     if got != digest:
         raise IntegrityError(
             f"{where} answered the manifest {digest} with other bytes (sha256 {got})",
-            hint="the registry is broken or hostile; nothing was installed. Remove it from "
-            "SAFEHUB_OCI or push the snapshot again")
+            fix=fixes.say("the registry is broken or hostile; nothing was installed. Remove it "
+                          "from SAFEHUB_OCI or push the snapshot again"))
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:
@@ -199,6 +200,6 @@ def parse_config(data: bytes, expected: SnapshotConfig, where: str, digest: str)
             raise IntegrityError(
                 f"the snapshot {digest} from {where} is for {name} {str(doc[name])[:80]!r}, "
                 f"but the lockfile entry says {value!r}",
-                hint="the lockfile decides: nothing was installed. The registry serves "
-                "another snapshot under this digest (or the lockfile's oci field was "
-                "edited); push again with `safehub prefetch --oci REGISTRY/REPOSITORY SPEC`")
+                fix=fixes.say("the lockfile decides: nothing was installed. The registry serves "
+                              "another snapshot under this digest (or the lockfile's oci field was "
+                "edited); push again with `safehub prefetch --oci REGISTRY/REPOSITORY SPEC`"))

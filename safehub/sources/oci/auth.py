@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub.errors import FetchError
 
 __all__ = ["Credential", "challenge", "credential"]
@@ -79,14 +80,15 @@ def credential(registry: str, environ: Mapping[str, str] | None = None) -> Crede
         return None
     except OSError as e:
         raise FetchError(f"cannot read the docker config {path} ({e.strerror or e})",
-                         hint="fix its permissions, or point DOCKER_CONFIG elsewhere") from e
+                         fix=fixes.say("fix its permissions, or point "
+                                       "DOCKER_CONFIG elsewhere")) from e
     try:
         config = json.loads(raw)
         if type(config) is not dict:
             raise ValueError("not a JSON object")
     except (ValueError, RecursionError) as e:
         raise FetchError(f"the docker config {path} is not valid JSON ({e})",
-                         hint="run `docker login` again, or fix the file by hand") from e
+                         fix=fixes.say("run `docker login` again, or fix the file by hand")) from e
     helpers: dict[str, object] = config["credHelpers"] if type(
         config.get("credHelpers")) is dict else {}
     auths: dict[str, object] = config["auths"] if type(config.get("auths")) is dict else {}
@@ -113,7 +115,7 @@ def _from_entry(entry: dict[str, object], registry: str, path: Path) -> Credenti
         except (ValueError, UnicodeDecodeError) as e:
             raise FetchError(f"the docker config {path} has an auth for {registry} that is "
                              "not base64 of user:password",
-                             hint=f"run `docker login {registry}` again") from e
+                             fix=fixes.run(f"docker login {registry}", "again")) from e
     token = entry.get("identitytoken")
     if type(token) is str and token:
         return Credential(user or "<token>", token, identity_token=True)
@@ -124,7 +126,8 @@ def _helper(name: str, registry: str, path: Path, *, missing_ok: bool = False
             ) -> Credential | None:
     if not re.fullmatch(r"[A-Za-z0-9._-]+", name):
         raise FetchError(f"the docker config {path} names a credential helper {name!r} "
-                         "that is not a plain program name", hint="fix credHelpers/credsStore")
+                         "that is not a plain program name",
+                         fix=fixes.say("fix credHelpers/credsStore"))
     program = f"docker-credential-{name}"
     try:
         done = subprocess.run([program, "get"], input=registry.encode(), capture_output=True,
@@ -133,22 +136,24 @@ def _helper(name: str, registry: str, path: Path, *, missing_ok: bool = False
         if missing_ok:
             return None
         raise FetchError(f"the credential helper {program} named for {registry} in {path} "
-                         "is not installed", hint=f"install {program}, or remove it from "
-                         "credHelpers") from None
+                         "is not installed", fix=fixes.say(f"install {program}, or remove it from "
+                                                           "credHelpers")) from None
     except (OSError, subprocess.TimeoutExpired) as e:
         raise FetchError(f"the credential helper {program} failed for {registry} ({e})",
-                         hint=f"run `{program} get` by hand to see why") from e
+                         fix=fixes.run(f"{program} get", "by hand to see why")) from e
     if done.returncode != 0:
         if missing_ok or b"credentials not found" in done.stdout + done.stderr:
             return None
         raise FetchError(f"the credential helper {program} failed for {registry} (exit "
-                         f"{done.returncode})", hint=f"run `docker login {registry}` again")
+                         f"{done.returncode})",
+                         fix=fixes.run(f"docker login {registry}", "again"))
     try:
         answer = json.loads(done.stdout)
         user, secret = str(answer["Username"]), str(answer["Secret"])
     except (ValueError, KeyError, TypeError) as e:
         raise FetchError(f"the credential helper {program} answered something other than "
-                         "its JSON for {registry}", hint=f"run `{program} get` by hand") from e
+                         "its JSON for {registry}",
+                         fix=fixes.run(f"{program} get", "by hand")) from e
     if user == "<token>":
         return Credential(user, secret, identity_token=True)
     return Credential(user, secret)

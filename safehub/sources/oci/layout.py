@@ -14,6 +14,7 @@ import shutil
 from pathlib import Path
 from typing import IO, Any
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import atomic_write
 from safehub.errors import CacheError, IntegrityError, NotFoundError
 from safehub.sources.oci.artifact import (
@@ -36,8 +37,9 @@ from safehub.sources.oci.referrers import (
 __all__ = ["INDEX_TYPE", "Layout"]
 
 REF_NAME = "org.opencontainers.image.ref.name"
-_HINT = ("the folder holds other bytes than the lockfile pins; nothing was installed. Export "
-         "it again with `safehub oci export --lockfile FILE DIR`")
+_EXPORT_AGAIN = fixes.noted(
+    fixes.run("safehub oci export --lockfile FILE DIR", "to export it again"),
+    "the folder holds other bytes than the lockfile pins; nothing was installed; ")
 
 
 class Layout:
@@ -51,7 +53,7 @@ class Layout:
 
     def _blob_path(self, digest: str) -> Path:
         if not DIGEST.fullmatch(digest):
-            raise IntegrityError(f"{digest!r} is not a sha256 digest", hint=_HINT)
+            raise IntegrityError(f"{digest!r} is not a sha256 digest", fix=_EXPORT_AGAIN)
         return self.root / "blobs" / "sha256" / digest.removeprefix("sha256:")
 
     def _open(self, digest: str, cap: int, what: str) -> IO[bytes]:
@@ -60,15 +62,16 @@ class Layout:
             f = open(path, "rb")  # noqa: SIM115 - handed to the caller
         except FileNotFoundError:
             raise NotFoundError(f"{self} has no {what} {digest}",
-                                hint="export the lockfile's snapshots into it with `safehub "
-                                "oci export --lockfile FILE DIR`") from None
+                                fix=fixes.run("safehub oci export --lockfile FILE DIR",
+                                              "to export the lockfile's snapshots into it")
+                                ) from None
         except OSError as e:
             raise CacheError(f"cannot read {path} ({e.strerror or e})",
-                             hint="fix the folder's permissions") from e
+                             fix=fixes.say("fix the folder's permissions")) from e
         if os.fstat(f.fileno()).st_size > cap:
             f.close()
             raise IntegrityError(f"the {what} {digest} in {self} is larger than its "
-                                 f"{cap:,}-byte cap; not read", hint=_HINT)
+                                 f"{cap:,}-byte cap; not read", fix=_EXPORT_AGAIN)
         return f
 
     def manifest(self, digest: str, *, max_bytes: int = MAX_MANIFEST) -> bytes:
@@ -85,7 +88,8 @@ class Layout:
                 h.update(chunk)
                 out.write(chunk)
         if "sha256:" + h.hexdigest() != desc.digest or size != desc.size:
-            raise IntegrityError(f"the blob {desc.digest} in {self} holds other bytes", hint=_HINT)
+            raise IntegrityError(f"the blob {desc.digest} in {self} holds other bytes",
+                                 fix=_EXPORT_AGAIN)
         out.flush()
         out.seek(0)
 
@@ -164,10 +168,11 @@ class Layout:
             return []
         except OSError as e:
             raise CacheError(f"cannot read {self.root / 'index.json'} ({e.strerror or e})",
-                             hint="fix the folder's permissions") from e
+                             fix=fixes.say("fix the folder's permissions")) from e
         try:
             doc = json.loads(raw[:MAX_MANIFEST + 1])
         except (ValueError, RecursionError) as e:
-            raise IntegrityError(f"{self.root / 'index.json'} is not JSON", hint=_HINT) from e
+            raise IntegrityError(f"{self.root / 'index.json'} is not JSON",
+                                 fix=_EXPORT_AGAIN) from e
         found = doc.get("manifests") if type(doc) is dict else None
         return [m for m in found if type(m) is dict] if type(found) is list else []

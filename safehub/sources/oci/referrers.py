@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.errors import IntegrityError
 from safehub.sources.oci.artifact import (
     DIGEST,
@@ -63,9 +64,9 @@ def build_referrer(bundle: bytes, subject: Descriptor) -> bytes:
 
 def _bad(where: str, digest: str, why: str) -> IntegrityError:
     return IntegrityError(f"the referrer {digest} in {where} is not a snapshot signature: {why}",
-                          hint="the registry lists something else as a signature of the "
+                          fix=fixes.say("the registry lists something else as a signature of the "
                           "snapshot; it is skipped (sign again with `safehub prefetch --oci "
-                          "REGISTRY/REPOSITORY --sign-key KEY SPEC`)")
+                                        "REGISTRY/REPOSITORY --sign-key KEY SPEC`)"))
 
 
 def parse_referrer(data: bytes, digest: str, subject: str, where: str) -> Descriptor:
@@ -73,7 +74,8 @@ def parse_referrer(data: bytes, digest: str, subject: str, where: str) -> Descri
     a signature's shape; return its bundle's descriptor."""
     if sha256(data) != digest:
         raise IntegrityError(f"{where} answered the referrer {digest} with other bytes",
-                             hint="the registry is broken or hostile; the candidate is skipped")
+                             fix=fixes.say("the registry is broken or hostile; the candidate is "
+                                           "skipped"))
     try:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:
@@ -86,8 +88,8 @@ def parse_referrer(data: bytes, digest: str, subject: str, where: str) -> Descri
     if named != subject:
         raise IntegrityError(
             f"the referrer {digest} in {where} signs {str(named)[:80]!r}, not the snapshot "
-            f"{subject}", hint="a signature of another manifest is listed as this "
-            "snapshot's; it counts for nothing (the registry or a copy mixed them up)")
+            f"{subject}", fix=fixes.say("a signature of another manifest is listed as this "
+            "snapshot's; it counts for nothing (the registry or a copy mixed them up)"))
     if doc.get("artifactType") != SIGNATURE_TYPE:
         raise _bad(where, digest, f"artifactType {str(doc.get('artifactType'))[:80]!r}")
     layers = doc.get("layers")
@@ -109,11 +111,12 @@ def candidates(data: bytes, where: str) -> list[str]:
         doc = json.loads(data)
     except (ValueError, RecursionError) as e:
         raise IntegrityError(f"{where} answered a referrers list that is not JSON",
-                             hint="the registry is broken; signatures cannot be found") from e
+                             fix=fixes.say("the registry is broken; signatures "
+                                           "cannot be found")) from e
     listed = doc.get("manifests") if type(doc) is dict else None
     if type(listed) is not list:
         raise IntegrityError(f"{where} answered a referrers list without manifests",
-                             hint="the registry is broken; signatures cannot be found")
+                             fix=fixes.say("the registry is broken; signatures cannot be found"))
     found: list[str] = []
     for d in listed:
         if type(d) is not dict or d.get("mediaType") != MANIFEST_TYPE:

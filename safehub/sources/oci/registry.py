@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 from urllib.parse import urlencode
 
+from safehub._internal import fixes
 from safehub._internal.ocirefs import split_place
 from safehub._internal.urls import Url, UrlError, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, SpecError
@@ -70,8 +71,8 @@ class Target:
             if registry == "oci:":
                 raise ValueError("an OCI layout folder, not a registry")
         except ValueError as e:
-            raise SpecError(f"{text!r} is {e}", hint="write REGISTRY/REPOSITORY, such as "
-                            "registry.example.com:5000/team/hub") from None
+            raise SpecError(f"{text!r} is {e}", fix=fixes.say("write REGISTRY/REPOSITORY, such as "
+                            "registry.example.com:5000/team/hub")) from None
         if registry.startswith("http://"):
             return cls(registry.removeprefix("http://"), repository, plain=True)
         return cls(registry, repository)
@@ -107,15 +108,15 @@ class _Places:
             return cls(target, read_url(target.base, http=target.plain), hosts)
         except UrlError as e:
             raise SpecError(f"{target} is not a registry safehub can reach: {e}",
-                            hint=f"write REGISTRY/REPOSITORY with a plain host[:port]; "
-                            f"{e.advice}") from None
+                            fix=fixes.say(f"write REGISTRY/REPOSITORY with a plain host[:port]; "
+                                          f"{e.advice}")) from None
 
     def read(self, url: str) -> Url:
         try:
             return read_url(url, http=self.target.plain)
         except UrlError as e:
             raise FetchError(f"{self.target} sent safehub to a URL it does not follow: {e}",
-                             hint=_HOSTILE) from None
+                             fix=_HOSTILE) from None
 
     def hop(self, url: str) -> None:
         """Refuse a hop to anywhere but the registry itself or a listed https host."""
@@ -125,9 +126,9 @@ class _Places:
             raise FetchError(
                 f"{self.target} redirected to {hop.scheme}://{hop.authority}, a host not "
                 "allowed for it; refused",
-                hint=f"if {hop.host} is the registry's storage, add it to "
+                fix=fixes.say(f"if {hop.host} is the registry's storage, add it to "
                 "SAFEHUB_ALLOWED_HOSTS (or the policy's allowed_hosts); credentials are never "
-                "sent there")
+                              "sent there"))
 
     def credited(self, url: str) -> bool:
         """Whether the registry's credential may go with a request to ``url``."""
@@ -139,10 +140,10 @@ class _Places:
             url = self.read(base).join(location, http=self.target.plain)
         except UrlError as e:
             raise FetchError(f"{self.target} sent the {what} to a URL safehub does not "
-                             f"follow: {e}", hint=_HOSTILE) from None
+                             f"follow: {e}", fix=_HOSTILE) from None
         if url.origin != self.base.origin:
             raise FetchError(f"{self.target} sent the {what} to another host ({url})",
-                             hint="uploads go only to the registry itself")
+                             fix=fixes.say("uploads go only to the registry itself"))
         return str(url)
 
     def realm(self, text: str) -> Url:
@@ -152,14 +153,14 @@ class _Places:
         except UrlError as e:
             raise FetchError(f"{self.target} sends safehub for a token to a URL it does not "
                              f"follow: {e}; refused (credentials stay with the registry)",
-                             hint=_HOSTILE) from None
+                             fix=_HOSTILE) from None
         if realm.origin != self.base.origin and realm.host not in self.hosts:
             raise FetchError(
                 f"{self.target} sends safehub for a token to '{realm}', which is not "
                 "the registry's host nor one the policy lists; refused (credentials stay "
                 "with the registry)",
-                hint=f"if {realm.host} is the registry's own token service, add it "
-                "to SAFEHUB_ALLOWED_HOSTS")
+                fix=fixes.say(f"if {realm.host} is the registry's own token service, add it "
+                              "to SAFEHUB_ALLOWED_HOSTS"))
         return realm
 
     def realm_hop(self, realm: Url) -> Callable[[str], None]:
@@ -169,7 +170,7 @@ class _Places:
             if hop.origin != realm.origin:
                 raise FetchError(f"the token service of {self.target} redirected to "
                                  f"{hop.scheme}://{hop.authority}; refused",
-                                 hint=_LOGIN.format(self.target))
+                                 fix=_login(self.target))
         return check
 
 
@@ -205,7 +206,7 @@ class Registry:
             url, what=what, accept=accept, headers=self._headers, allow=self.places.hop,
             max_bytes=max_bytes, too_big=lambda: IntegrityError(
                 f"{self.target} sent more than the {max_bytes:,}-byte cap of a manifest "
-                f"for {digest}; stopped reading", hint=_HOSTILE))).body
+                f"for {digest}; stopped reading", fix=_HOSTILE))).body
 
     def referrers(self, digest: str) -> list[str]:
         """The manifests listed as signatures of ``digest``: the referrers API's answer and
@@ -237,7 +238,7 @@ class Registry:
         except IntegrityError as e:  # the transport's cap: longer than the descriptor
             raise IntegrityError(
                 f"{self.target} sent more than the {desc.size:,} bytes the manifest gives "
-                f"the blob {desc.digest}; download stopped", hint=_HOSTILE) from e
+                f"the blob {desc.digest}; download stopped", fix=_HOSTILE) from e
         out.flush()
         out.seek(0)
         digest, size = hashlib.sha256(), 0
@@ -248,7 +249,7 @@ class Registry:
         if got != desc.digest or size != desc.size:
             raise IntegrityError(
                 f"{self.target} answered the blob {desc.digest} with other bytes ({size:,} "
-                f"bytes, {got})", hint=_HOSTILE)
+                f"bytes, {got})", fix=_HOSTILE)
         out.seek(0)
 
     def blob_bytes(self, desc: Descriptor) -> bytes:
@@ -295,7 +296,8 @@ class Registry:
                            body, {"Content-Type": "application/octet-stream"})
         if reply.status != 201:
             raise FetchError(f"{self.target} answered {reply.status} to the {what}",
-                             hint="the registry did not take the blob; retry, or check it")
+                             fix=fixes.say("the registry did not take the blob; "
+                                           "retry, or check it"))
         return how
 
     def _chunks(self, data: bytes | Path, size: int, location: str, what: str) -> str:
@@ -325,7 +327,8 @@ class Registry:
         said = _header(reply.headers, "Docker-Content-Digest")
         if said and said != digest:
             raise IntegrityError(f"{self.target} stored the manifest {digest} as {said}",
-                                 hint="the registry rewrote the manifest; use another one")
+                                 fix=fixes.say("the registry rewrote the manifest; "
+                                               "use another one"))
         return digest, reply.headers
 
     def push_referrer(self, referrer: bytes, bundle: bytes, subject: str) -> str:
@@ -359,7 +362,8 @@ class Registry:
         location = _header(reply.headers, "Location")
         if reply.status not in (202, 204) or not location:
             raise FetchError(f"{self.target} answered {reply.status} without an upload "
-                             f"location to the {what}", hint="the registry is broken; retry")
+                             f"location to the {what}",
+                             fix=fixes.say("the registry is broken; retry"))
         return self.places.upload(base, str(location), what)
 
     def _headers(self, url: str) -> Mapping[str, str]:
@@ -388,9 +392,10 @@ class Registry:
                     raise
                 raise NotFoundError(
                     f"{self.target} has no {what.split(' from ')[0]} (404)",
-                    hint="push it from a machine where GitHub is reachable: `safehub "
-                    f"prefetch --oci {self.target} SPEC`, or list a registry that has it "
-                    "in SAFEHUB_OCI") from e
+                    fix=fixes.either(
+                        fixes.run(f"safehub prefetch --oci {self.target} SPEC",
+                                  "on a machine where GitHub is reachable, to push it"),
+                        fixes.say("list a registry that has it in SAFEHUB_OCI"))) from e
         raise AssertionError("unreachable")
 
     def _speaks_plain_http(self, e: FetchError) -> FetchError | None:
@@ -408,10 +413,10 @@ class Registry:
             f"{e.message} ({self.target.registry} is on this machine: if that registry has "
             "no TLS, safehub speaks plain HTTP to it only where a policy file names it "
             "http://...)",
-            hint=f'add oci = ["{plain}"] to [safehub] in your policy file '
+            fix=fixes.say(f'add oci = ["{plain}"] to [safehub] in your policy file '
             f"(~/.config/safehub/policy.toml), then name it {plain} (`safehub prefetch "
             f"--oci {plain} ...`; loads read the policy's oci list once SAFEHUB_OCI is "
-            "unset); for a registry with a private CA, set REQUESTS_CA_BUNDLE instead")
+            "unset); for a registry with a private CA, set REQUESTS_CA_BUNDLE instead"))
 
     def _login(self, e: HTTPError, what: str) -> None:
         scheme, params = challenge(_header(e.headers, "WWW-Authenticate"))
@@ -427,7 +432,8 @@ class Registry:
             raise self._refused(e, what)
         else:
             raise FetchError(f"{self.target} asks for {scheme or 'no'} auth for {what}; "
-                             "safehub speaks Basic and Bearer", hint=_LOGIN.format(self.target))
+                             "safehub speaks Basic and Bearer",
+                             fix=_login(self.target))
 
     def _token(self, params: Mapping[str, str], cred: Credential | None, what: str) -> str:
         realm = self.places.realm(params.get("realm", ""))
@@ -449,25 +455,29 @@ class Registry:
             else None
         if not isinstance(token, str) or not token:
             raise FetchError(f"the token service of {self.target} answered no token",
-                             hint=_LOGIN.format(self.target))
+                             fix=_login(self.target))
         return token
 
     def _refused(self, e: HTTPError, what: str) -> FetchError:
-        hints = {401: _LOGIN.format(self.target),
-                 403: f"the credential for {self.target.registry} may not read (or push) "
-                      f"{self.target.repository}: ask the registry's admins for access, or "
-                      f"log in as another user (`docker login {self.target.registry}`)",
-                 429: f"{self.target.registry} limits requests: retry later, or log in "
-                      f"(`docker login {self.target.registry}`) for a higher limit, or "
-                      "list a mirror of it first in SAFEHUB_OCI"}
+        found = {401: _login(self.target),
+                 403: fixes.say(f"the credential for {self.target.registry} may not read (or "
+                                f"push) {self.target.repository}: ask the registry's admins for "
+                                f"access, or log in as another user (`docker login "
+                                f"{self.target.registry}`)"),
+                 429: fixes.say(f"{self.target.registry} limits requests: retry later, or log "
+                                f"in (`docker login {self.target.registry}`) for a higher "
+                                "limit, or list a mirror of it first in SAFEHUB_OCI")}
         name = {401: "unauthorized", 403: "denied", 429: "too many requests"}.get(e.status, "")
         return FetchError(f"{self.target} answered {e.status} {name} for {what}".rstrip()
                           + (f": {e.server_message}" if e.server_message else ""),
-                          hint=hints.get(e.status, "retry later; if it persists, ask the "
-                                         "registry's admins"))
+                          fix=found.get(e.status) or fixes.say(
+                              "retry later; if it persists, ask the registry's admins"))
 
 
-_LOGIN = ("log in to it: `docker login {0.registry}` (safehub reads $DOCKER_CONFIG/config.json "
-          "or ~/.docker/config.json and credential helpers)")
-_HOSTILE = ("the registry (or something between) is broken or hostile; nothing was "
-            "installed. Remove it from SAFEHUB_OCI, or push the snapshot to it again")
+_HOSTILE = fixes.say("the registry (or something between) is broken or hostile; nothing was "
+                     "installed. Remove it from SAFEHUB_OCI, or push the snapshot to it again")
+
+
+def _login(target: Target) -> fixes.Fix:
+    return fixes.run(f"docker login {target.registry}", "to log in to it (safehub reads "
+                     "$DOCKER_CONFIG/config.json or ~/.docker/config.json and credential helpers)")

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from safehub._internal import fixes
 from safehub.digest import EMPTY_TREE, MODE_GITLINK, parents, tree_id
 from safehub.errors import IntegrityError
 from safehub.verify.archive._types import Difference, Reason
@@ -40,7 +41,7 @@ class TreeEntry:
 def _listing_error(why: str) -> IntegrityError:
     return IntegrityError(
         f"the API's listing of the commit's tree cannot be used: {why}",
-        hint="retry later; if it persists, the API (or what stands for it) is broken",
+        fix=fixes.say("retry later; if it persists, the API (or what stands for it) is broken"),
     )
 
 

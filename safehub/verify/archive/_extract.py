@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
+from safehub._internal import fixes
 from safehub.digest import (
     MODE_LINK,
     FileEntry,
@@ -77,6 +78,9 @@ class _Writer:
             self._close_top()
 
 
+#: The fix for an archive that could not be read: fetch it again.
+_RETRY = fixes.noted(fixes.call("force_reload", "True"), "retry with ")
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
@@ -120,7 +124,8 @@ def _write(f: BinaryIO, zip_path: Path, checked: Plan, root_fd: int,
                        errno.EILSEQ):
             raise fail(what, f"cannot be written as named ({os.strerror(e.errno or 0)})") from e
         raise CacheError(f"cannot write {what!r} below {dest}: {e}",
-                         hint="check the free space and permissions of the cache folder") from e
+                         fix=fixes.say("check the free space and permissions "
+                                       "of the cache folder")) from e
     finally:
         writer.close()
         pieces.close()
@@ -133,7 +138,8 @@ def _guard(what: Path, action: Callable[[], _T]) -> _T:
         return action()
     except OSError as e:
         raise CacheError(f"cannot write the staging folder {what}: {e}",
-                         hint="check the free space and permissions of the cache folder") from e
+                         fix=fixes.say("check the free space and permissions "
+                                       "of the cache folder")) from e
 
 
 def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extracted:
@@ -148,7 +154,7 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
         f = open(zip_path, "rb")  # noqa: SIM115 - closed below
     except OSError as e:
         raise IntegrityError(f"the download is not a valid zip archive ({e})",
-                             hint="retry with force_reload=True") from e
+                             fix=_RETRY) from e
     with f:
         try:
             size = os.fstat(f.fileno()).st_size
@@ -158,19 +164,19 @@ def extract(zip_path: Path, dest: Path, *, commit: str, limits: Limits) -> Extra
                 raise IntegrityError(
                     f"the archive says it is commit {comment or '(nothing)'!r}, but {commit} "
                     "was asked for",
-                    hint="the server (or a mirror) answered with another commit's archive; "
-                    "do not load it",
+                    fix=fixes.say("the server (or a mirror) answered with another commit's "
+                                  "archive; do not load it"),
                 )
             if end.entries > limits.max_files:
                 raise IntegrityError(
                     f"the archive has {end.entries:,} entries, more than the limit of "
                     f"{limits.max_files:,}",
-                    hint="if the repo really is that large, raise SAFEHUB_MAX_FILES",
+                    fix=fixes.say("if the repo really is that large, raise SAFEHUB_MAX_FILES"),
                 )
             checked = plan(f, read_central(f, end), limits, os.fspath(dest))
         except OSError as e:
             raise IntegrityError(f"cannot read the downloaded archive: {e}",
-                                 hint="retry with force_reload=True") from e
+                                 fix=_RETRY) from e
         _guard(dest, dest.mkdir)
         root_fd = _guard(dest, lambda: os.open(dest, _DIR_FLAGS))
         try:
@@ -202,5 +208,5 @@ def drop_empty_dirs(ext: Extracted) -> Extracted:
                 os.chmod(parent, 0o555)
     except OSError as e:
         raise CacheError(f"cannot remove the empty folders of {ext.root}: {e}",
-                         hint="check the permissions of the cache folder") from e
+                         fix=fixes.say("check the permissions of the cache folder")) from e
     return replace(ext, empty_dirs=())

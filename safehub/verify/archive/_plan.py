@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
+from safehub._internal import fixes
 from safehub.errors import IntegrityError
 from safehub.verify.archive._zipfile import ZipEntry, copy_entry
 
@@ -32,8 +33,8 @@ def fail(name: str, why: str) -> IntegrityError:
     """The error for one refused entry."""
     return IntegrityError(
         f"refused archive entry {name!r}: {why}",
-        hint="the archive is not a plain `git archive` of the commit; do not load it "
-        "(if it came from a mirror, the mirror is serving altered content)",
+        fix=fixes.say("the archive is not a plain `git archive` of the commit; do not load it "
+                      "(if it came from a mirror, the mirror is serving altered content)"),
     )
 
 
@@ -223,13 +224,14 @@ def _links(f: BinaryIO, items: list[Item]) -> dict[str, str]:
 def plan(f: BinaryIO, entries: list[ZipEntry], limits: Limits, dest: str) -> Plan:
     """Validate every entry's name, type and size; read and check the symlinks."""
     if not entries:
-        raise IntegrityError("the archive is empty", hint="check that the commit has files")
+        raise IntegrityError("the archive is empty",
+                             fix=fixes.say("check that the commit has files"))
     declared = sum(e.size for e in entries)
     if declared > limits.max_tree_bytes:
         raise IntegrityError(
             f"the archive unpacks to {declared:,} bytes, more than the limit of "
             f"{limits.max_tree_bytes:,}",
-            hint="if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES",
+            fix=fixes.say("if the repo really is that large, raise SAFEHUB_MAX_TREE_BYTES"),
         )
     prefix = _top(entries)
     room = _PATH_MAX - len(os.fsencode(dest)) - 1

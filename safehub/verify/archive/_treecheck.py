@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub.digest import MODE_LINK, FileEntry, blob_id
 from safehub.errors import IntegrityError
 from safehub.verify.archive._expected import Expected, TreeEntry, expected_archive, parse_listing
@@ -17,13 +18,13 @@ from safehub.verify.gitattributes.subst import CommitFacts, Template, Unbounded
 
 __all__ = ["check_tree"]
 
-_ALTERED = ("the archive was altered in transit or by a mirror; nothing ran. Retry with "
-            "force_reload=True; if it persists, do not load it")
+_ALTERED = fixes.noted(fixes.call("force_reload", "True"), "the archive was altered in transit or "
+                       "by a mirror; nothing ran. Retry with ", "; if it persists, do not load it")
 _KINDS = {"tree": "a folder", "commit": "a submodule", "blob": "a file"}
 
 
 def _refuse(message: str) -> IntegrityError:
-    return IntegrityError(message, hint=_ALTERED)
+    return IntegrityError(message, fix=_ALTERED)
 
 
 class _Blobs:
@@ -41,7 +42,7 @@ class _Blobs:
             data = self._fetch(sha)
             if blob_id(data) != sha:
                 raise IntegrityError(f"the API sent other bytes for blob {sha}",
-                                     hint="retry later; the API or a proxy is broken")
+                                     fix=fixes.say("retry later; the API or a proxy is broken"))
             self._cache[sha] = data
         return self._cache[sha]
 
@@ -61,7 +62,7 @@ class _Commit:
             facts = self._fetch()
             if (facts.sha, facts.tree) != (self._facts.sha, self._facts.tree):
                 raise IntegrityError(f"the API described another commit than {self._facts.sha}",
-                                     hint="retry later; the API or a proxy is broken")
+                                     fix=fixes.say("retry later; the API or a proxy is broken"))
             self._facts, self._fetched = facts, True
         return self._facts
 
@@ -265,7 +266,7 @@ def check_tree(
         raise IntegrityError(
             f"{mismatch}; the per-file fallback for repos whose .gitattributes rewrites "
             "exports is forbidden by policy. It differs in:\n" + check.describe(),
-            hint="ask the publisher to drop export-ignore/export-subst rules, or allow the "
-            "fallback (tree_fallback = true)",
+            fix=fixes.say("ask the publisher to drop export-ignore/export-subst rules, or allow "
+                          "the fallback (tree_fallback = true)"),
         )
     return check

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
+from safehub._internal import fixes
 from safehub.errors import IntegrityError
 
 __all__ = ["End", "ZipEntry", "chunks", "copy_entry", "read_central", "read_end",
@@ -41,16 +42,17 @@ def corrupt(why: str) -> IntegrityError:
     """The error for an archive that is not a well-formed zip of the kind git writes."""
     return IntegrityError(
         f"the archive is corrupt or uses a zip feature `git archive` never writes ({why})",
-        hint="retry with force_reload=True; if it persists, the server or mirror is "
-        "sending something other than a `git archive` of the commit: do not load it",
+        fix=fixes.noted(fixes.call("force_reload", "True"), "retry with ",
+                        "; if it persists, the server or mirror is sending something other "
+                        "than a `git archive` of the commit: do not load it"),
     )
 
 
 def not_a_zip(why: str) -> IntegrityError:
     """The error for a download that is no zip at all (an error page, a truncated file)."""
     return IntegrityError(f"the download is not a valid zip archive ({why})",
-                          hint="retry with force_reload=True; if it persists the server is "
-                          "broken")
+                          fix=fixes.noted(fixes.call("force_reload", "True"), "retry with ",
+                                          "; if it persists the server is broken"))
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet
 
@@ -53,7 +54,8 @@ def find_signature(tree: Path, sets: Sequence[SignerSet], values: Mapping[str, s
         target = location.format(**values)
     except (KeyError, ValueError, IndexError) as e:
         raise SignatureError(f"bad signature_url {chosen.location!r} in {chosen.source}: {e}",
-                             hint="placeholders: {owner} {name} {repo} {ref} {commit}") from e
+                             fix=fixes.say("placeholders: {owner} {name} "
+                                           "{repo} {ref} {commit}")) from e
     if target.startswith("https://"):
         data = fetch(target)
         return None if data is None else Found(data, None, target)
@@ -69,9 +71,9 @@ def _read(path: Path) -> bytes:
             data = f.read(MAX_SIGNATURE_BYTES + 1)
     except OSError as e:
         raise SignatureError(f"cannot read the signature {path} ({e.strerror})",
-                             hint="check the file's permissions") from e
+                             fix=fixes.say("check the file's permissions")) from e
     if len(data) > MAX_SIGNATURE_BYTES:
         raise SignatureError(f"the signature {path} is larger than {MAX_SIGNATURE_BYTES:,} "
-                             "bytes", hint="a signature bundle is a few kilobytes; do not "
-                             "load this repo")
+                             "bytes", fix=fixes.say("a signature bundle is a few kilobytes; do not "
+                                                    "load this repo"))
     return data

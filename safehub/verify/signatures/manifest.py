@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError
 
 __all__ = ["GIT_METADATA", "Signed", "all_files", "compare", "hash_tree", "manifest",
@@ -33,11 +34,11 @@ _PREDICATE_COMPAT = "https://model_signing/Digests/v0.1"
 GIT_METADATA = (".git", ".gitattributes", ".github", ".gitignore")
 
 
-def fail(what: str, hint: str | None = None) -> SignatureError:
-    """A :class:`SignatureError` with the usual fix."""
-    return SignatureError(what, hint=hint or "do not load it: the content or its signature is "
-                          "not what the policy requires (check the signers and keys in the "
-                          "policy, and the publisher's signing workflow)")
+def fail(what: str, fix: fixes.Fix | None = None) -> SignatureError:
+    """A :class:`SignatureError` with ``fix``, else the usual one."""
+    return SignatureError(what, fix=fix or fixes.say(
+        "do not load it: the content or its signature is not what the policy requires "
+        "(check the signers and keys in the policy, and the publisher's signing workflow)"))
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE
 
@@ -21,22 +22,22 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
     """
     if not directory.is_dir():
         raise SignatureError(f"cannot sign {directory}: it is not a folder",
-                             hint="name the folder of the repo to sign")
+                             fix=fixes.say("name the folder of the repo to sign"))
     _check_links(directory, allow_symlinks)
     if private_key.resolve().is_relative_to(directory.resolve()):
         raise SignatureError(
             f"the private key {private_key} is inside the folder being signed: it would be "
             "signed and published with the code",
-            hint="keep signing keys outside the repo (for example in ~/), and sign again")
+            fix=fixes.say("keep signing keys outside the repo (for example in ~/), and sign again"))
     try:
         key_bytes = private_key.read_bytes()
     except OSError as e:
         raise SignatureError(f"cannot read the private key {private_key} ({e.strerror})",
-                             hint="give a PEM EC private key file with --key") from e
+                             fix=fixes.say("give a PEM EC private key file with --key")) from e
     if b"PRIVATE KEY" not in key_bytes:
         raise SignatureError(f"{private_key} is not a PEM private key",
-                             hint="make one with `openssl ecparam -name prime256v1 -genkey "
-                             "-noout -out key.pem`")
+                             fix=fixes.run("openssl ecparam -name prime256v1 -genkey -noout "
+                                           "-out key.pem", "to make one"))
     _require_ec(private_key, key_bytes, password)
     from model_signing import hashing, signing
 
@@ -53,7 +54,8 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
         config.sign(directory, target)
     except (ValueError, TypeError, OSError) as e:
         raise SignatureError(f"cannot sign {directory} with {private_key}: {e}",
-                             hint="use a PEM EC private key (P-256, P-384 or P-521)") from e
+                             fix=fixes.say("use a PEM EC private key (P-256, "
+                                           "P-384 or P-521)")) from e
     return target
 
 
@@ -75,15 +77,15 @@ def _check_links(directory: Path, allowed: bool) -> None:
                     f"cannot sign {directory}: {path} is a symbolic link to {target}, which "
                     "is not a file inside the folder (a load refuses links out of the "
                     "repo's tree; the key is not the problem)",
-                    hint=f"replace {path} with the file itself (or remove it), then sign "
-                    "again")
+                    fix=fixes.say(f"replace {path} with the file itself (or remove it), then sign "
+                                  "again"))
             if not allowed:
                 raise SignatureError(
                     f"cannot sign {directory}: {path} is a symbolic link (to {target}), and "
                     "links are signed only when asked for (the key is not the problem)",
-                    hint="sign it as the file it names: add --allow-symlinks to `safehub "
+                    fix=fixes.say("sign it as the file it names: add --allow-symlinks to `safehub "
                     "sign` (model_signing sign: --allow_symlinks); or replace the link with "
-                    "the file")
+                                  "the file"))
 
 
 def _require_ec(path: Path, key_bytes: bytes, password: str | None) -> None:
@@ -98,5 +100,5 @@ def _require_ec(path: Path, key_bytes: bytes, password: str | None) -> None:
         return  # unreadable or encrypted: model_signing's own error says which
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise SignatureError(f"{path} is not an EC private key ({type(key).__name__})",
-                             hint="make one with `openssl ecparam -name prime256v1 -genkey "
-                             "-noout -out key.pem`")
+                             fix=fixes.run("openssl ecparam -name prime256v1 -genkey -noout "
+                                           "-out key.pem", "to make one"))

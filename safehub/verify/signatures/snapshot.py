@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError
 from safehub.verify.signatures.dsse import ecdsa_hash, pae
 from safehub.verify.signatures.manifest import IN_TOTO_PAYLOAD, fail
@@ -53,22 +54,22 @@ def sign_with_key(private_key: Path, payload: bytes, *, password: str | None = N
         data = private_key.read_bytes()
     except OSError as e:
         raise SignatureError(f"cannot read the signing key {private_key} ({e.strerror})",
-                             hint="give a PEM EC private key file with --sign-key") from e
+                             fix=fixes.say("give a PEM EC private key file with --sign-key")) from e
     try:
         key = serialization.load_pem_private_key(
             data, password.encode() if password is not None else None)
     except (ValueError, TypeError) as e:
         raise SignatureError(f"{private_key} is not a readable PEM private key ({e})",
-                             hint="make one with `openssl ecparam -name prime256v1 -genkey "
-                             "-noout -out key.pem`") from e
+                             fix=fixes.run("openssl ecparam -name prime256v1 -genkey -noout "
+                                           "-out key.pem", "to make one")) from e
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise SignatureError(f"{private_key} is not an EC private key ({type(key).__name__})",
-                             hint="make one with `openssl ecparam -name prime256v1 -genkey "
-                             "-noout -out key.pem`")
+                             fix=fixes.run("openssl ecparam -name prime256v1 -genkey -noout "
+                                           "-out key.pem", "to make one"))
     algorithm = ecdsa_hash(key)
     if algorithm is None:
         raise SignatureError(f"{private_key}: unsupported curve {key.curve.name}",
-                             hint="use P-256, P-384 or P-521")
+                             fix=fixes.say("use P-256, P-384 or P-521"))
     import hashlib
 
     public = key.public_key().public_bytes(serialization.Encoding.PEM,
@@ -86,12 +87,12 @@ def sign_with_key(private_key: Path, payload: bytes, *, password: str | None = N
 def sign_keyless(payload: bytes, *, offline: bool) -> bytes:
     """A keyless bundle over ``payload``: a Fulcio certificate for the ambient OIDC identity
     (a CI job's, or ``SIGSTORE_IDENTITY_TOKEN``) and a Rekor entry, on public Sigstore."""
-    hint = ("sign with a key instead (`--sign-key KEY`), or run where an OIDC identity is "
-            "available to Sigstore (a CI job with `id-token: write`, or SIGSTORE_IDENTITY_TOKEN) "
-            "and Sigstore is reachable")
+    fix = fixes.say("sign with a key instead (`--sign-key KEY`), or run where an OIDC identity "
+                    "is available to Sigstore (a CI job with `id-token: write`, or "
+                    "SIGSTORE_IDENTITY_TOKEN) and Sigstore is reachable")
     if offline:
         raise SignatureError("keyless signing needs Sigstore's servers, and offline mode "
-                             "forbids the network", hint=hint)
+                             "forbids the network", fix=fix)
     import os
 
     from sigstore import dsse
@@ -103,16 +104,16 @@ def sign_keyless(payload: bytes, *, offline: bool) -> bytes:
     try:
         raw = os.environ.get("SIGSTORE_IDENTITY_TOKEN") or detect_credential()
     except IdentityError as e:
-        raise SignatureError(f"no OIDC identity for keyless signing ({e})", hint=hint) from e
+        raise SignatureError(f"no OIDC identity for keyless signing ({e})", fix=fix) from e
     if not raw:
         raise SignatureError("no OIDC identity for keyless signing: no SIGSTORE_IDENTITY_TOKEN and "
-                             "no ambient CI credential", hint=hint)
+                             "no ambient CI credential", fix=fix)
     try:
         context = SigningContext.from_trust_config(ClientTrustConfig.production())
         with context.signer(IdentityToken(raw)) as signer:
             return signer.sign_dsse(dsse.Statement(payload)).to_json().encode()
     except (SigstoreError, IdentityError, OSError, ValueError) as e:
-        raise SignatureError(f"keyless signing failed: {e}", hint=hint) from e
+        raise SignatureError(f"keyless signing failed: {e}", fix=fix) from e
 
 
 def verify(sets: Sequence[SignerSet], bundle: bytes, manifest: str,

@@ -29,6 +29,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError
 from safehub.verify.signatures.dsse import ecdsa_hash, pae
 from safehub.verify.signatures.manifest import (
@@ -72,7 +73,7 @@ def _trusted_root(trust_config: str | None) -> Any:
             return ClientTrustConfig.from_json(text).trusted_root
         except Exception as e:
             raise fail(f"cannot read the Sigstore trust config {trust_config} ({e})",
-                        hint="fix trust_config in the policy") from e
+                        fix=fixes.say("fix trust_config in the policy")) from e
     import sigstore
 
     # The production trusted root that ships inside sigstore: no network, no TUF cache.
@@ -89,8 +90,8 @@ def _public_key(key_path: Path) -> Any:
         return serialization.load_pem_public_key(key_path.read_bytes())
     except (OSError, ValueError, TypeError) as e:
         raise fail(f"the key {key_path} is not a PEM public key ({type(e).__name__})",
-                   hint="name the publisher's public key file (-----BEGIN PUBLIC KEY-----), "
-                   "not a private key or a certificate") from e
+                   fix=fixes.say("name the publisher's public key file (-----BEGIN PUBLIC "
+                                 "KEY-----), not a private key or a certificate")) from e
 
 
 def _verify_with_key(envelope: dict[str, Any], key_path: Path) -> None:
@@ -100,7 +101,7 @@ def _verify_with_key(envelope: dict[str, Any], key_path: Path) -> None:
     key = _public_key(key_path)
     if not isinstance(key, ec.EllipticCurvePublicKey):
         raise fail(f"{key_path} is not an elliptic-curve public key",
-                    hint="model-signing keys are ECDSA P-256, P-384 or P-521")
+                    fix=fixes.say("model-signing keys are ECDSA P-256, P-384 or P-521"))
     algorithm = ecdsa_hash(key)
     if algorithm is None:
         raise fail(f"{key_path}: unsupported curve {key.curve.name}")
@@ -148,7 +149,7 @@ class Verifier:
         configs = {str(s.trust_config) if s.trust_config else None for s in self.sets}
         if len(configs) > 1:
             raise fail("the rules that apply name different Sigstore trust configs",
-                        hint="use one trust_config for a repo")
+                        fix=fixes.say("use one trust_config for a repo"))
         self.trust_config = configs.pop()
 
     # -- envelopes ----------------------------------------------------------------------
