@@ -204,9 +204,12 @@ def load_lockfile(path: Path) -> Lockfile:
     except FileNotFoundError:
         return Lockfile.load(path)  # raises, naming the path
     except OSError as e:
-        raise PinError(f"lockfile {path} cannot be read ({e})",
-                       hint="it must be a readable UTF-8 file: fix its permissions, or "
-                       "write it afresh with `safehub lock --rewrite SPEC...`; no repo "
-                       "loads until then (fail closed)") from e
+        from safehub._internal import fixes
+
+        raise PinError(f"lockfile {path} cannot be read ({e}); no repo loads until then "
+                       "(fail closed)", fix=fixes.either(
+                           fixes.say("it must be a readable UTF-8 file: fix its permissions"),
+                           fixes.run("safehub lock --rewrite SPEC...", "to write it afresh"))
+                       ) from e
     key = (str(path), st.st_mtime_ns, st.st_size, st.st_ino)
     return warm.recall("lockfile", key, lambda: Lockfile.load(path))

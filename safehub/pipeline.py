@@ -167,18 +167,20 @@ def _call_args(repo_or_dir: object, source: object, entrypoint: object, force_re
     kind = plain_text(source, "source").lower() if isinstance(source, str) else None
     if kind not in ("github", "local"):
         raise SpecError(f'Unknown source: "{source}". Allowed values: "github" | "local".',
-                        hint="use source='github' for owner/name[:ref] or 'local' for a folder")
+                        fix=fixes.say("use source='github' for owner/name[:ref] or 'local' "
+                                      "for a folder"))
     if kind == "local":
         folder = os.fspath(repo_or_dir) if isinstance(repo_or_dir, (str, os.PathLike)) else None
         if not isinstance(folder, str):
             raise SpecError(f"source='local' needs a folder path, not {repo_or_dir!r}",
-                            hint="pass the folder as a str or pathlib.Path")
+                            fix=fixes.say("pass the folder as a str or pathlib.Path"))
         target = plain_text(folder, "the folder")
     elif isinstance(repo_or_dir, str):
         target = plain_text(repo_or_dir, "the repo")
     else:
         raise SpecError(f"{repo_or_dir!r} is not a repo: write it as 'owner/name[:ref]'",
-                        hint="pass the repo as a string, e.g. 'pytorch/vision:v0.19.0'")
+                        fix=fixes.say("pass the repo as a string, e.g. "
+                                      "'pytorch/vision:v0.19.0'"))
     name = plain_text(entrypoint, "model") if isinstance(entrypoint, str) else None
     return target, kind, name, bool(force_reload), bool(verbose)
 
@@ -230,7 +232,7 @@ def admit(ctx: Context, spec: RepoSpec, plan: Plan) -> Admitted:
         from safehub.store.lockfile import spec_key
 
         raise PinError(f"{spec} is not locked in {ctx.lockfile_path}",
-                       hint=f"safehub lock {spec_key(spec)}")
+                       fix=fixes.run(f"safehub lock {spec_key(spec)}"))
     return admitted
 
 
@@ -329,7 +331,7 @@ def _nested(ctx: Context, name: str) -> Callable[..., Any]:
         given = call.get("model")
         if name != "list" and not (isinstance(given, str) and given.isidentifier()):
             raise SpecError(f"model={given!r} is not the name of an entrypoint",
-                            hint="pass the entrypoint's name as a string")
+                            fix=fixes.say("pass the entrypoint's name as a string"))
         model = str(given)
         code: Callable[[Path], Any]
         if name == "load":
@@ -363,7 +365,7 @@ def _fixes_for_the_user() -> Iterator[None]:
         if e.fix not in CALLERS_FIXES:
             raise  # a fix of the lockfile or the policy: the user's to apply
         raise PinError(f"{e.message} (asked for by the code of the repo being loaded)",
-                       hint="the call is in the repo's code, so what it asks for cannot be "
-                       "changed here and no setting makes this commit the repo's own: do "
-                       "not load the outer repo at this commit, or ask its authors to fix "
-                       "the call") from e
+                       fix=fixes.say("the call is in the repo's code, so what it asks for "
+                                     "cannot be changed here and no setting makes this commit "
+                                     "the repo's own: do not load the outer repo at this "
+                                     "commit, or ask its authors to fix the call")) from e

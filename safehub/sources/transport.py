@@ -425,12 +425,6 @@ class Transport:
                         url=resp.url)
 
     def _retrying(self, what: str, attempt: Callable[[Callable[[], bool]], Any]) -> Any:
-        # requests is imported here, in the caller's thread, not first in the worker's: a
-        # download made while a repo's code runs (the weights guard) holds the guard's
-        # own-work marker in this thread only, and the worker's import would otherwise be
-        # an import the guard must decide on, halfway through requests' own.
-        import requests  # noqa: F401
-
         cfg = self.config
         for i in range(cfg.retries + 1):
             try:
@@ -460,7 +454,14 @@ def _within_deadline(deadline: float, what: str,
 
     A server can drip bytes (or headers) forever below any per-read timeout; the
     worker is abandoned, and never writes again once the caller has moved on.
+
+    requests is imported here, in the caller's thread, not first in the worker's: a
+    download made while a repo's code runs (the weights guard) holds the guard's own-work
+    marker in this thread only, and the worker's import would otherwise be an import the
+    guard must decide on, halfway through requests' own.
     """
+    import requests  # noqa: F401
+
     lock = threading.Lock()
     cancelled = False
     box: dict[str, Any] = {}

@@ -70,6 +70,8 @@ def _realpath(path: str) -> str:
 
 #: Audit events of metadata changes, which ``safehub run --confine``'s seccomp filter
 #: refuses on every path (it cannot see paths): shutil's copies that set modes included.
+_METADATA_REFUSED = ("{0.target}: {0.op} is refused under safehub run --confine (seccomp: "
+                     "no metadata changes)")
 _METADATA = frozenset({"os.chmod", "os.chown", "os.utime", "os.chflags", "os.lchflags",
                        "os.setxattr", "os.removexattr", "shutil.copymode",
                        "shutil.copystat", "shutil.chown"})
@@ -82,11 +84,12 @@ class _AddressBook:
     code looked up that an entry allows, and the entries' own names.
     """
 
-    def __init__(self, entries: Sequence[str]) -> None:
+    def __init__(self, entries: Sequence[str] | Callable[[], Sequence[str] | None]) -> None:
         self._lock = threading.Lock()
         self._names: dict[str, set[str]] = {}   # address -> names it was resolved from
         self._resolved: set[str] = set()
-        self._pending: set[str] = set(entries)
+        self._later = entries if callable(entries) else None  # worked out when first asked
+        self._pending: set[str] = set() if callable(entries) else set(entries)
 
     def looked_up(self, name: str) -> None:
         with self._lock:
@@ -95,6 +98,9 @@ class _AddressBook:
 
     def names_of(self, address: str) -> set[str]:
         with self._lock:
+            if self._later is not None:
+                self._pending |= set(self._later() or ())
+                self._later = None
             todo = []
             if address not in self._names:
                 todo, self._pending = sorted(self._pending), set()
@@ -261,13 +267,9 @@ class RuntimeGuard:
             self._own = self._own()
         if self._own is None:
             return False
-        own = self._own
-        return own.allows(action, lambda host: self._own_book(own).names_of(host))
-
-    def _own_book(self, own: OwnWork) -> _AddressBook:
-        if self._own_addresses is None:
-            self._own_addresses = _AddressBook(own.host_list() or ())
-        return self._own_addresses
+        if self._own_addresses is None:  # its hosts worked out on the first connection
+            self._own_addresses = _AddressBook(self._own.host_list)
+        return self._own.allows(action, self._own_addresses.names_of)
 
     def record(self, action: Action, refusal: RuntimeGuardError | None) -> None:
         """Add ``action`` (and ``refusal``) to this guard's report."""
@@ -300,10 +302,7 @@ class RuntimeGuard:
         assert self._confined is not None
         checks: list[tuple[str, str | int]] = []
         if action.op in _METADATA:  # seccomp refuses these wherever the file is
-            self.report.add_entry(self.report.kernel, f"{action.target}: {action.op} is "
-                                  "refused under safehub run --confine (seccomp: no "
-                                  "metadata changes)")
-            return
+            return self.report.add_entry(self.report.kernel, _METADATA_REFUSED.format(action))
         if action.kind == "write":
             checks = [("write", p) for p in action.paths]
         elif action.kind == "process" and action.real:
