@@ -316,9 +316,9 @@ CASES = [
     C("oci import", 2, "required: DIR, REGISTRY/REPOSITORY"),
     C("oci import adir", 2, "required: REGISTRY/REPOSITORY"),
     C("run --", 2, "safehub run -- python", json=False),
-    C("run -- /nonexistent/prog", 2, "/nonexistent/prog", json=False),
-    C("run -- adir", 2, "adir", json=False),
-    C("run -- ./empty", 2, "empty", json=False),
+    C("run -- /nonexistent/prog", 127, "/nonexistent/prog", json=False),  # as a shell
+    C("run -- adir", 127, "adir", json=False),
+    C("run -- ./empty", 126, "empty", json=False),
     C("demo extra", 2, "safehub demo --help"),
     C("docs nosuch", 2, "pages:"),
     C("docs ../README", 2, "pages:"),
@@ -556,7 +556,7 @@ def test_errors_are_one_line_and_the_fix(capsys: pytest.CaptureFixture[str],
     """Outside the folder full of wrong things too: a program that does not exist, a spec
     that is none, a folder that is not there."""
     rc, out, err = cli(capsys, *words)
-    assert rc in (1, 2) and "Traceback" not in out + err
+    assert rc in (1, 2, 127) and "Traceback" not in out + err  # 127: run, as a shell
     lines = err.splitlines()
     assert len(lines) == 2 and lines[0].startswith("safehub: ") and lines[1].startswith("  fix: ")
     if "--json" in words:
@@ -660,3 +660,16 @@ def test_the_prompt_left_with_ctrl_c_or_ctrl_d(mess: World, canary: Path, answer
         assert "\n" in shown.split("safehub: ", 1)[0], shown  # not on the prompt's line
     assert "  fix: " in shown
     assert runs(canary) == 0
+
+
+def test_run_of_a_program_that_cannot_run_exits_as_a_shell_does(
+        tmp_path: Path, isolated: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """127 for a program not found, 126 for one that cannot be executed (issue 33)."""
+    from safehub.cli import main
+
+    assert main(["run", "--", str(tmp_path / "nonexistent")]) == 127
+    script = tmp_path / "not-executable.sh"
+    script.write_text("#!/bin/sh\n")
+    script.chmod(0o644)
+    assert main(["run", "--", str(script)]) == 126
+    assert "cannot run" in capsys.readouterr().err

@@ -364,7 +364,8 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, "usage", str(e), f"`{e.command or 'safehub'} --help` shows "
                      "how it is used", EXIT_USAGE)
     except SpecError as e:
-        return _fail(wants_json, type(e).__name__, e, e.fix, EXIT_USAGE, command_line(args))
+        return _fail(wants_json, type(e).__name__, e, e.fix, _spec_exit(args, e),
+                     command_line(args))
     except SafehubError as e:
         return _fail(wants_json, type(e).__name__, e, e.fix, EXIT_REFUSED, command_line(args))
     except text.RepoCodeError as e:
@@ -380,6 +381,15 @@ def _main(argv: list[str]) -> int:
         return _fail(wants_json, type(e).__name__, f"failed: {type(e).__name__}: {text.said(e)}",
                      "this is a bug in safehub: run again with SAFEHUB_DEBUG=1 and report "
                      "the traceback", EXIT_REFUSED)
+
+
+def _spec_exit(args: argparse.Namespace, error: SpecError) -> int:
+    """A usage error's exit code; ``safehub run`` of a program that cannot be run exits
+    as a shell does (127 not found, 126 not executable), so scripts read it the same."""
+    cause = error.__cause__
+    if getattr(args, "func", None) is _cmd_run and isinstance(cause, OSError):
+        return 127 if isinstance(cause, FileNotFoundError) else 126
+    return EXIT_USAGE
 
 
 def _fail(wants_json: bool, kind: str, message: str | SafehubError,

@@ -201,7 +201,8 @@ def plan(policy: Policy, settings: Any, command: Sequence[str], *, abi: int,
     real = find_program(command[0], env)[1]
     if not real or not os.path.isfile(real):
         raise SpecError(f"cannot run {command[0]!r}: not found",
-                        fix=fixes.say("check the command and its path"))
+                        fix=fixes.say("check the command and its path")
+                        ) from FileNotFoundError(command[0])
     # [confine] merges as every policy key (Policy.confine); entries compare as resolved
     # here. Folders are never resolved through links: a grant is opened without following
     # one (a link in a granted path is refused when the ruleset is checked).
