@@ -259,30 +259,10 @@ def load_state_dict_from_url(
     return result
 
 
-_Func = Callable[..., Any]
-
-
-def _as_torch_hub(name: str, func: _Func) -> _Func:
-    """``func`` as torch.hub's ``name`` once routed: the program called
-    ``torch.hub.NAME``, so a refusal's fix names that call, not safehub's."""
-    import functools
-
-    @functools.wraps(func)
-    def routed(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return func(*args, **kwargs)
-        except SafehubError as e:
-            from safehub._internal.fixes import reworded
-
-            if e.fix is not None:
-                e.fix = reworded(e.fix, lambda text: text.replace(f"safehub.{name}",
-                                                                  f"torch.hub.{name}"))
-            raise
-    return routed
-
-
-_REPLACEMENTS: dict[str, _Func] = {name: _as_torch_hub(name, func) for name, func in
-                                   (("load", load), ("list", list), ("help", help))}
+#: What :func:`install` routes torch.hub's functions to. A refusal names the call the
+#: program made: errors of routed calls render their fix for the ``torchhub`` surface
+#: (:mod:`safehub.run.torchhub`), so nothing rewords text here.
+_REPLACEMENTS: dict[str, Callable[..., Any]] = {"load": load, "list": list, "help": help}
 
 
 def install() -> None:

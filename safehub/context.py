@@ -83,7 +83,7 @@ class Context:
         self.fetcher = TreeFetcher(s, self.cache, self.verified, self.source, terminal_progress)
         self.signatures = SignatureCheck(SignatureRecords(s.data_dir), web_url=s.web_url,
                                          fetch=self._signature)
-        self.trust = Trust(self.consents, noninteractive=s.noninteractive, surface=surface)
+        self.trust = Trust(self.consents, noninteractive=s.noninteractive)
 
     # -- parts built on first use ---------------------------------------------------------
 

@@ -86,11 +86,9 @@ class Trust:
     cannot drift from the load); :meth:`decide` acts on it: records, prompts, raises.
     """
 
-    def __init__(self, consents: ConsentStore, *, noninteractive: bool,
-                 surface: str = "api") -> None:
+    def __init__(self, consents: ConsentStore, *, noninteractive: bool) -> None:
         self.consents = consents
         self.noninteractive = noninteractive
-        self.surface = surface  # kept for callers; the fix is data, rendered where it is shown
 
     def verdict(self, subject: Subject, decision: Decision, trust_repo: Any, *,
                 nested: bool = False) -> Verdict:
