@@ -347,6 +347,12 @@ class Settings:
         return replace(self, **changes)  # type: ignore[arg-type]
 
     @property
+    def lockfile_path(self) -> Path:
+        """The lockfile in force: ``SAFEHUB_LOCKFILE`` / the policy's ``lockfile``, else
+        ``./safehub.lock`` (where a lockfile is looked for, existing or not)."""
+        return self.lockfile or Path.cwd() / "safehub.lock"
+
+    @property
     def audit_path(self) -> Path:
         """The audit log: the policy's ``audit_log``, else ``audit.jsonl`` in the log dir."""
         return self.audit_log or self.log_dir / "audit.jsonl"

@@ -117,7 +117,7 @@ class Context:
     @property
     def lockfile_path(self) -> Path:
         """``SAFEHUB_LOCKFILE`` / the policy's ``lockfile``, else ``./safehub.lock``."""
-        return self.settings.lockfile or Path.cwd() / "safehub.lock"
+        return self.settings.lockfile_path
 
     @property
     def lockfile(self) -> Lockfile | None:

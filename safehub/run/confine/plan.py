@@ -142,8 +142,7 @@ def protected(settings: Any, lockfile: Path | None = None) -> list[Grant]:
     from safehub.policy.files import searched
 
     items: list[tuple[Any, str]] = [(p.path, p.what) for p in settings.own_places()]
-    items += [(lockfile or settings.lockfile or Path.cwd() / "safehub.lock",
-              "the lockfile in force"),
+    items += [(lockfile or settings.lockfile_path, "the lockfile in force"),
               (os.path.join(torch_hub_dir().path, "checkpoints"), "torch's checkpoint folder")]
     items += [(c.path, f"a {c.origin} policy file" if c.exists else
                f"where a {c.origin} policy file would be read") for c in searched()]
