@@ -493,3 +493,27 @@ def test_an_invalid_lockfiles_fix_writes_a_valid_one(
 def test_lock_rewrite_needs_specs(capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = cli(capsys, "lock", "--rewrite")
     assert rc == 2 and "--rewrite needs the specs" in err
+
+
+def test_weight_pins_carry_size_and_a_hub_files_commit(tmp_path: Path) -> None:
+    sha, commit = "ab" * 32, "cd" * 20
+    text = ('version = 1\n\n[[repo]]\nspec = "o/r:v1"\ncommit = "' + commit + '"\n'
+            'tree = "' + commit + '"\ndigest = "sha256:' + sha + '"\n\n'
+            '[[repo.weights]]\nurl = "https://example.org/w.pt"\nsha256 = "' + sha + '"\n'
+            'size = 7\n\n[[repo.weights]]\nurl = "hf://org/name@main/model.safetensors"\n'
+            'sha256 = "' + sha + '"\nsize = 0\ncommit = "' + commit + '"\n')
+    path = tmp_path / "safehub.lock"
+    path.write_text(text)
+    locked = Lockfile.load(path)
+    pins = next(iter(locked.entries.values())).weights
+    assert [(p.url, p.size, p.commit) for p in pins] == [
+        ("https://example.org/w.pt", 7, ""), ("hf://org/name@main/model.safetensors", 0, commit)]
+    tables = "".join(text.partition("\n\n[[repo.weights]]")[1:])
+    assert Lockfile(path, locked.entries.values()).dumps().endswith(tables)
+    for bad, says in (('size = -1', "size"), ('size = "7"', "size"),
+                      ('commit = "' + commit + '"', "only for hf://"),
+                      ('commit = "main"', "40-hex"), ('mirror = "x"', "nothing else")):
+        path.write_text(text.replace('size = 7', bad))
+        with pytest.raises(PinError) as e:
+            Lockfile.load(path)
+        assert says in str(e.value.details)

@@ -49,10 +49,28 @@ def spec_key(spec: RepoSpec) -> str:
 
 @dataclass(frozen=True)
 class WeightPin:
-    """A weight file hubconf downloaded, with its full SHA-256."""
+    """A file the repo's code fetched, with its full SHA-256 (and its size, once known).
+
+    ``url`` is the HTTPS URL torch.hub's helpers were given, or, for a file from the
+    Hugging Face Hub, ``hf://REPO_ID@REVISION/PATH`` (``datasets/`` or ``spaces/`` before
+    the repo id for those kinds; the revision as the code asked for it, percent-encoded,
+    as huggingface_hub's own ``hf://`` paths write it), with ``commit`` the 40-hex commit
+    that revision resolved to when it was pinned.
+    """
 
     url: str
     sha256: str
+    size: int | None = None
+    commit: str = ""
+
+    def table(self) -> str:
+        """This pin as a ``[[repo.weights]]`` table of the lockfile."""
+        lines = [f"url = {_toml_str(self.url)}", f"sha256 = {_toml_str(self.sha256)}"]
+        if self.size is not None:
+            lines.append(f"size = {self.size}")
+        if self.commit:
+            lines.append(f"commit = {_toml_str(self.commit)}")
+        return "\n[[repo.weights]]\n" + "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -174,13 +192,32 @@ def _weights(value: Any, where: str, faults: list[str]) -> tuple[WeightPin, ...]
         return ()
     pins = []
     for i, w in enumerate(value):
-        if (type(w) is not dict or set(w) != {"url", "sha256"} or type(w["url"]) is not str
-                or not w["url"] or type(w["sha256"]) is not str
-                or not _HEX64.fullmatch(w["sha256"])):
-            faults.append(f"{where}[{i}]: must have url and sha256 (64 hex digits), nothing else")
+        fault = _weight_fault(w)
+        if fault:
+            faults.append(f"{where}[{i}]: {fault}")
             continue
-        pins.append(WeightPin(w["url"], w["sha256"]))
+        pins.append(WeightPin(w["url"], w["sha256"], w.get("size"), w.get("commit", "")))
     return tuple(pins)
+
+
+def _weight_fault(w: Any) -> str:
+    """What is wrong with one ``[[repo.weights]]`` table ("" if nothing)."""
+    if (type(w) is not dict or not {"url", "sha256"} <= set(w) <= {"url", "sha256", "size",
+                                                                     "commit"}):
+        return ("must have url and sha256 (64 hex digits), and may have size and commit, "
+                "nothing else")
+    if type(w["url"]) is not str or not w["url"]:
+        return "url must be a non-empty string"
+    if type(w["sha256"]) is not str or not _HEX64.fullmatch(w["sha256"]):
+        return "sha256 must be 64 hex digits"
+    if "size" in w and (type(w["size"]) is not int or w["size"] < 0):
+        return "size must be a whole number of bytes"
+    hub = w["url"].startswith("hf://")
+    if "commit" in w and not (type(w["commit"]) is str and FULL_SHA.fullmatch(w["commit"])):
+        return "commit must be a 40-hex commit sha"
+    if "commit" in w and not hub:
+        return "commit is only for hf:// files (the commit their revision resolved to)"
+    return ""
 
 
 def parse(raw: Any, path: Path) -> list[LockEntry]:
@@ -308,9 +345,7 @@ class Lockfile:
                 value = getattr(e, name)
                 if value or FIELDS[name][0]:
                     out.append(f"{name} = {_toml_str(value)}\n")
-            for w in e.weights:
-                out.append(f"\n[[repo.weights]]\nurl = {_toml_str(w.url)}\n"
-                           f"sha256 = {_toml_str(w.sha256)}\n")
+            out.extend(w.table() for w in e.weights)
         return "".join(out)
 
     def save(self) -> None:
