@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
+from safehub._internal import fixes
 from safehub.errors import IntegrityError, PinError, SpecError
 from safehub.sources.oci import Layout, Registry, place
 from safehub.sources.oci.artifact import (
@@ -96,7 +97,8 @@ def _build(hub: Hub, text: str, work: Path) -> _Built:
     if hub.fetcher.archive_digest(archive, r.commit) != tree.digest:
         raise IntegrityError(f"the archive of {spec} downloaded again does not hold the "
                              f"verified content {tree.digest}",
-                             hint="the server changed what it serves; nothing was pushed")
+                             fix=fixes.say("the server changed what it serves; nothing was "
+                                           "pushed"))
     signature = _signature_outside_tree(hub, admitted, tree.path)
     lock = admitted.lock.entry
     config = SnapshotConfig(lock.repo or lock.repo_key, lock.commit, lock.tree, lock.digest)
@@ -184,14 +186,17 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
         specs = sorted(lockfile.entries) if lockfile is not None else []
     if not specs:
         raise SpecError("nothing to publish: no specs given and no lockfile entries",
-                        hint="safehub prefetch --oci REGISTRY/REPOSITORY owner/name:ref ...")
+                        fix=fixes.run("safehub prefetch --oci REGISTRY/REPOSITORY "
+                                      "owner/name:ref ..."))
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
         raise SpecError(f"--oci {target}: an OCI layout is written with `safehub oci export`",
-                        hint=f"lock the specs (`safehub lock SPEC`), then run `safehub oci "
-                        f"export --lockfile {hub.lockfile_path} {target[4:]}` (it records "
-                        "each snapshot's digest in the lockfile); or give --oci "
-                        "REGISTRY/REPOSITORY")
+                        fix=fixes.either(
+                            fixes.noted(fixes.run(
+                                f"safehub oci export --lockfile {hub.lockfile_path} {target[4:]}",
+                                "(it records each snapshot's digest in the lockfile)"),
+                                "lock the specs (`safehub lock SPEC`), then "),
+                            fixes.say("give --oci REGISTRY/REPOSITORY")))
     current = hub.lockfile
     unlocked = [s for s in specs if current is None or
                 current.get(RepoSpec.parse(s)) is None]
@@ -230,7 +235,8 @@ def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Publi
     lockfile = hub.lockfile
     if lockfile is None or not lockfile.entries:
         raise PinError(f"nothing to export: no lockfile entries at {hub.lockfile_path}",
-                       hint="safehub prefetch --oci REGISTRY/REPOSITORY SPEC ... first")
+                       fix=fixes.run("safehub prefetch --oci REGISTRY/REPOSITORY SPEC ...",
+                                     "first"))
     layout = Layout(folder)
     done = []
     github = hub
@@ -248,8 +254,10 @@ def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Publi
                 raise IntegrityError(
                     f"the snapshot of {key} rebuilt here is {digest}, but "
                     f"{hub.lockfile_path} pins {want}",
-                    hint="the lockfile decides: check how its oci field was written, or "
-                    f"run `safehub prefetch --oci REGISTRY/REPOSITORY {key}` again")
+                    fix=fixes.noted(fixes.either(
+                        fixes.say("check how its oci field was written"),
+                        fixes.run(f"safehub prefetch --oci REGISTRY/REPOSITORY {key}", "again")),
+                        "the lockfile decides: "))
             if not want:
                 # The lockfile, re-read under its own save, gets the digest it now decides.
                 fresh = Lockfile.load(hub.lockfile_path)
@@ -279,12 +287,14 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
     _plain_only_if_listed(hub, target)
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
-        raise SpecError(f"{target}: import pushes to a registry", hint="give "
-                        "REGISTRY/REPOSITORY; to copy folders, copy the folder")
+        raise SpecError(f"{target}: import pushes to a registry",
+                        fix=fixes.say("give REGISTRY/REPOSITORY; to copy folders, copy the "
+                                      "folder"))
     entries = layout.index()
     if not entries:
         raise PinError(f"{layout} has no snapshots (no index.json entries)",
-                       hint="write one with `safehub oci export --lockfile FILE DIR`")
+                       fix=fixes.run("safehub oci export --lockfile FILE DIR",
+                                     "to write one"))
     done = []
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for entry in entries:
@@ -351,8 +361,10 @@ def _carry_referrers(layout: Layout, registry: Registry, digest: str, how: list[
 def _plain_only_if_listed(hub: Hub, target: str) -> None:
     if target.startswith("http://") and target not in hub.settings.oci:
         raise SpecError(f"{target} speaks plain HTTP, which only a registry a policy file "
-                        "names may do", hint=f'add oci = ["{target}"] to [safehub] in a policy '
-                        "file, or give the registry TLS")
+                        "names may do",
+                        fix=fixes.either(fixes.say(f'add oci = ["{target}"] to [safehub] in a '
+                                                   "policy file"),
+                                         fixes.say("give the registry TLS")))
 
 
 def _config_of(data: bytes, where: str, digest: str) -> SnapshotConfig:
@@ -364,4 +376,4 @@ def _config_of(data: bytes, where: str, digest: str) -> SnapshotConfig:
                               str(doc["digest"]))
     except (ValueError, KeyError, TypeError) as e:
         raise IntegrityError(f"the config of {digest} in {where} is not a snapshot's",
-                             hint="export the layout again") from e
+                             fix=fixes.say("export the layout again")) from e

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
+from safehub._internal import fixes
 from safehub.errors import PinError, SafehubError, SpecError
 from safehub.operations.common import Report
 from safehub.spec import RepoSpec
@@ -51,15 +52,16 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
     trusted or run.
     """
     if rewrite and not specs:
-        raise SpecError("--rewrite needs the specs to write", hint="safehub lock --rewrite "
-                        "owner/name:ref ... (every spec the lockfile should pin)")
+        raise SpecError("--rewrite needs the specs to write", fix=fixes.run(
+            "safehub lock --rewrite owner/name:ref ...",
+            "with every spec the lockfile should pin"))
     lockfile = Lockfile(hub.lockfile_path) if rewrite else Lockfile.load(
         hub.lockfile_path, missing_ok=True)
     if rewrite:
         hub.forget_lockfile(instead=lockfile)  # admission must not read the old file either
     targets = list(specs) or (list(lockfile.entries) if upgrade else [])
     if not targets:
-        raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")
+        raise SpecError("nothing to lock", fix=fixes.run("safehub lock owner/name:ref ..."))
     changes: list[LockChange] = []
     pins = WeightPins(hub.settings.data_dir)
     for text in targets:
@@ -105,7 +107,7 @@ def lock_check(hub: Hub) -> list[LockStatus]:
     lockfile = hub.lockfile
     if lockfile is None:
         raise PinError(f"no lockfile at {hub.lockfile_path}",
-                       hint="create one with `safehub lock SPEC`")
+                       fix=fixes.run("safehub lock SPEC", "to create one"))
     results = []
     for key in sorted(lockfile.entries):
         entry = lockfile.entries[key]
