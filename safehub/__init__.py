@@ -221,11 +221,12 @@ def set_dir(d: str | os.PathLike[str]) -> None:
     """Set torch.hub's directory, as ``torch.hub.set_dir`` does."""
     import os
 
+    from safehub._internal import fixes
     from safehub.run.torchhub import torch_hub
 
     if not isinstance(d, str | os.PathLike):
         raise SpecError(f"set_dir({d!r}): a folder path is a string or a path",
-                        hint="e.g. safehub.set_dir('/data/torch-hub')")
+                        fix=fixes.say("e.g. safehub.set_dir('/data/torch-hub')"))
     torch_hub().set_dir(d)
 
 

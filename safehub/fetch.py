@@ -86,13 +86,13 @@ class TreeFetcher:
         if not broker.available():
             raise CacheError(
                 f"{spec} ({resolved.commit[:12]}) is not in the cache, which is read-only "
-                "inside `safehub run --confine`", hint=f"fetch it before the job: safehub "
-                f"prefetch {shlex.quote(spec)}")
+                "inside `safehub run --confine`",
+                fix=fixes.run(f"safehub prefetch {shlex.quote(spec)}", "before the job"))
         broker.ask({"op": "prefetch", "spec": spec, "commit": resolved.commit})
         hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
         if hit is None:
             raise CacheError(f"safehub run fetched {spec} for the job, yet the cache does "
-                             "not hold it", hint=f"safehub prefetch {shlex.quote(spec)}")
+                             "not hold it", fix=fixes.run(f"safehub prefetch {shlex.quote(spec)}"))
         return hit
 
     def _remember(self, tree: CachedTree) -> CachedTree:
@@ -184,8 +184,8 @@ class TreeFetcher:
                 raise IntegrityError(
                     f"the archive of {lock.spec} at {commit} has digest {ext.digest}, but "
                     f"{locked.file} pins {lock.digest}",
-                    hint="the server or mirror sent other content; nothing ran. Check the "
-                    "mirror, or how the lockfile was made")
+                    fix=fixes.say("the server or mirror sent other content; nothing ran. "
+                                  "Check the mirror, or how the lockfile was made"))
             if ext.tree_id == lock.tree:
                 check_tree(ext, lock.tree, None, allow_fallback=False)
             else:

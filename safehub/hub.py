@@ -165,7 +165,8 @@ class Hub:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
         if not isinstance(model, str) or not model.isidentifier():
             raise SpecError(f"model={model!r} is not the name of an entrypoint",
-                            hint="pass the entrypoint's name as a string, e.g. 'resnet18'")
+                            fix=fixes.say("pass the entrypoint's name as a string, e.g. "
+                                          "'resnet18'"))
         return self._run(repo_or_dir, source, model, trust_repo, force_reload, verbose,
                          lambda path: torchhub.call_entrypoint(path, model, args, kwargs))
 
