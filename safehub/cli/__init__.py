@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -26,7 +25,7 @@ from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
 from safehub.cli.common import hub as _hub
-from safehub.cli.parser import command_line, for_cli
+from safehub.cli.parser import command_line
 from safehub.errors import CacheError, SafehubError, SpecError
 
 __all__ = ["main"]
@@ -195,11 +194,12 @@ def _cmd_lock(args: argparse.Namespace) -> int:
     if args.check:
         if args.specs or args.upgrade or args.from_file or args.rewrite:
             raise _Usage("--check takes no specs, --from, --upgrade or --rewrite", "safehub lock")
-        results = [dataclasses.replace(r, fix=for_cli(r.fix, args))
-                   for r in operations.lock_check(hub)]
+        results = operations.lock_check(hub)
         ok = all(r.ok for r in results)
-        _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok,
-                     "entries": [r.to_json() for r in results]}, text.lock_statuses(results))
+        line = command_line(args)
+        _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok, "entries": [
+            {**r.to_json(), "fix": fixes.render(r.fix, "cli", command_line=line)
+             if r.fix else None} for r in results]}, text.lock_statuses(results, line))
         return EXIT_OK if ok else EXIT_REFUSED
     changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
                               rewrite=args.rewrite)

@@ -98,7 +98,10 @@ class LockStatus(Report):
     now: str | None
     ok: bool
     error: str | None = None
-    fix: str | None = None
+    fix: fixes.Fix | None = None
+
+    def to_json(self) -> dict[str, Any]:  # the fix as text, as for `check`
+        return {**super().to_json(), "fix": fixes.render(self.fix) if self.fix else None}
 
 
 def lock_check(hub: Hub) -> list[LockStatus]:
@@ -119,14 +122,15 @@ def lock_check(hub: Hub) -> list[LockStatus]:
                 # The entry locks code from another repo than the spec names today.
                 results.append(LockStatus(key, entry.commit, None, False,
                                           f"locked to code from {entry.repo}, but {entry.spec} "
-                                          f"is {now.url_name} now; run `safehub lock "
-                                          f"{entry.spec}` after checking why"))
+                                          f"is {now.url_name} now", fixes.run(
+                                              f"safehub lock {shlex.quote(entry.spec)}",
+                                              "after checking why")))
                 continue
             ok = now.commit == entry.commit and now.tree == entry.tree
             results.append(LockStatus(key, entry.commit, now.commit, ok, fix=None if ok else (
-                f"safehub lock --upgrade {shlex.quote(entry.spec)}   (if the move is "
-                "expected: review the new commit first)")))
+                fixes.run(f"safehub lock --upgrade {shlex.quote(entry.spec)}",
+                          "if the move is expected (review the new commit first)"))))
         except SafehubError as e:
             results.append(LockStatus(key, entry.commit, None, False,
-                                      f"{type(e).__name__}: {e.message}", e.hint))
+                                      f"{type(e).__name__}: {e.message}", e.fix))
     return results
