@@ -137,3 +137,16 @@ def test_fixes_are_data_not_hint_strings() -> None:
                   for node in ast.walk(tree) if isinstance(node, ast.Call)
                   for keyword in node.keywords if keyword.arg == "hint"]
     assert not found, f"hint= strings where a fix value belongs: {found}"
+
+
+def test_one_answer_to_is_this_path_inside_that_folder() -> None:
+    """Every "is this path inside that folder" is ``safehub._internal.fsutil.within``: a copy
+    (``is_relative_to``, ``commonpath``, a ``startswith`` on the folder plus a separator)
+    is where two answers drift apart (one without the separator check takes ``/data2`` for
+    ``/data``). The warm path's prefix tuples (``startswith(prefixes)``, each ending in a
+    separator, built by ``store.cache.warm``) are its argued exception."""
+    copy = re.compile(r"\.is_relative_to\(|commonpath\(|startswith\([^)]*\+ ?os\.sep\)")
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.name != "fsutil.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if copy.search(line)]
+    assert not found, f"use safehub._internal.fsutil.within: {found}"
