@@ -13,6 +13,7 @@ layout's snapshots to a registry. Loads read them with ``SAFEHUB_OCI`` (see
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import tempfile
@@ -173,13 +174,14 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
     The pipeline runs against GitHub (or its mirror) as a load without ``SAFEHUB_OCI``
     does, whatever the registries this machine's loads would read.
     """
-    from safehub.hub import Hub as _Hub
-    from safehub.operations import lock
-
     _plain_only_if_listed(hub, target)
-    if hub.settings.oci:
-        hub = _Hub(hub.settings.with_changes(oci=()), policy=hub.policy, surface="cli",
-                   transport=hub.transport())
+    with hub.context.from_github():
+        return _publish(hub, specs, target, tag, sign)
+
+
+def _publish(hub: Hub, specs: Sequence[str], target: str, tag: bool,
+             sign: Signing | None) -> list[Published]:
+    from safehub.operations import lock
 
     if not specs:
         lockfile = hub.lockfile
@@ -239,16 +241,12 @@ def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Publi
                                      "first"))
     layout = Layout(folder)
     done = []
-    github = hub
-    if hub.settings.oci:  # an entry without an oci digest is built from GitHub, as publish
-        from safehub.hub import Hub as _Hub
-
-        github = _Hub(hub.settings.with_changes(oci=()), policy=hub.policy, surface="cli",
-                      transport=hub.transport())
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for key in sorted(lockfile.entries):
             want = lockfile.entries[key].oci
-            built = _build(hub if want else github, key, Path(d))
+            # An entry without an oci digest is built from GitHub, as publish builds it.
+            with contextlib.nullcontext() if want else hub.context.from_github():
+                built = _build(hub, key, Path(d))
             digest = sha256(built.manifest)
             if want and digest != want:
                 raise IntegrityError(

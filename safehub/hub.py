@@ -60,9 +60,9 @@ class Hub:
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
                  transport: Transport | None = None, source: Source | None = None,
-                 surface: str = "api", **overrides: Any) -> None:
+                 **overrides: Any) -> None:
         self.context = Context(settings, policy=policy, transport=transport, source=source,
-                               surface=surface, **overrides)
+                               **overrides)
         """The parts, built once; the pipeline's steps are functions of it."""
 
     # -- the context's parts, by their names here -----------------------------------------
