@@ -150,3 +150,26 @@ def test_one_answer_to_is_this_path_inside_that_folder() -> None:
              if path.name != "fsutil.py"
              for n, line in enumerate(path.read_text().splitlines(), 1) if copy.search(line)]
     assert not found, f"use safehub._internal.fsutil.within: {found}"
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """No module imports, even lazily inside a function, a module that imports it back
+    (directly or through others): each concern sits below those that use it, and a cycle
+    is where a layer order stops meaning anything. (Type-checking-only imports do not
+    count: they never run.)"""
+    graph = {name: imports(path) - {name} for name, path in modules().items()}
+    cycles, done = [], set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycles.append(" -> ".join([*path[path.index(name):], name]))
+            return
+        if name in done:
+            return
+        for imported in sorted(graph.get(name, ())):
+            visit(imported, [*path, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)

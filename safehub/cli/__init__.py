@@ -20,7 +20,7 @@ from safehub._internal import fixes
 from safehub._internal.text import error as _error_text
 from safehub._internal.text import printable
 from safehub.cli import admin, fleet, text
-from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, specs_from
 from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
@@ -46,24 +46,6 @@ def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
         raise text.RepoCodeError(e, spec, entrypoint, local) from e
     finally:
         sys.stdout, sys.stderr = streams  # the repo's code may have replaced them
-
-
-def _specs_from(args: argparse.Namespace) -> list[str]:
-    specs = list(args.specs)
-    if getattr(args, "from_file", None):
-        try:
-            content = Path(args.from_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"cannot read --from {args.from_file} ({e})",
-                            fix=fixes.say("give a UTF-8 text file: one owner/name:ref per line; "
-                                          "# starts a comment")) from e
-        listed = [line.split("#", 1)[0].strip() for line in content.splitlines()
-                  if line.split("#", 1)[0].strip()]
-        if not listed:
-            raise SpecError(f"--from {args.from_file} lists no specs",
-                            fix=fixes.say("write one owner/name:ref per line; # starts a comment"))
-        specs += listed
-    return specs
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -201,7 +183,7 @@ def _cmd_lock(args: argparse.Namespace) -> int:
             {**r.to_json(), "fix": fixes.render(r.fix, "cli", command_line=line)
              if r.fix else None} for r in results]}, text.lock_statuses(results, line))
         return EXIT_OK if ok else EXIT_REFUSED
-    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
+    changes = operations.lock(hub, specs_from(args), upgrade=args.upgrade,
                               rewrite=args.rewrite)
     _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes]},
           text.lock_changes(changes, hub.lockfile_path))

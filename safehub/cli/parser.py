@@ -175,7 +175,8 @@ def build(parser_class: type[argparse.ArgumentParser],
     _pinning(add)
     _signing(add)
     _admin(add, sub, parser_class)
-    p.set_defaults(command_options=add.takes)  # for the fixes: see command_line()
+    p.set_defaults(command_options=add.takes,  # for the fixes: see command_line()
+                   root_parser=p)  # for `safehub docs cli` (cli.reference.commands)
     return p
 
 
