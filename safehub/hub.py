@@ -52,10 +52,10 @@ class Hub:
         hub = safehub.Hub(cache_dir="/shared/hub-cache", offline=True)
         model = hub.load("org/repo:v1", "model")
 
-    Keyword arguments are :class:`~safehub.config.Settings` fields; ``policy`` replaces
-    the policy files (``Policy.from_text(...)`` or :func:`safehub.policy.load_policy`);
-    ``transport`` the HTTPS transport (:class:`safehub.sources.transport.Transport`);
-    ``source`` where code comes from (a :class:`~safehub.sources.interface.Source`; GitHub).
+    Keyword arguments are :class:`safehub.Settings` fields; ``policy`` replaces the policy
+    files (``safehub.Policy.from_text(...)`` or :func:`safehub.load_policy`); ``transport``
+    the HTTPS transport (:class:`safehub.Transport`); ``source`` where code comes from (a
+    :class:`safehub.Source`; GitHub).
     """
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
