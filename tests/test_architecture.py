@@ -173,3 +173,37 @@ def test_no_import_cycle_between_modules() -> None:
     for name in sorted(graph):
         visit(name, [])
     assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _memory(path: Path) -> list[str]:
+    """What a module keeps for the life of the process: names it rebinds with ``global``,
+    module-level empty containers it fills, functions memoised with ``lru_cache``."""
+    tree = ast.parse(path.read_text())
+    found = {name for node in ast.walk(tree) if isinstance(node, ast.Global)
+             for name in node.names}
+    for node in tree.body:
+        target, value = ((node.targets[0], node.value) if isinstance(node, ast.Assign)
+                         else (node.target, node.value) if isinstance(node, ast.AnnAssign)
+                         else (None, None))
+        empty = (isinstance(value, ast.Dict) and not value.keys) or (
+            isinstance(value, ast.List | ast.Set) and not value.elts) or (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and value.func.id in ("dict", "list", "set") and not value.args)
+        if isinstance(target, ast.Name) and empty:
+            found.add(target.id)
+    found |= {node.name for node in tree.body
+              if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+              and any("lru_cache" in ast.unparse(d) or ast.unparse(d).endswith("cache")
+                      for d in node.decorator_list)}
+    return sorted(found)
+
+
+def test_process_wide_state_lives_in_warm_or_is_argued_there() -> None:
+    """What a process remembers is one object (``store.cache.warm.STATE``); every other
+    module-level memory is named, with why it is not a memory of a load, in warm's
+    docstring (huggingface_hub's file_download keeps its cache rules in one place too)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / "store/cache/warm.py").read_text())) or ""
+    unargued = [f"{name}: {kept}" for name, path in sorted(modules().items())
+                if name != "safehub.store.cache.warm" and (kept := _memory(path))
+                and f"``{name if name != 'safehub' else 'safehub.__init__'}``" not in doc]
+    assert not unargued, f"state outside store.cache.warm, not argued there: {unargued}"

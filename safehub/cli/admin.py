@@ -8,6 +8,7 @@ import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -229,8 +230,10 @@ def docs(args: argparse.Namespace) -> int:
     from safehub.cli import reference
 
     pages = sorted(p.stem for p in (DATA / "docs").glob("*.md"))
-    generated = {"env": reference.environment,
-                 "cli": lambda: reference.commands(args.root_parser)}
+    def commands() -> str:  # every command of the parser this command line was read by
+        return reference.commands(args.root_parser)
+
+    generated: dict[str, Callable[[], str]] = {"env": reference.environment, "cli": commands}
     if args.topic is None:
         emit(args, {"pages": pages + sorted(generated)}, "safehub docs TOPIC prints one of: "
              + ", ".join(pages) + "; and, made from safehub itself: env (environment "
