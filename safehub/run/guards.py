@@ -62,7 +62,8 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
     import platformdirs
 
-    patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
+    patterns = [p.pattern for ps in decision.requirements.weights for p in ps
+                if not p.pattern.startswith("hf://")]  # a Hub repo names no host
     weights = hosts_of_urls(patterns)
 
     @functools.cache
@@ -94,4 +95,5 @@ def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
         weights_only=reqs.weights_only, warn_only=decision.mode == "warn",
         locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
         records=WeightPins(data_dir), repo_key=spec.key, transport=transport,
-        locked_spec=lock.spec if lock is not None else None)
+        locked_spec=lock.spec if lock is not None else None,
+        commits={w.url: w.commit for w in lock.weights if w.commit} if lock is not None else {})

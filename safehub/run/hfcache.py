@@ -1,0 +1,91 @@
+"""The Hugging Face Hub cache as huggingface_hub lays it out, for :mod:`safehub.run.hfhub`:
+a repo's folder (``models--org--name``) holds ``blobs/`` named by their etag,
+``snapshots/COMMIT/PATH`` links to them and ``refs/REVISION`` files naming a commit, so the
+library's own cache lookups (``try_to_load_from_cache``, its offline mode) find what safehub
+downloaded. Links and refs are written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+__all__ = ["KINDS", "Where", "link", "place", "write_ref"]
+
+KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
+"""The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where one call's files come from and go to."""
+
+    endpoint: str
+    cache_dir: str | os.PathLike[str] | None
+    local_files_only: bool
+    token: bool | str | None
+    headers: dict[str, str] | None
+
+    def storage(self, repo_id: str, kind: str) -> Path:
+        from huggingface_hub import constants
+
+        root = Path(self.cache_dir or constants.HF_HUB_CACHE).expanduser()
+        return root / f"{kind}s--{repo_id.replace('/', '--')}"
+
+    def resolve_url(self, repo_id: str, kind: str, at: str, path: str) -> str:
+        return (f"{self.endpoint}/{KINDS[kind]}{repo_id}/resolve/{quote(at, safe='')}/"
+                f"{quote(path)}")
+
+    def auth(self, hop: str) -> Mapping[str, str]:
+        """The Hub's headers (its token) for the endpoint's own hops only."""
+        if not hop.startswith(self.endpoint + "/"):
+            return {}
+        from huggingface_hub.utils._headers import build_hf_headers
+
+        sent = build_hf_headers(token=self.token, headers=self.headers)
+        return {k: v for k, v in sent.items() if k.lower() in ("authorization", "user-agent")}
+
+
+def link(snapshot: Path, blob: Path) -> None:
+    """``snapshot`` -> ``blob``, relative, as huggingface_hub links them (atomic)."""
+    snapshot.parent.mkdir(parents=True, exist_ok=True)
+    tmp = snapshot.with_name(f".{snapshot.name}.{os.getpid()}.link")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(os.path.relpath(blob, snapshot.parent), tmp)
+    os.replace(tmp, snapshot)
+
+
+def write_ref(storage: Path, revision: str, commit: str) -> None:
+    """The cache's ref for a revision (huggingface_hub's own offline lookup reads it)."""
+    from safehub._internal.fsutil import atomic_write, within
+
+    ref = storage / "refs" / revision
+    if not within(os.path.normpath(ref), os.path.normpath(storage / "refs")):
+        return
+    with contextlib.suppress(OSError):
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(ref, commit.encode())
+
+
+def place(file: Path, local_dir: str | os.PathLike[str] | None, path: str) -> Path:
+    """The checked file, or its copy at ``local_dir/path`` if the code asked for one."""
+    if local_dir is None:
+        return file
+    target = Path(local_dir).expanduser().resolve() / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    os.close(fd)
+    try:
+        shutil.copyfile(file, tmp)
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target

@@ -1,0 +1,481 @@
+"""Hugging Face Hub files, held like torch.hub's helpers while a repo's code runs.
+
+Where ``huggingface_hub`` is installed, its ``hf_hub_download`` and ``snapshot_download``
+(and what timm's ``load_pretrained``, transformers' ``from_pretrained`` or
+``HfApi.hf_hub_download`` call through them) are routed to :class:`HubFiles` while a hub
+repo's code runs inside ``safehub.load``. The code of the undecorated functions is swapped
+for a trampoline, as :mod:`safehub.run.torchhub` does for torch.hub, so the references
+libraries took at import time (``from huggingface_hub import hf_hub_download``) are routed
+too; outside a load the trampoline runs the library's own code. safehub never imports the
+library: the routing is put in place when a load runs if it is imported, else when it is.
+
+For each file (``REPO_ID``, ``REVISION``, ``PATH``) the pin key is
+``hf://REPO_ID@REVISION/PATH`` (``datasets/`` or ``spaces/`` before the repo id for those
+kinds, the revision as the code asked for it, percent-encoded):
+
+* the key goes through :meth:`WeightsGuard.check_url` before any request: the repo must
+  match the policy's ``weights`` patterns (``hf://org/name``, ``hf://org/name/*``,
+  ``https://huggingface.co/org/name/*``, see :func:`written_forms`);
+* the revision is resolved once to a commit (the Hub's ``X-Repo-Commit``) and kept with the
+  pin; later loads fetch by the pinned commit (a revision that moved on the Hub does not
+  move the pin), and a warm load whose file is in the Hub cache makes no request at all;
+* the bytes are hashed in full and compared with the Hub's own LFS oid (``X-Linked-Etag``)
+  or, for a small file kept in git, its git blob id, with the size the Hub declared, and
+  with the pin; on any mismatch nothing is left in the Hub cache;
+* every request goes through safehub's transport: the Hub's endpoint (``HF_ENDPOINT``), and
+  on a redirect each hop's host read by :func:`safehub._internal.urls.read_url`: the
+  endpoint's own origin, the Hub's CDN hosts (``*.huggingface.co``, ``*.hf.co``, when the
+  endpoint is ``https://huggingface.co``), or a URL a ``weights`` pattern allows;
+* ``SAFEHUB_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` mean the same: files come from the Hub
+  cache (a pinned commit, or the cache's own ref for the revision) or the load is refused.
+
+Not held (the repo's code can still reach them; see docs/weights.md): ``HfFileSystem``,
+``hf_hub_url`` with another HTTP client, ``HfApi`` calls that are not downloads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.abc
+import importlib.machinery
+import os
+import re
+import sys
+import tempfile
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
+
+from safehub._internal import fixes
+from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, PolicyDenied
+from safehub.run.hfcache import KINDS, Where, link, place, write_ref
+
+if TYPE_CHECKING:
+    from safehub.run.weights import WeightsGuard
+
+__all__ = ["HELD", "HubFiles", "handlers", "pin_key", "route", "written_forms"]
+
+HELD = {"hf_hub_download": "huggingface_hub.file_download",
+        "snapshot_download": "huggingface_hub._snapshot_download"}
+"""The functions routed, and the module each is defined in."""
+_ORIGINALS: dict[str, Callable[..., Any]] = {}
+_HEX40 = re.compile(r"[0-9a-f]{40}")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_HUB = "https://huggingface.co"
+_HUB_CDN = re.compile(r"(?:[a-z0-9-]+\.)*(?:huggingface\.co|hf\.co)")
+
+
+# -- routing --------------------------------------------------------------------------------
+
+def route() -> None:
+    """Route the held functions here: now for an imported module, else when it is."""
+    for name, module in HELD.items():
+        if name not in _ORIGINALS and module in sys.modules:
+            _swap(name, sys.modules[module])
+    if len(_ORIGINALS) < len(HELD) and not any(isinstance(f, _Finder) for f in sys.meta_path):
+        sys.meta_path.insert(0, _Finder())
+
+
+def _swap(name: str, module: types.ModuleType) -> None:
+    import inspect
+
+    from safehub.run.torchhub import trampoline
+
+    func = getattr(module, name, None)
+    inner = inspect.unwrap(func) if callable(func) else None  # under its decorators
+    if not isinstance(inner, types.FunctionType) or inner.__closure__:
+        return  # not the function this module knows: leave it alone
+    copy = types.FunctionType(inner.__code__, inner.__globals__, inner.__name__,
+                              inner.__defaults__, None)
+    copy.__kwdefaults__ = inner.__kwdefaults__
+    _ORIGINALS[name] = copy
+    inner.__code__ = trampoline(name, inner, "safehub.run.hfhub")
+
+
+def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    from safehub.run.torchhub import routed_to
+
+    return (routed_to(name) or _ORIGINALS[name])(*args, **kwargs)
+
+
+class _Loader(importlib.abc.Loader):
+    def __init__(self, inner: importlib.abc.Loader, name: str) -> None:
+        self.inner, self.name = inner, name
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
+        return self.inner.create_module(spec)
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        self.inner.exec_module(module)
+        _swap(self.name, module)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Waits for huggingface_hub's two modules and routes them once imported."""
+
+    def find_spec(self, fullname: str, path: Sequence[str] | None,
+                  target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
+        name = next((n for n, m in HELD.items() if m == fullname), None)
+        if name is None or name in _ORIGINALS:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
+        if spec is not None and spec.loader is not None:
+            spec.loader = _Loader(spec.loader, name)
+        return spec
+
+
+def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
+    """The load's stand-ins for the held functions (routing put in place)."""
+    route()
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None and guard.transport is not None and \
+            guard.transport().config.offline:  # the library's own calls offline too
+        constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
+    files = HubFiles(guard)
+    return {"hf_hub_download": files.hf_hub_download,
+            "snapshot_download": files.snapshot_download}
+
+
+# -- names ------------------------------------------------------------------------------------
+
+def pin_key(repo_id: str, revision: str, path: str, repo_type: str = "model") -> str:
+    """The pin key of one Hub file.
+
+    >>> pin_key("org/name", "refs/pr/1", "model.safetensors", "dataset")
+    'hf://datasets/org/name@refs%2Fpr%2F1/model.safetensors'
+    """
+    return f"hf://{KINDS[repo_type]}{repo_id}@{quote(revision, safe='')}/{path}"
+
+
+def written_forms(key: str, endpoint: str | None = None) -> tuple[str, ...]:
+    """The strings a ``weights`` pattern is matched against for a Hub file: the repo and
+    the file, as ``hf://`` and as a URL of the endpoint's web pages.
+
+    >>> written_forms("hf://org/name@main/sub/w.safetensors")
+    ('hf://org/name', 'hf://org/name/sub/w.safetensors', 'https://huggingface.co/org/name', \
+'https://huggingface.co/org/name/sub/w.safetensors')
+    """
+    repo, _, rest = key.removeprefix("hf://").partition("@")
+    path = rest.partition("/")[2]
+    web = (endpoint or _configured()).rstrip("/")
+    return (f"hf://{repo}", f"hf://{repo}/{path}", f"{web}/{repo}", f"{web}/{repo}/{path}")
+
+
+def _configured() -> str:
+    """The Hub endpoint huggingface_hub uses (without importing it: not imported, default)."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    return str(getattr(constants, "ENDPOINT", _HUB)).rstrip("/")
+
+
+def _check_path(repo: str, path: str) -> None:
+    """A file path the Hub and the cache read alike: plain segments only."""
+    parts = path.split("/")
+    if (not path or not path.isascii() or "\\" in path or "%" in path
+            or any(p in ("", ".", "..") or not p.isprintable() for p in parts)):
+        raise PolicyDenied(f"a Hub file of {repo} was asked for with the path {path!r}; "
+                           "safehub holds only plain relative paths",
+                           fix=fixes.say("name the file by its plain path in the repo"))
+
+
+def _etag(value: str | None) -> str:
+    return (value or "").removeprefix("W/").strip('"').lower()
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
+
+
+@dataclass(frozen=True)
+class _Meta:
+    """What the Hub says of one file at one commit."""
+
+    commit: str
+    etag: str
+    size: int | None
+    lfs: bool
+
+
+# -- the load's Hub files -------------------------------------------------------------------
+
+@dataclass
+class HubFiles:
+    """``hf_hub_download`` and ``snapshot_download`` for one load's weights guard."""
+
+    guard: WeightsGuard
+
+    def hf_hub_download(self, repo_id: str, filename: str, *, subfolder: str | None = None,
+                        repo_type: str | None = None, revision: str | None = None,
+                        cache_dir: str | os.PathLike[str] | None = None,
+                        local_dir: str | os.PathLike[str] | None = None,
+                        local_files_only: bool = False, endpoint: str | None = None,
+                        token: bool | str | None = None,
+                        headers: dict[str, str] | None = None, dry_run: bool = False,
+                        **_: Any) -> str:
+        """huggingface_hub's ``hf_hub_download``, held (see the module docstring)."""
+        path = f"{subfolder}/{filename}" if subfolder else filename
+        kind, revision = self._kind(repo_type, dry_run), revision or "main"
+        file = self.fetch(repo_id, kind, revision, path, Where(
+            self._endpoint(repo_id, endpoint), cache_dir, local_files_only, token, headers))
+        return str(place(file, local_dir, path))
+
+    def snapshot_download(self, repo_id: str, *, repo_type: str | None = None,
+                          revision: str | None = None,
+                          cache_dir: str | os.PathLike[str] | None = None,
+                          local_dir: str | os.PathLike[str] | None = None,
+                          local_files_only: bool = False,
+                          allow_patterns: list[str] | str | None = None,
+                          ignore_patterns: list[str] | str | None = None,
+                          endpoint: str | None = None, token: bool | str | None = None,
+                          headers: dict[str, str] | None = None, dry_run: bool = False,
+                          **_: Any) -> str:
+        """huggingface_hub's ``snapshot_download``, held: the files pinned for that
+        revision (no listing asked), else those the Hub lists, each as one held file."""
+        from huggingface_hub.utils._paths import filter_repo_objects
+
+        kind, revision = self._kind(repo_type, dry_run), revision or "main"
+        where = Where(self._endpoint(repo_id, endpoint), cache_dir, local_files_only,
+                       token, headers)
+        prefix = pin_key(repo_id, revision, "", kind)
+        pinned = sorted({k for k in (*self.guard.locked, *self._recorded())
+                         if k.startswith(prefix)})
+        paths = list(filter_repo_objects([k[len(prefix):] for k in pinned],
+                                         allow_patterns=allow_patterns,
+                                         ignore_patterns=ignore_patterns))
+        commit = None
+        if not paths:
+            self.guard.check_url(prefix)  # the repo, before its listing is asked for
+            commit, listed = self._listing(repo_id, kind, revision, where)
+            paths = list(filter_repo_objects(listed, allow_patterns=allow_patterns,
+                                             ignore_patterns=ignore_patterns))
+        files = [self.fetch(repo_id, kind, revision, p, where, commit) for p in paths]
+        if commit is None:
+            commit = files[0].relative_to(where.storage(repo_id, kind) / "snapshots").parts[0] \
+                if files else revision
+        if local_dir is not None:
+            for file, path in zip(files, paths, strict=True):
+                place(file, local_dir, path)
+            return str(Path(local_dir).expanduser().resolve())
+        return str(where.storage(repo_id, kind) / "snapshots" / commit)
+
+    def _kind(self, repo_type: str | None, dry_run: bool) -> str:
+        kind = repo_type or "model"
+        if kind not in KINDS or dry_run:
+            raise PolicyDenied(
+                f"hubconf.py of {self.guard.repo} asked the Hugging Face Hub for "
+                f"{'a dry run' if dry_run else f'a {kind} repo'}, which safehub does not hold",
+                fix=fixes.say("download model, dataset or space files (not a dry run)"))
+        return kind
+
+    def _endpoint(self, repo_id: str, endpoint: str | None) -> str:
+        configured = _configured()
+        if endpoint is not None and endpoint.rstrip("/") != configured:
+            raise PolicyDenied(
+                f"hubconf.py of {self.guard.repo} asked for {repo_id} from the Hub at "
+                f"{endpoint}, not the one configured ({configured})",
+                fix=fixes.say("if that Hub is yours, set HF_ENDPOINT to it before the load"))
+        return configured
+
+    def _recorded(self) -> list[str]:
+        records = self.guard.records
+        return list(records.for_repo(self.guard.repo_key)) if records is not None else []
+
+    def _offline(self, where: Where) -> str | None:
+        """Why no request may be made (None: they may)."""
+        from huggingface_hub import constants
+
+        if where.local_files_only:
+            return "local_files_only=True"
+        if constants.HF_HUB_OFFLINE or os.environ.get("HF_HUB_OFFLINE", "").upper() in (
+                "1", "ON", "YES", "TRUE"):
+            return "HF_HUB_OFFLINE=1"
+        transport = self.guard.transport
+        if transport is not None and transport().config.offline:
+            return transport().config.offline_source
+        return None
+
+    # -- one file ---------------------------------------------------------------------------
+
+    def fetch(self, repo_id: str, kind: str, revision: str, path: str, where: Where,
+              commit: str | None = None) -> Path:
+        """The checked file in the Hub cache (downloaded if it is not there)."""
+        _check_path(repo_id, path)
+        key = pin_key(repo_id, revision, path, kind)
+        self.guard.check_url(key)
+        storage = where.storage(repo_id, kind)
+        pinned = self.guard.pinned_commit(key)
+        commit = pinned or commit or (revision if _HEX40.fullmatch(revision) else None)
+        offline = self._offline(where)
+        if commit is None and offline is not None:
+            with contextlib.suppress(OSError):
+                commit = (storage / "refs" / revision).read_text().strip()
+        if commit is not None and _HEX40.fullmatch(commit):
+            snapshot = storage / "snapshots" / commit / path
+            if snapshot.is_file():  # a warm load: the verdict is kept by stat identity
+                self._checked(key, snapshot, commit)
+                return snapshot
+        if offline is not None:
+            raise OfflineError(
+                f"offline mode ({offline}) and the Hub file {key} is not in the Hub cache"
+                f"{f' at its pinned commit {commit}' if pinned else ''}",
+                fix=fixes.say("load the model once with the network on (safehub pins and "
+                              "caches the file), or copy that Hub cache (HF_HOME) here"))
+        meta = self._ask(repo_id, kind, commit or revision, path, where, key, pinned)
+        snapshot = self._download(repo_id, kind, path, where, key, meta)
+        if not _HEX40.fullmatch(revision) and revision != meta.commit:
+            write_ref(storage, revision, meta.commit)
+        self._checked(key, snapshot, meta.commit, meta.size)
+        return snapshot
+
+    def _checked(self, key: str, snapshot: Path, commit: str, size: int | None = None) -> None:
+        """The guard's check and pin; a refused file leaves the Hub cache, blob and link."""
+        blob = snapshot.resolve()
+        try:
+            self.guard.check_hub_file(key, snapshot, commit, size)
+        except IntegrityError:
+            for p in (snapshot, blob):
+                with contextlib.suppress(OSError):
+                    p.unlink()
+            raise
+
+    def _ask(self, repo_id: str, kind: str, at: str, path: str, where: Where, key: str,
+             pinned: str | None) -> _Meta:
+        """The Hub's metadata of the file at ``at`` (HEAD, redirects not followed)."""
+        url = where.resolve_url(repo_id, kind, at, path)
+        try:
+            reply = self._transport().send("HEAD", url, what=f"the Hub file {key}",
+                                           headers=where.auth, allow=self._hop(where))
+        except NotFoundError as e:
+            if pinned:
+                raise NotFoundError(
+                    f"the Hub no longer has {repo_id} at the commit {pinned} pinned for {key} "
+                    "(the revision was rewritten or the repo deleted)",
+                    fix=fixes.say("if the publisher really replaced it, remove that pin "
+                                  "(the lockfile's [[repo.weights]] entry) and load again")
+                ) from e
+            raise
+        headers = reply.headers
+        commit = (_header(headers, "X-Repo-Commit") or "").lower()
+        etag = _etag(_header(headers, "X-Linked-Etag") or _header(headers, "ETag"))
+        size_text = _header(headers, "X-Linked-Size") or _header(headers, "Content-Length")
+        if not _HEX40.fullmatch(commit) or not (_HEX64.fullmatch(etag)
+                                                or _HEX40.fullmatch(etag)):
+            raise FetchError(f"the Hub answered for {key} without a commit or a content id "
+                             "(X-Repo-Commit, X-Linked-Etag/ETag)",
+                             fix=fixes.say("check HF_ENDPOINT; if it is the Hub, retry later"))
+        if pinned and commit != pinned:
+            raise IntegrityError(f"the Hub answered {key} at commit {pinned} with the commit "
+                                 f"{commit}", fix=fixes.say("check HF_ENDPOINT; the Hub (or "
+                                                            "something between) is broken"))
+        return _Meta(commit, etag, int(size_text) if size_text and size_text.isdigit()
+                     and len(size_text) < 19 else None, bool(_HEX64.fullmatch(etag)))
+
+    def _download(self, repo_id: str, kind: str, path: str, where: Where, key: str,
+                  meta: _Meta) -> Path:
+        """The file at ``meta.commit`` into the Hub cache, checked before it is linked."""
+        from safehub.run.runtime import own_work
+
+        pinned = self.guard.pinned_sha256(key)
+        if meta.lfs and pinned and pinned != meta.etag:
+            raise IntegrityError(f"the Hub says {key} has sha256 {meta.etag} (its LFS oid), "
+                                 f"but {pinned} is pinned; nothing was downloaded",
+                                 fix=_REPIN)
+        blobs = where.storage(repo_id, kind) / "blobs"
+        blobs.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=blobs, prefix=f".{meta.etag}.", suffix=".incomplete")
+        url = where.resolve_url(repo_id, kind, meta.commit, path)
+        cap = meta.size if meta.size is not None else self.guard.max_bytes
+        try:
+            with os.fdopen(fd, "w+b") as out, own_work():
+                try:
+                    got = self._transport().download(
+                        url, out, what=f"the Hub file {key}", max_bytes=cap, accept="*/*",
+                        headers=where.auth, allow=self._hop(where))
+                except IntegrityError as e:
+                    raise IntegrityError(f"the download of {key} was larger than the "
+                                         f"{cap:,} bytes the Hub declared; stopped",
+                                         fix=_RETRY) from e
+                self._verify(key, out, got, meta, pinned)
+            blob = blobs / meta.etag
+            os.replace(tmp, blob)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        snapshot = where.storage(repo_id, kind) / "snapshots" / meta.commit / path
+        link(snapshot, blob)
+        return snapshot
+
+    def _verify(self, key: str, out: Any, got: int, meta: _Meta, pinned: str | None) -> None:
+        if meta.size is not None and got != meta.size:
+            raise IntegrityError(f"the download of {key} was cut short: {got:,} of the "
+                                 f"{meta.size:,} bytes the Hub declared; nothing was kept",
+                                 fix=_RETRY)
+        sha256, blob_id = hashlib.sha256(), hashlib.sha1(f"blob {got}\0".encode())
+        out.seek(0)
+        while chunk := out.read(1 << 20):
+            sha256.update(chunk)
+            blob_id.update(chunk)
+        digest = sha256.hexdigest()
+        said = digest if meta.lfs else blob_id.hexdigest()
+        if said != meta.etag:
+            raise IntegrityError(
+                f"the bytes of {key} do not match what the Hub says of them ("
+                f"{'LFS sha256' if meta.lfs else 'git blob id'} {meta.etag}, got {said}); "
+                "nothing was kept in the Hub cache", fix=_RETRY)
+        if pinned and digest != pinned:
+            raise IntegrityError(f"the Hub file {key} has sha256 {digest}, but {pinned} is "
+                                 "pinned; nothing was kept in the Hub cache", fix=_REPIN)
+
+    def _hop(self, where: Where) -> Callable[[str], None]:
+        """Each hop: the endpoint's origin, the Hub's CDN, or a URL ``weights`` allows."""
+        from safehub._internal.urls import read_url
+
+        endpoint = read_url(where.endpoint, http=True)
+
+        def allow(url: str) -> None:
+            hop = read_url(url, http=True)
+            if hop.origin == endpoint.origin or (
+                    where.endpoint == _HUB and hop.scheme == "https"
+                    and _HUB_CDN.fullmatch(hop.host)):
+                self.guard._tell(url)
+                return
+            self.guard._hop(url)  # held to the weights patterns, as torch.hub's hops are
+
+        return allow
+
+    def _transport(self) -> Any:
+        if self.guard.transport is None:
+            raise FetchError("safehub has no transport for Hub files in this load",
+                             fix=fixes.say("load the repo through safehub.load"))
+        return self.guard.transport()
+
+    def _listing(self, repo_id: str, kind: str, revision: str,
+                 where: Where) -> tuple[str, list[str]]:
+        """The commit ``revision`` is at and the repo's files there (the Hub's API)."""
+        if self._offline(where) is not None:
+            raise OfflineError(f"offline mode ({self._offline(where)}): safehub has no pinned "
+                               f"files of {repo_id} at {revision} to serve a snapshot from",
+                               fix=fixes.say("load the model once with the network on"))
+        url = (f"{where.endpoint}/api/{kind}s/{repo_id}/revision/"
+               f"{quote(revision, safe='')}")
+        answer = self._transport().get(url, what=f"the Hub's listing of {repo_id}",
+                                       headers=where.auth, allow=self._hop(where)
+                                       ).json(f"the Hub's listing of {repo_id}")
+        sha = answer.get("sha") if isinstance(answer, dict) else None
+        siblings = answer.get("siblings") if isinstance(answer, dict) else None
+        if not isinstance(sha, str) or not _HEX40.fullmatch(sha) or not isinstance(
+                siblings, list):
+            raise FetchError(f"the Hub's listing of {repo_id} at {revision} has no commit "
+                             "or file list", fix=_RETRY)
+        return sha, [s["rfilename"] for s in siblings
+                     if isinstance(s, dict) and isinstance(s.get("rfilename"), str)]
+
+
+_RETRY = fixes.say("retry later; if it persists, the Hub (or something between, a proxy or "
+                   "HF_ENDPOINT) is broken or hostile")
+_REPIN = fixes.say("if the publisher really replaced the file, remove the pin (the lockfile's "
+                   "[[repo.weights]] entry, or `safehub cache` records) and load again")

@@ -1,0 +1,251 @@
+"""Hugging Face Hub files a repo's code downloads with huggingface_hub (``hf_hub_download``,
+``snapshot_download``) are held like torch.hub's helpers: the policy's ``weights`` patterns,
+the revision pinned to its commit, the bytes checked against the Hub's LFS oid and the pin,
+every hop's host, offline, and nothing bad left in the Hub cache. The real huggingface_hub
+client runs against a loopback Hub stand-in (tests/support/hfhub.py).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import safehub
+from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, PolicyDenied
+from tests.helpers_load import policy
+from tests.support import TLSFiles
+from tests.support.hfhub import HubStandIn, hub_cache_files
+
+hf = pytest.importorskip("huggingface_hub")
+
+HUBCONF = '''\
+from huggingface_hub import hf_hub_download, snapshot_download
+
+dependencies = ["torch"]
+
+
+def tiny(repo="acme/tiny", revision="main", filename="model.safetensors"):
+    """Load weights from the Hub, as timm's load_pretrained does."""
+    from safetensors.torch import load_file
+
+    return load_file(hf_hub_download(repo, filename, revision=revision))
+
+
+def snap(repo="acme/tiny"):
+    """A whole snapshot: the file names in it."""
+    import os
+
+    folder = snapshot_download(repo)
+    return sorted(os.listdir(folder))
+'''
+
+
+def _weights(value: float) -> bytes:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import save
+
+    return save({"w": torch.full((2,), value)})
+
+
+@pytest.fixture
+def hub(tls: TLSFiles, isolated: Path, monkeypatch: pytest.MonkeyPatch,
+        make_hub_repo) -> Iterator[HubStandIn]:  # type: ignore[no-untyped-def]
+    from huggingface_hub import constants
+
+    with HubStandIn(tls) as standin:
+        cache = isolated / "hf" / "hub"
+        monkeypatch.setenv("HF_ENDPOINT", standin.endpoint)
+        monkeypatch.setenv("HF_HOME", str(isolated / "hf"))
+        monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+        monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+        # huggingface_hub reads its environment once, when imported
+        monkeypatch.setattr(constants, "ENDPOINT", standin.endpoint)
+        monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        standin.commit("acme/tiny", {"model.safetensors": _weights(1.0),
+                                     "config.json": b'{"n": 2}\n'})
+        make_hub_repo("acme", "hubby", {"hubconf.py": HUBCONF})
+        policy(isolated, _rule("hf://acme/tiny", standin))
+        yield standin
+        assert not standin.errors
+
+
+def _rule(pattern: str, hub: HubStandIn) -> str:
+    """The hubby repo may fetch ``pattern`` and the loopback CDN's LFS files (not a Hub
+    CDN host: a weights pattern allows it)."""
+    return (f"[[allow]]\nrepo = 'acme/hubby'\nweights = ['{pattern}', "
+            f"'{hub.cdn}/lfs/*']\n")
+
+
+def _cache(isolated: Path) -> Path:
+    return isolated / "hf" / "hub"
+
+
+def _load(entry: str = "tiny", **kwargs: object) -> object:
+    return safehub.load("acme/hubby:v1.0", entry, verbose=False, **kwargs)
+
+
+def test_an_allowed_hub_file_loads_pinned_to_its_commit(hub: HubStandIn, isolated: Path) -> None:
+    state = _load()
+    assert state["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+    pins = json.loads(next(isolated.rglob("weights/pins.json")).read_text())
+    pin = pins["hf://acme/tiny@main/model.safetensors"]
+    assert pin["commit"] == hub.repos["acme/tiny"].refs["main"]
+    assert pin["sha256"] == next(iter(hub.blobs))
+    # the Hub cache is huggingface_hub's own layout: its cache-only lookup finds the file
+    from huggingface_hub import try_to_load_from_cache
+
+    found = try_to_load_from_cache("acme/tiny", "model.safetensors")
+    assert isinstance(found, str) and Path(found).is_file()
+
+
+def test_a_warm_load_makes_no_request_to_the_hub(hub: HubStandIn) -> None:
+    _load()
+    before = len(hub.log)
+    assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+    assert len(hub.log) == before
+
+
+def test_a_repo_the_patterns_do_not_name_is_refused_before_any_request(
+        hub: HubStandIn, isolated: Path) -> None:
+    hub.commit("evil/other", {"model.safetensors": _weights(9.0)})
+    with pytest.raises(PolicyDenied, match="hf://evil/other") as e:
+        _load(repo="evil/other")
+    assert "hf://evil/other" in str(e.value.fix)
+    assert hub.log == []
+
+
+@pytest.mark.parametrize("pattern", ["hf://acme/tiny/*", "hf://acme/*",
+                                     "{endpoint}/acme/tiny/*"])
+def test_each_written_form_of_a_hub_repo_allows_it(hub: HubStandIn, isolated: Path,
+                                                   pattern: str) -> None:
+    policy(isolated, _rule(pattern.format(endpoint=hub.endpoint), hub))
+    assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+
+
+def test_a_hf_pattern_must_name_a_repo(hub: HubStandIn, isolated: Path) -> None:
+    from safehub.errors import PolicyError
+
+    policy(isolated, "[[allow]]\nrepo = 'acme/hubby'\nweights = ['hf://acme']\n")
+    with pytest.raises(PolicyError, match="hf://org/name"):
+        _load()
+
+
+def test_a_moved_revision_keeps_the_pinned_commit(hub: HubStandIn, isolated: Path) -> None:
+    _load()
+    hub.commit("acme/tiny", {"model.safetensors": _weights(2.0)})  # main moves
+    for p in _cache(isolated).rglob("*"):  # even cold: fetched by the pinned commit
+        if p.is_symlink():
+            p.unlink()
+    assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+
+
+def test_a_pinned_commit_that_is_gone_is_a_clear_error(hub: HubStandIn, isolated: Path) -> None:
+    _load()
+    old = hub.repos["acme/tiny"].refs["main"]
+    hub.commit("acme/tiny", {"model.safetensors": _weights(2.0)})
+    hub.forget("acme/tiny", old)
+    for p in _cache(isolated).rglob("*"):
+        if p.is_symlink():
+            p.unlink()
+    with pytest.raises(NotFoundError, match=f"no longer has acme/tiny at the commit {old}"):
+        _load()
+
+
+def test_bytes_that_disagree_with_the_lfs_oid_are_refused_and_not_kept(
+        hub: HubStandIn, isolated: Path) -> None:
+    oid = next(iter(hub.blobs))
+    hub.tamper[oid] = _weights(6.0)
+    with pytest.raises(IntegrityError, match="LFS sha256") as e:
+        _load()
+    assert e.value.fix is not None
+    assert [f for f in hub_cache_files(_cache(isolated)) if "blobs" in f
+            or "snapshots" in f] == []
+
+
+def test_a_file_that_differs_from_its_pin_is_refused_and_removed(
+        hub: HubStandIn, isolated: Path) -> None:
+    _load()
+    link = next(p for p in _cache(isolated).rglob("model.safetensors"))
+    blob = link.resolve()
+    blob.chmod(0o644)
+    blob.write_bytes(_weights(5.0))  # swapped in the Hub cache
+    with pytest.raises(IntegrityError, match="pinned"):
+        _load()
+    assert not link.is_symlink() and not blob.exists()
+
+
+def test_a_truncated_download_is_refused(hub: HubStandIn, isolated: Path) -> None:
+    hub.cut = 10
+    with pytest.raises((FetchError, IntegrityError)):
+        _load()
+    assert [f for f in hub_cache_files(_cache(isolated)) if "snapshots" in f
+            or "blobs" in f] == []
+
+
+def test_an_oversized_download_is_refused(hub: HubStandIn, isolated: Path) -> None:
+    hub.extra = b"x" * 4096
+    with pytest.raises(IntegrityError, match="larger than"):
+        _load()
+    assert [f for f in hub_cache_files(_cache(isolated)) if "blobs" in f] == []
+
+
+def test_a_cdn_redirect_to_an_unallowed_host_is_refused(hub: HubStandIn, isolated: Path) -> None:
+    hub.redirect_to = f"https://127.0.0.5:{hub.endpoint.rsplit(':', 1)[1]}/lfs/x"
+    with pytest.raises(PolicyDenied, match="redirect"):
+        _load()
+    assert not any(r.host == "127.0.0.5" for r in hub.log)
+
+
+def test_the_loopback_cdn_loads_when_a_weights_pattern_allows_it(
+        hub: HubStandIn, isolated: Path) -> None:
+    assert hub.requests() == []
+    _load()
+    assert any(r.path.startswith("/lfs/") for r in hub.requests("127.0.0.6"))
+
+
+def test_offline_serves_the_cache_and_refuses_what_it_lacks(
+        hub: HubStandIn, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    assert "tiny" in safehub.list("acme/hubby:v1.0")  # the code cached, no Hub file
+    for offline in ("SAFEHUB_OFFLINE", "HF_HUB_OFFLINE"):
+        monkeypatch.setenv(offline, "1")
+        with pytest.raises(OfflineError, match="not in the Hub cache"):
+            _load()
+        monkeypatch.delenv(offline)
+        assert constants.HF_HUB_OFFLINE is (offline == "SAFEHUB_OFFLINE")  # the client too
+        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert hub.log == []
+    _load()
+    before = len(hub.log)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+    assert len(hub.log) == before
+
+
+def test_snapshot_download_is_held_file_by_file(hub: HubStandIn, isolated: Path) -> None:
+    assert _load("snap") == ["config.json", "model.safetensors"]
+    pins = json.loads(next(isolated.rglob("weights/pins.json")).read_text())
+    assert {"hf://acme/tiny@main/config.json", "hf://acme/tiny@main/model.safetensors"} <= set(pins)
+    before = len(hub.log)
+    assert _load("snap") == ["config.json", "model.safetensors"]
+    assert len(hub.log) == before  # warm: the pinned files, no listing asked
+
+
+def test_outside_a_load_huggingface_hub_is_its_own(hub: HubStandIn, isolated: Path) -> None:
+    """The routing is in place after a load; outside one the library runs its own code."""
+    _load()
+    import inspect
+
+    from huggingface_hub import file_download
+
+    assert inspect.unwrap(file_download.hf_hub_download).__code__.co_filename.startswith(
+        "<safehub routing")
+    with pytest.raises(Exception) as e:  # its own client, which does not trust the test CA
+        file_download.hf_hub_download("acme/tiny", "config.json", revision="main",
+                                      cache_dir=str(isolated / "elsewhere"))
+    assert not isinstance(e.value, safehub.SafehubError)
