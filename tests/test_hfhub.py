@@ -249,3 +249,25 @@ def test_outside_a_load_huggingface_hub_is_its_own(hub: HubStandIn, isolated: Pa
         file_download.hf_hub_download("acme/tiny", "config.json", revision="main",
                                       cache_dir=str(isolated / "elsewhere"))
     assert not isinstance(e.value, safehub.SafehubError)
+
+
+def test_the_lockfiles_commit_pins_the_revision_on_a_fresh_machine(
+        hub: HubStandIn, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from safehub.cli import main
+
+    monkeypatch.chdir(isolated)
+    _load()
+    old = hub.repos["acme/tiny"].refs["main"]
+    assert main(["lock", "acme/hubby:v1.0"]) == 0
+    lock = isolated / "safehub.lock"
+    key = "hf://acme/tiny@main/model.safetensors"
+    text = lock.read_text()
+    assert key in text
+    lock.write_text(text.replace(f'url = "{key}"', f'url = "{key}"\ncommit = "{old}"'))
+    next(isolated.rglob("weights/pins.json")).unlink()  # another machine: no records,
+    for p in _cache(isolated).rglob("*"):  # no Hub cache
+        if p.is_symlink():
+            p.unlink()
+    hub.commit("acme/tiny", {"model.safetensors": _weights(2.0)})  # and main moved
+    assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+    assert not any("/resolve/main/" in r.path for r in hub.log[-2:])

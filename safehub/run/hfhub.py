@@ -29,8 +29,9 @@ kinds, the revision as the code asked for it, percent-encoded):
 * ``SAFEHUB_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` mean the same: files come from the Hub
   cache (a pinned commit, or the cache's own ref for the revision) or the load is refused.
 
-Not held (the repo's code can still reach them; see docs/weights.md): ``HfFileSystem``,
-``hf_hub_url`` with another HTTP client, ``HfApi`` calls that are not downloads.
+Not held (the repo's code can still reach them; docs/policy.md, "Hugging Face Hub files",
+says why): ``HfFileSystem``, ``hf_hub_url`` with another HTTP client, ``HfApi`` calls
+that are not downloads.
 """
 
 from __future__ import annotations
