@@ -271,3 +271,12 @@ def test_the_lockfiles_commit_pins_the_revision_on_a_fresh_machine(
     hub.commit("acme/tiny", {"model.safetensors": _weights(2.0)})  # and main moved
     assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
     assert not any("/resolve/main/" in r.path for r in hub.log[-2:])
+
+
+def test_a_file_the_hub_lacks_is_the_librarys_own_error_too(hub: HubStandIn) -> None:
+    """transformers' from_pretrained probes optional files and catches the library's error."""
+    from huggingface_hub.errors import EntryNotFoundError
+
+    with pytest.raises(NotFoundError) as e:
+        _load(filename="adapter_config.json")
+    assert isinstance(e.value, EntryNotFoundError) and e.value.fix is not None

@@ -29,9 +29,8 @@ kinds, the revision as the code asked for it, percent-encoded):
 * ``SAFEHUB_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` mean the same: files come from the Hub
   cache (a pinned commit, or the cache's own ref for the revision) or the load is refused.
 
-Not held (the repo's code can still reach them; docs/policy.md, "Hugging Face Hub files",
-says why): ``HfFileSystem``, ``hf_hub_url`` with another HTTP client, ``HfApi`` calls
-that are not downloads.
+Not held (docs/policy.md, "Hugging Face Hub files", says why): ``HfFileSystem``,
+``hf_hub_url`` with another HTTP client, ``HfApi`` calls that are not downloads.
 """
 
 from __future__ import annotations
@@ -52,7 +51,14 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from safehub._internal import fixes
-from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, PolicyDenied
+from safehub.errors import (
+    FetchError,
+    IntegrityError,
+    NotFoundError,
+    OfflineError,
+    PolicyDenied,
+    SafehubError,
+)
 from safehub.run.hfcache import KINDS, Where, link, place, write_ref
 
 if TYPE_CHECKING:
@@ -320,11 +326,12 @@ class HubFiles:
                 self._checked(key, snapshot, commit)
                 return snapshot
         if offline is not None:
-            raise OfflineError(
+            raise _as_library(OfflineError(
                 f"offline mode ({offline}) and the Hub file {key} is not in the Hub cache"
                 f"{f' at its pinned commit {commit}' if pinned else ''}",
                 fix=fixes.say("load the model once with the network on (safehub pins and "
-                              "caches the file), or copy that Hub cache (HF_HOME) here"))
+                              "caches the file), or copy that Hub cache (HF_HOME) here")),
+                              "LocalEntryNotFoundError")
         meta = self._ask(repo_id, kind, commit or revision, path, where, key, pinned)
         snapshot = self._download(repo_id, kind, path, where, key, meta)
         if not _HEX40.fullmatch(revision) and revision != meta.commit:
@@ -358,7 +365,7 @@ class HubFiles:
                     fix=fixes.say("if the publisher really replaced it, remove that pin "
                                   "(the lockfile's [[repo.weights]] entry) and load again")
                 ) from e
-            raise
+            raise _as_library(e, "EntryNotFoundError") from e
         headers = reply.headers
         commit = (_header(headers, "X-Repo-Commit") or "").lower()
         etag = _etag(_header(headers, "X-Linked-Etag") or _header(headers, "ETag"))
@@ -474,6 +481,17 @@ class HubFiles:
                              "or file list", fix=_RETRY)
         return sha, [s["rfilename"] for s in siblings
                      if isinstance(s, dict) and isinstance(s.get("rfilename"), str)]
+
+
+def _as_library(error: SafehubError, name: str) -> SafehubError:
+    """``error``, also an instance of huggingface_hub's own exception ``name``: code such as
+    transformers' ``from_pretrained`` catches those to probe for optional files."""
+    import huggingface_hub.errors
+
+    kind = type(type(error).__name__, (type(error), getattr(huggingface_hub.errors, name)), {})
+    made: SafehubError = kind(error.message, fix=error.fix or fixes.say(
+        "check the repo id, revision and file name the repo's code asks the Hub for"))
+    return made
 
 
 _RETRY = fixes.say("retry later; if it persists, the Hub (or something between, a proxy or "
