@@ -63,6 +63,8 @@ def hub(tls: TLSFiles, isolated: Path, monkeypatch: pytest.MonkeyPatch,
         monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
         # huggingface_hub reads its environment once, when imported
         monkeypatch.setattr(constants, "ENDPOINT", standin.endpoint)
+        monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                            standin.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
         standin.commit("acme/tiny", {"model.safetensors": _weights(1.0),
@@ -237,18 +239,74 @@ def test_snapshot_download_is_held_file_by_file(hub: HubStandIn, isolated: Path)
 
 
 def test_outside_a_load_huggingface_hub_is_its_own(hub: HubStandIn, isolated: Path) -> None:
-    """The routing is in place after a load; outside one the library runs its own code."""
-    _load()
+    """The routing stays after a load; outside one, the library's own client downloads
+    (from the stand-in, which so speaks what that client expects)."""
     import inspect
+    import ssl
 
-    from huggingface_hub import file_download
+    import httpx2  # huggingface_hub's own HTTP client
+    from huggingface_hub import file_download, set_client_factory, snapshot_download
+    from huggingface_hub.utils._http import default_client_factory
 
+    _load()
     assert inspect.unwrap(file_download.hf_hub_download).__code__.co_filename.startswith(
         "<safehub routing")
-    with pytest.raises(Exception) as e:  # its own client, which does not trust the test CA
-        file_download.hf_hub_download("acme/tiny", "config.json", revision="main",
-                                      cache_dir=str(isolated / "elsewhere"))
-    assert not isinstance(e.value, safehub.SafehubError)
+    trusting = ssl.create_default_context(cafile=str(hub.ca_cert))
+    set_client_factory(lambda: httpx2.Client(verify=trusting, follow_redirects=True))
+    try:
+        before = len(hub.log)
+        elsewhere = isolated / "elsewhere"
+        got = file_download.hf_hub_download("acme/tiny", "model.safetensors",
+                                            cache_dir=str(elsewhere))
+        assert Path(got).read_bytes() == next(iter(hub.blobs.values()))
+        folder = snapshot_download("acme/tiny", cache_dir=str(elsewhere))
+        assert sorted(p.name for p in Path(folder).iterdir()) == ["config.json",
+                                                                   "model.safetensors"]
+        assert len(hub.log) > before  # the library's own requests, not safehub's pins
+        assert "hf://acme/tiny@main/config.json" not in next(
+            isolated.rglob("weights/pins.json")).read_text()
+    finally:
+        set_client_factory(default_client_factory)
+
+
+def test_the_hub_token_goes_to_the_hub_only(hub: HubStandIn,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_TOKEN", "hf_loopback_token")
+    _load()
+    assert {r.authorization for r in hub.requests()} == {"Bearer hf_loopback_token"}
+    cdn = hub.requests("127.0.0.6")
+    assert cdn and {r.authorization for r in cdn} == {None}
+
+
+def test_a_load_without_huggingface_hub_imports_nothing_of_it() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, safehub.run.hfhub as h; from safehub.run.weights import WeightsGuard; "
+            "h.handlers(WeightsGuard(repo='a/b')); "
+            "assert not [m for m in sys.modules if m.startswith('huggingface_hub')], 'imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_dataset_repo_and_a_subfolder_have_their_own_keys(hub: HubStandIn,
+                                                            isolated: Path) -> None:
+    from safehub.run.hfhub import pin_key, written_forms
+
+    key = pin_key("acme/data", "v1", "sub/a.bin", "dataset")
+    assert key == "hf://datasets/acme/data@v1/sub/a.bin"
+    assert written_forms(key, "https://huggingface.co") == (
+        "hf://datasets/acme/data", "hf://datasets/acme/data/sub/a.bin",
+        "https://huggingface.co/datasets/acme/data",
+        "https://huggingface.co/datasets/acme/data/sub/a.bin")
+
+
+@pytest.mark.parametrize("name", ["../x.safetensors", "a//b", "/abs", "sub/./w", "a%2fb",
+                                  "a\\b"])
+def test_a_file_path_that_is_not_plain_is_refused_before_any_request(
+        hub: HubStandIn, name: str) -> None:
+    with pytest.raises(PolicyDenied, match="plain relative paths"):
+        _load(filename=name)
+    assert hub.log == []
 
 
 def test_the_lockfiles_commit_pins_the_revision_on_a_fresh_machine(

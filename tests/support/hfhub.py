@@ -8,6 +8,8 @@ and ``snapshot_download`` call these):
 * ``HEAD``/``GET /{repo}/resolve/{rev}/{path}``: ``X-Repo-Commit``; a file kept in LFS
   (``.safetensors``, ``.bin``, ``.pth``) answers 302 to the CDN with ``X-Linked-Etag`` (its
   sha256) and ``X-Linked-Size``; a small file answers 200 with ``ETag`` (its git blob id);
+* ``GET /api/models/{repo}/tree/{rev}``: the files, with their blob ids and LFS oids (the
+  library's own ``snapshot_download`` lists them so);
 * ``GET /lfs/{sha256}`` on the CDN host: the bytes.
 
 No xet headers are sent, so clients download over plain HTTP(S). Knobs for attacks:
@@ -99,6 +101,12 @@ class HubStandIn:
         path = record.path.split("?", 1)[0]
         if record.role == "cdn":
             return self._cdn(path)
+        if path.startswith("/api/models/") and "/tree/" in path:
+            repo, _, rev = path.removeprefix("/api/models/").partition("/tree/")
+            tree, sha = self._tree(unquote(repo), unquote(rev))
+            if tree is None:
+                return Reply.json({"error": "Revision Not Found"}, 404)
+            return Reply.json([_entry(f, data) for f, data in sorted(tree.items())])
         if path.startswith("/api/models/"):
             repo, _, rev = path.removeprefix("/api/models/").partition("/revision/")
             tree, sha = self._tree(unquote(repo), unquote(rev))
@@ -120,8 +128,7 @@ class HubStandIn:
             return Reply(302, b"", (("Location", where), ("X-Repo-Commit", sha),
                                     ("X-Linked-Etag", f'"{oid}"'),
                                     ("X-Linked-Size", str(len(data))), ("ETag", f'"{oid}"')))
-        blob_id = hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
-        return Reply(200, data, (("X-Repo-Commit", sha), ("ETag", f'"{blob_id}"')))
+        return Reply(200, data, (("X-Repo-Commit", sha), ("ETag", f'"{_blob_id(data)}"')))
 
     def _tree(self, repo: str, rev: str) -> tuple[dict[str, bytes] | None, str]:
         with self._lock:
@@ -141,6 +148,20 @@ class HubStandIn:
         if cut is not None:
             return Reply(200, data, cut_after=cut)
         return Reply(200, data + extra)
+
+
+def _blob_id(data: bytes) -> str:
+    return hashlib.sha1(f"blob {len(data)}\0".encode() + data).hexdigest()
+
+
+def _entry(path: str, data: bytes) -> dict[str, object]:
+    """One file of a tree listing, as the Hub's API writes it."""
+    entry: dict[str, object] = {"type": "file", "path": path, "size": len(data),
+                                "oid": _blob_id(data)}
+    if path.endswith(_LFS):
+        entry["lfs"] = {"oid": hashlib.sha256(data).hexdigest(), "size": len(data),
+                        "pointerSize": 134}
+    return entry
 
 
 def hub_cache_files(root: Path) -> list[str]:
