@@ -232,10 +232,26 @@ def test_offline_serves_the_cache_and_refuses_what_it_lacks(
 def test_snapshot_download_is_held_file_by_file(hub: HubStandIn, isolated: Path) -> None:
     assert _load("snap") == ["config.json", "model.safetensors"]
     pins = json.loads(next(isolated.rglob("weights/pins.json")).read_text())
-    assert {"hf://acme/tiny@main/config.json", "hf://acme/tiny@main/model.safetensors"} <= set(pins)
+    assert {"hf://acme/tiny@main/", "hf://acme/tiny@main/config.json",
+            "hf://acme/tiny@main/model.safetensors"} <= set(pins)  # the listing is pinned
     before = len(hub.log)
     assert _load("snap") == ["config.json", "model.safetensors"]
-    assert len(hub.log) == before  # warm: the pinned files, no listing asked
+    assert len(hub.log) == before  # warm: the pinned listing and files, nothing asked
+
+
+def test_a_snapshot_after_one_file_has_every_file(hub: HubStandIn) -> None:
+    _load()
+    assert _load("snap") == ["config.json", "model.safetensors"]
+
+
+def test_a_kept_listing_that_changed_is_refused_and_removed(hub: HubStandIn,
+                                                            isolated: Path) -> None:
+    _load("snap")
+    kept = next(_cache(isolated).rglob(".safehub/*.json"))
+    kept.write_text('["config.json", "model.safetensors", "evil.bin"]\n')
+    with pytest.raises(IntegrityError, match="pinned"):
+        _load("snap")
+    assert not kept.exists()
 
 
 def test_outside_a_load_huggingface_hub_is_its_own(hub: HubStandIn, isolated: Path) -> None:

@@ -8,6 +8,7 @@ downloaded. Links and refs are written atomically.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
@@ -16,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
-__all__ = ["KINDS", "Where", "link", "place", "write_ref"]
+from safehub._internal import fixes
+
+__all__ = ["KINDS", "Where", "link", "listing_path", "place", "read_listing", "write_listing",
+           "write_ref"]
 
 KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 """The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
@@ -89,3 +93,34 @@ def place(file: Path, local_dir: str | os.PathLike[str] | None, path: str) -> Pa
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return target
+
+
+def listing_path(storage: Path, commit: str) -> Path:
+    """Where the file list of a repo at ``commit`` is kept (safehub's, beside the library's
+    folders: a snapshot's listing is pinned like a file)."""
+    return storage / ".safehub" / f"{commit}.json"
+
+
+def write_listing(storage: Path, commit: str, paths: list[str]) -> Path:
+    """The listing written as one canonical text (the same files, the same sha256)."""
+    from safehub._internal.fsutil import atomic_write
+
+    path = listing_path(storage, commit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, (json.dumps(sorted(set(paths))) + "\n").encode())
+    return path
+
+
+def read_listing(path: Path, key: str) -> list[str]:
+    from safehub.errors import IntegrityError
+
+    try:
+        listed = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        listed = e
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise IntegrityError(f"the kept listing of {key} ({path}) is not a list of files; "
+                             "it was removed", fix=fixes.say("load again"))
+    return listed

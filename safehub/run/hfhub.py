@@ -3,11 +3,8 @@
 Where ``huggingface_hub`` is installed, its ``hf_hub_download`` and ``snapshot_download``
 (and what timm's ``load_pretrained``, transformers' ``from_pretrained`` or
 ``HfApi.hf_hub_download`` call through them) are routed to :class:`HubFiles` while a hub
-repo's code runs inside ``safehub.load``. The code of the undecorated functions is swapped
-for a trampoline, as :mod:`safehub.run.torchhub` does for torch.hub, so the references
-libraries took at import time (``from huggingface_hub import hf_hub_download``) are routed
-too; outside a load the trampoline runs the library's own code. safehub never imports the
-library: the routing is put in place when a load runs if it is imported, else when it is.
+repo's code runs inside ``safehub.load`` (:mod:`safehub.run.hfroute`: also where libraries
+bound them at import time; safehub never imports the library).
 
 For each file (``REPO_ID``, ``REVISION``, ``PATH``) the pin key is
 ``hf://REPO_ID@REVISION/PATH`` (``datasets/`` or ``spaces/`` before the repo id for those
@@ -37,14 +34,11 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import importlib.abc
-import importlib.machinery
 import os
 import re
 import sys
 import tempfile
-import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,85 +53,32 @@ from safehub.errors import (
     PolicyDenied,
     SafehubError,
 )
-from safehub.run.hfcache import KINDS, Where, link, place, write_ref
+from safehub.run.hfcache import (
+    KINDS,
+    Where,
+    link,
+    listing_path,
+    place,
+    read_listing,
+    write_listing,
+    write_ref,
+)
 
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HELD", "HubFiles", "handlers", "pin_key", "route", "written_forms"]
+__all__ = ["HubFiles", "handlers", "pin_key", "written_forms"]
 
-HELD = {"hf_hub_download": "huggingface_hub.file_download",
-        "snapshot_download": "huggingface_hub._snapshot_download"}
-"""The functions routed, and the module each is defined in."""
-_ORIGINALS: dict[str, Callable[..., Any]] = {}
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 _HUB = "https://huggingface.co"
 _HUB_CDN = re.compile(r"(?:[a-z0-9-]+\.)*(?:huggingface\.co|hf\.co)")
 
 
-# -- routing --------------------------------------------------------------------------------
-
-def route() -> None:
-    """Route the held functions here: now for an imported module, else when it is."""
-    for name, module in HELD.items():
-        if name not in _ORIGINALS and module in sys.modules:
-            _swap(name, sys.modules[module])
-    if len(_ORIGINALS) < len(HELD) and not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
-
-
-def _swap(name: str, module: types.ModuleType) -> None:
-    import inspect
-
-    from safehub.run.torchhub import trampoline
-
-    func = getattr(module, name, None)
-    inner = inspect.unwrap(func) if callable(func) else None  # under its decorators
-    if not isinstance(inner, types.FunctionType) or inner.__closure__:
-        return  # not the function this module knows: leave it alone
-    copy = types.FunctionType(inner.__code__, inner.__globals__, inner.__name__,
-                              inner.__defaults__, None)
-    copy.__kwdefaults__ = inner.__kwdefaults__
-    _ORIGINALS[name] = copy
-    inner.__code__ = trampoline(name, inner, "safehub.run.hfhub")
-
-
-def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    from safehub.run.torchhub import routed_to
-
-    return (routed_to(name) or _ORIGINALS[name])(*args, **kwargs)
-
-
-class _Loader(importlib.abc.Loader):
-    def __init__(self, inner: importlib.abc.Loader, name: str) -> None:
-        self.inner, self.name = inner, name
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType | None:
-        return self.inner.create_module(spec)
-
-    def exec_module(self, module: types.ModuleType) -> None:
-        self.inner.exec_module(module)
-        _swap(self.name, module)
-
-
-class _Finder(importlib.abc.MetaPathFinder):
-    """Waits for huggingface_hub's two modules and routes them once imported."""
-
-    def find_spec(self, fullname: str, path: Sequence[str] | None,
-                  target: types.ModuleType | None = None
-                  ) -> importlib.machinery.ModuleSpec | None:
-        name = next((n for n, m in HELD.items() if m == fullname), None)
-        if name is None or name in _ORIGINALS:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
-        if spec is not None and spec.loader is not None:
-            spec.loader = _Loader(spec.loader, name)
-        return spec
-
-
 def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
     """The load's stand-ins for the held functions (routing put in place)."""
+    from safehub.run.hfroute import route
+
     route()
     constants = sys.modules.get("huggingface_hub.constants")
     if constants is not None and guard.transport is not None and \
@@ -240,29 +181,17 @@ class HubFiles:
                           endpoint: str | None = None, token: bool | str | None = None,
                           headers: dict[str, str] | None = None, dry_run: bool = False,
                           **_: Any) -> str:
-        """huggingface_hub's ``snapshot_download``, held: the files pinned for that
-        revision (no listing asked), else those the Hub lists, each as one held file."""
+        """huggingface_hub's ``snapshot_download``, held: the repo's listing at the
+        revision, pinned like a file (:meth:`_listed`), then each file as one held file."""
         from huggingface_hub.utils._paths import filter_repo_objects
 
         kind, revision = self._kind(repo_type, dry_run), revision or "main"
         where = Where(self._endpoint(repo_id, endpoint), cache_dir, local_files_only,
                        token, headers)
-        prefix = pin_key(repo_id, revision, "", kind)
-        pinned = sorted({k for k in (*self.guard.locked, *self._recorded())
-                         if k.startswith(prefix)})
-        paths = list(filter_repo_objects([k[len(prefix):] for k in pinned],
-                                         allow_patterns=allow_patterns,
+        commit, listed = self._listed(repo_id, kind, revision, where)
+        paths = list(filter_repo_objects(listed, allow_patterns=allow_patterns,
                                          ignore_patterns=ignore_patterns))
-        commit = None
-        if not paths:
-            self.guard.check_url(prefix)  # the repo, before its listing is asked for
-            commit, listed = self._listing(repo_id, kind, revision, where)
-            paths = list(filter_repo_objects(listed, allow_patterns=allow_patterns,
-                                             ignore_patterns=ignore_patterns))
         files = [self.fetch(repo_id, kind, revision, p, where, commit) for p in paths]
-        if commit is None:
-            commit = files[0].relative_to(where.storage(repo_id, kind) / "snapshots").parts[0] \
-                if files else revision
         if local_dir is not None:
             for file, path in zip(files, paths, strict=True):
                 place(file, local_dir, path)
@@ -286,10 +215,6 @@ class HubFiles:
                 f"{endpoint}, not the one configured ({configured})",
                 fix=fixes.say("if that Hub is yours, set HF_ENDPOINT to it before the load"))
         return configured
-
-    def _recorded(self) -> list[str]:
-        records = self.guard.records
-        return list(records.for_repo(self.guard.repo_key)) if records is not None else []
 
     def _offline(self, where: Where) -> str | None:
         """Why no request may be made (None: they may)."""
@@ -461,13 +386,43 @@ class HubFiles:
                              fix=fixes.say("load the repo through safehub.load"))
         return self.guard.transport()
 
+    def _listed(self, repo_id: str, kind: str, revision: str,
+                where: Where) -> tuple[str, list[str]]:
+        """The commit ``revision`` is at and the repo's files there. The listing is kept in
+        the Hub cache and pinned like a file (key ``hf://REPO@REVISION/``), so a warm
+        snapshot asks nothing and serves the same files as the first."""
+        key = pin_key(repo_id, revision, "", kind)
+        self.guard.check_url(key)  # the repo, before its listing is asked for
+        storage = where.storage(repo_id, kind)
+        commit = self.guard.pinned_commit(key) or (
+            revision if _HEX40.fullmatch(revision) else None)
+        offline = self._offline(where)
+        if commit is None and offline is not None:
+            with contextlib.suppress(OSError):
+                commit = (storage / "refs" / revision).read_text().strip()
+        if commit is not None and _HEX40.fullmatch(commit):
+            kept = listing_path(storage, commit)
+            if kept.is_file():
+                self._checked(key, kept, commit)
+                return commit, read_listing(kept, key)
+        if offline is not None:
+            raise _as_library(OfflineError(
+                f"offline mode ({offline}) and the listing of {key} is not in the Hub cache",
+                fix=fixes.say("load the model once with the network on")),
+                              "LocalEntryNotFoundError")
+        sha, paths = self._listing(repo_id, kind, commit or revision, where)
+        if commit is not None and sha != commit:
+            raise IntegrityError(f"the Hub listed {repo_id} at commit {commit} with the "
+                                 f"commit {sha}", fix=_RETRY)
+        kept = write_listing(storage, sha, paths)
+        if not _HEX40.fullmatch(revision):
+            write_ref(storage, revision, sha)
+        self._checked(key, kept, sha)
+        return sha, paths
+
     def _listing(self, repo_id: str, kind: str, revision: str,
                  where: Where) -> tuple[str, list[str]]:
         """The commit ``revision`` is at and the repo's files there (the Hub's API)."""
-        if self._offline(where) is not None:
-            raise OfflineError(f"offline mode ({self._offline(where)}): safehub has no pinned "
-                               f"files of {repo_id} at {revision} to serve a snapshot from",
-                               fix=fixes.say("load the model once with the network on"))
         url = (f"{where.endpoint}/api/{kind}s/{repo_id}/revision/"
                f"{quote(revision, safe='')}")
         answer = self._transport().get(url, what=f"the Hub's listing of {repo_id}",
