@@ -354,3 +354,10 @@ def test_a_file_the_hub_lacks_is_the_librarys_own_error_too(hub: HubStandIn) -> 
     with pytest.raises(NotFoundError) as e:
         _load(filename="adapter_config.json")
     assert isinstance(e.value, EntryNotFoundError) and e.value.fix is not None
+
+
+def test_safehubs_own_hub_work_passes_the_runtime_guard_in_enforce_mode(
+        hub: HubStandIn, isolated: Path) -> None:
+    policy(isolated, "[safehub]\nruntime = 'enforce'\n\n" + _rule("hf://acme/tiny", hub))
+    assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
+    assert _load("snap") == ["config.json", "model.safetensors"]

@@ -19,9 +19,11 @@ from urllib.parse import quote
 
 from safehub._internal import fixes
 
-__all__ = ["KINDS", "Where", "link", "listing_path", "place", "read_listing", "write_listing",
-           "write_ref"]
+__all__ = ["HUB", "KINDS", "Where", "hub_cache", "hub_endpoint", "link", "listing_path", "place",
+           "read_listing", "write_listing", "write_ref"]
 
+HUB = "https://huggingface.co"
+"""The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
 KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 """The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
 
@@ -124,3 +126,31 @@ def read_listing(path: Path, key: str) -> list[str]:
         raise IntegrityError(f"the kept listing of {key} ({path}) is not a list of files; "
                              "it was removed", fix=fixes.say("load again"))
     return listed
+
+
+def hub_cache() -> Path:
+    """The Hub cache huggingface_hub uses: its own setting where it is imported, else as
+    it would read the environment (safehub's own work may write there during a load).
+
+    >>> hub_cache().name
+    'hub'
+    """
+    import sys
+
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        return Path(constants.HF_HUB_CACHE)
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+
+
+def hub_endpoint() -> str:
+    """The Hub endpoint huggingface_hub uses (without importing it: not imported, the
+    environment's, as it would read it)."""
+    import sys
+
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        return str(constants.ENDPOINT).rstrip("/")
+    return (os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")

@@ -54,8 +54,10 @@ from safehub.errors import (
     SafehubError,
 )
 from safehub.run.hfcache import (
+    HUB,
     KINDS,
     Where,
+    hub_endpoint,
     link,
     listing_path,
     place,
@@ -71,7 +73,7 @@ __all__ = ["HubFiles", "handlers", "pin_key", "written_forms"]
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
-_HUB = "https://huggingface.co"
+
 _HUB_CDN = re.compile(r"(?:[a-z0-9-]+\.)*(?:huggingface\.co|hf\.co)")
 
 
@@ -110,14 +112,8 @@ def written_forms(key: str, endpoint: str | None = None) -> tuple[str, ...]:
     """
     repo, _, rest = key.removeprefix("hf://").partition("@")
     path = rest.partition("/")[2]
-    web = (endpoint or _configured()).rstrip("/")
+    web = (endpoint or hub_endpoint()).rstrip("/")
     return (f"hf://{repo}", f"hf://{repo}/{path}", f"{web}/{repo}", f"{web}/{repo}/{path}")
-
-
-def _configured() -> str:
-    """The Hub endpoint huggingface_hub uses (without importing it: not imported, default)."""
-    constants = sys.modules.get("huggingface_hub.constants")
-    return str(getattr(constants, "ENDPOINT", _HUB)).rstrip("/")
 
 
 def _check_path(repo: str, path: str) -> None:
@@ -167,9 +163,13 @@ class HubFiles:
         """huggingface_hub's ``hf_hub_download``, held (see the module docstring)."""
         path = f"{subfolder}/{filename}" if subfolder else filename
         kind, revision = self._kind(repo_type, dry_run), revision or "main"
-        file = self.fetch(repo_id, kind, revision, path, Where(
-            self._endpoint(repo_id, endpoint), cache_dir, local_files_only, token, headers))
-        return str(place(file, local_dir, path))
+        from safehub.run.runtime import own_work
+
+        where = Where(self._endpoint(repo_id, endpoint), cache_dir, local_files_only, token,
+                      headers)
+        with own_work():  # safehub's requests and Hub cache writes, not the repo's
+            return str(place(self.fetch(repo_id, kind, revision, path, where), local_dir,
+                             path))
 
     def snapshot_download(self, repo_id: str, *, repo_type: str | None = None,
                           revision: str | None = None,
@@ -188,14 +188,17 @@ class HubFiles:
         kind, revision = self._kind(repo_type, dry_run), revision or "main"
         where = Where(self._endpoint(repo_id, endpoint), cache_dir, local_files_only,
                        token, headers)
-        commit, listed = self._listed(repo_id, kind, revision, where)
-        paths = list(filter_repo_objects(listed, allow_patterns=allow_patterns,
-                                         ignore_patterns=ignore_patterns))
-        files = [self.fetch(repo_id, kind, revision, p, where, commit) for p in paths]
-        if local_dir is not None:
-            for file, path in zip(files, paths, strict=True):
-                place(file, local_dir, path)
-            return str(Path(local_dir).expanduser().resolve())
+        from safehub.run.runtime import own_work
+
+        with own_work():  # safehub's requests and Hub cache writes, not the repo's
+            commit, listed = self._listed(repo_id, kind, revision, where)
+            paths = list(filter_repo_objects(listed, allow_patterns=allow_patterns,
+                                             ignore_patterns=ignore_patterns))
+            files = [self.fetch(repo_id, kind, revision, p, where, commit) for p in paths]
+            if local_dir is not None:
+                for file, path in zip(files, paths, strict=True):
+                    place(file, local_dir, path)
+                return str(Path(local_dir).expanduser().resolve())
         return str(where.storage(repo_id, kind) / "snapshots" / commit)
 
     def _kind(self, repo_type: str | None, dry_run: bool) -> str:
@@ -208,7 +211,7 @@ class HubFiles:
         return kind
 
     def _endpoint(self, repo_id: str, endpoint: str | None) -> str:
-        configured = _configured()
+        configured = hub_endpoint()
         if endpoint is not None and endpoint.rstrip("/") != configured:
             raise PolicyDenied(
                 f"hubconf.py of {self.guard.repo} asked for {repo_id} from the Hub at "
@@ -372,7 +375,7 @@ class HubFiles:
         def allow(url: str) -> None:
             hop = read_url(url, http=True)
             if hop.origin == endpoint.origin or (
-                    where.endpoint == _HUB and hop.scheme == "https"
+                    where.endpoint == HUB and hop.scheme == "https"
                     and _HUB_CDN.fullmatch(hop.host)):
                 self.guard._tell(url)
                 return
