@@ -7,6 +7,7 @@ client runs against a loopback Hub stand-in (tests/support/hfhub.py).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -361,3 +362,43 @@ def test_safehubs_own_hub_work_passes_the_runtime_guard_in_enforce_mode(
     policy(isolated, "[safehub]\nruntime = 'enforce'\n\n" + _rule("hf://acme/tiny", hub))
     assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
     assert _load("snap") == ["config.json", "model.safetensors"]
+
+
+def test_a_small_file_that_disagrees_with_its_git_blob_id_is_refused(
+        hub: HubStandIn, isolated: Path) -> None:
+    hub.tamper_small["config.json"] = b'{"n": 3}\n'
+    with pytest.raises(IntegrityError, match="git blob id"):
+        _load(filename="config.json")
+    assert [f for f in hub_cache_files(_cache(isolated)) if "blobs" in f
+            or "snapshots" in f] == []
+
+
+def test_a_hub_whose_lfs_oid_disagrees_with_the_pin_is_refused_before_downloading(
+        hub: HubStandIn, isolated: Path) -> None:
+    _load()
+    sha = hub.repos["acme/tiny"].refs["main"]
+    other = _weights(7.0)
+    hub.repos["acme/tiny"].commits[sha]["model.safetensors"] = other  # history rewritten
+    hub.blobs[hashlib.sha256(other).hexdigest()] = other
+    for p in _cache(isolated).rglob("*"):
+        if p.is_symlink():
+            p.unlink()
+    cdn_before = len(hub.requests("127.0.0.6"))
+    with pytest.raises(IntegrityError, match="LFS oid.*nothing was downloaded"):
+        _load()
+    assert len(hub.requests("127.0.0.6")) == cdn_before
+
+
+@pytest.mark.parametrize(("call", "refused"), [
+    ("hf_hub_download('acme/tiny', 'model.safetensors', endpoint='https://127.0.0.5')",
+     "not the one configured"),
+    ("hf_hub_download('acme/tiny', 'model.safetensors', dry_run=True)", "dry run"),
+])
+def test_a_call_safehub_cannot_hold_is_refused(hub: HubStandIn, make_hub_repo, isolated: Path,
+                                                call: str, refused: str) -> None:
+    make_hub_repo("acme", "odd", {"hubconf.py": "from huggingface_hub import hf_hub_download\n"
+                                  f"dependencies = []\n\ndef odd():\n    return {call}\n"})
+    policy(isolated, _rule("hf://acme/tiny", hub).replace("acme/hubby", "acme/odd"))
+    with pytest.raises(PolicyDenied, match=refused):
+        safehub.load("acme/odd:v1.0", "odd", verbose=False)
+    assert hub.log == []

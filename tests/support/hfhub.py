@@ -13,7 +13,8 @@ and ``snapshot_download`` call these):
 * ``GET /lfs/{sha256}`` on the CDN host: the bytes.
 
 No xet headers are sent, so clients download over plain HTTP(S). Knobs for attacks:
-``tamper`` (the CDN serves other bytes for an oid), ``cut`` (the CDN stops after N bytes),
+``tamper`` (the CDN serves other bytes for an oid), ``tamper_small`` (a small file's GET
+serves other bytes than its ETag names), ``cut`` (the CDN stops after N bytes),
 ``extra`` (the CDN sends more than declared), ``redirect_to`` (LFS redirects elsewhere).
 Repos are in memory: :meth:`HubStandIn.commit` adds a commit and moves a branch to it.
 """
@@ -53,6 +54,7 @@ class HubStandIn:
         self.repos: dict[str, _Repo] = {}
         self.blobs: dict[str, bytes] = {}
         self.tamper: dict[str, bytes] = {}
+        self.tamper_small: dict[str, bytes] = {}
         self.cut: int | None = None
         self.extra = b""
         self.redirect_to: str | None = None
@@ -128,7 +130,8 @@ class HubStandIn:
             return Reply(302, b"", (("Location", where), ("X-Repo-Commit", sha),
                                     ("X-Linked-Etag", f'"{oid}"'),
                                     ("X-Linked-Size", str(len(data))), ("ETag", f'"{oid}"')))
-        return Reply(200, data, (("X-Repo-Commit", sha), ("ETag", f'"{_blob_id(data)}"')))
+        body = self.tamper_small.get(file, data) if record.method == "GET" else data
+        return Reply(200, body, (("X-Repo-Commit", sha), ("ETag", f'"{_blob_id(data)}"')))
 
     def _tree(self, repo: str, rev: str) -> tuple[dict[str, bytes] | None, str]:
         with self._lock:
