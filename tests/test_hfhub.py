@@ -220,14 +220,28 @@ def test_offline_serves_the_cache_and_refuses_what_it_lacks(
         with pytest.raises(OfflineError, match="not in the Hub cache"):
             _load()
         monkeypatch.delenv(offline)
-        assert constants.HF_HUB_OFFLINE is (offline == "SAFEHUB_OFFLINE")  # the client too
-        monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    assert constants.HF_HUB_OFFLINE is False  # as it was before the load
     assert hub.log == []
     _load()
     before = len(hub.log)
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     assert _load()["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
     assert len(hub.log) == before
+
+
+def test_safehub_offline_is_the_librarys_offline_while_the_code_runs(
+        hub: HubStandIn, make_hub_repo, isolated: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub import constants
+
+    make_hub_repo("acme", "asks", {"hubconf.py": "dependencies = []\n\ndef asks():\n"
+                                   "    from huggingface_hub import constants\n"
+                                   "    return constants.HF_HUB_OFFLINE\n"})
+    policy(isolated, _rule("hf://acme/tiny", hub).replace("acme/hubby", "acme/asks"))
+    assert safehub.load("acme/asks:v1.0", "asks", verbose=False) is False
+    monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
+    assert safehub.load("acme/asks:v1.0", "asks", verbose=False) is True
+    assert constants.HF_HUB_OFFLINE is False
 
 
 def test_snapshot_download_is_held_file_by_file(hub: HubStandIn, isolated: Path) -> None:

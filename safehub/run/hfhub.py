@@ -38,7 +38,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -69,7 +69,7 @@ from safehub.run.hfcache import (
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HubFiles", "handlers", "pin_key", "written_forms"]
+__all__ = ["HubFiles", "handlers", "offline_during", "pin_key", "written_forms"]
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -82,13 +82,25 @@ def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
     from safehub.run.hfroute import route
 
     route()
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None and guard.transport is not None and \
-            guard.transport().config.offline:  # the library's own calls offline too
-        constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
     files = HubFiles(guard)
     return {"hf_hub_download": files.hf_hub_download,
             "snapshot_download": files.snapshot_download}
+
+
+@contextlib.contextmanager
+def offline_during(guard: WeightsGuard) -> Iterator[None]:
+    """While the block runs, safehub's offline mode is the library's too (its own calls
+    that safehub does not hold), where it is imported."""
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is None or guard.transport is None or not guard.transport().config.offline:
+        yield
+        return
+    before = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = before  # type: ignore[attr-defined]
 
 
 # -- names ------------------------------------------------------------------------------------
