@@ -304,7 +304,8 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         ctx.last_report = guard.report
     seen.outcome = seen.outcome._replace(runtime=guard.report)
     try:
-        with torchhub.handling(handlers), hfhub.offline_during(weights), guard.active():
+        with torchhub.handling(handlers), hfhub.offline_during(ctx.settings.offline), \
+                guard.active():
             return code(prepared.path)
     except HubconfError as e:  # name the repo, not the cache folder
         if repr(str(prepared.path)) not in e.message:

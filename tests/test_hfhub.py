@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -234,14 +235,16 @@ def test_safehub_offline_is_the_librarys_offline_while_the_code_runs(
         monkeypatch: pytest.MonkeyPatch) -> None:
     from huggingface_hub import constants
 
-    make_hub_repo("acme", "asks", {"hubconf.py": "dependencies = []\n\ndef asks():\n"
+    make_hub_repo("acme", "asks", {"hubconf.py": "import os\ndependencies = []\n\n"
+                                   "def asks():\n"
                                    "    from huggingface_hub import constants\n"
-                                   "    return constants.HF_HUB_OFFLINE\n"})
+                                   "    return constants.HF_HUB_OFFLINE, "
+                                   "os.environ.get('HF_HUB_OFFLINE')\n"})
     policy(isolated, _rule("hf://acme/tiny", hub).replace("acme/hubby", "acme/asks"))
-    assert safehub.load("acme/asks:v1.0", "asks", verbose=False) is False
+    assert safehub.load("acme/asks:v1.0", "asks", verbose=False) == (False, None)
     monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
-    assert safehub.load("acme/asks:v1.0", "asks", verbose=False) is True
-    assert constants.HF_HUB_OFFLINE is False
+    assert safehub.load("acme/asks:v1.0", "asks", verbose=False) == (True, "1")
+    assert constants.HF_HUB_OFFLINE is False and "HF_HUB_OFFLINE" not in os.environ
 
 
 def test_snapshot_download_is_held_file_by_file(hub: HubStandIn, isolated: Path) -> None:

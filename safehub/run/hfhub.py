@@ -88,19 +88,28 @@ def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
 
 
 @contextlib.contextmanager
-def offline_during(guard: WeightsGuard) -> Iterator[None]:
-    """While the block runs, safehub's offline mode is the library's too (its own calls
-    that safehub does not hold), where it is imported."""
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is None or guard.transport is None or not guard.transport().config.offline:
+def offline_during(offline: bool) -> Iterator[None]:
+    """While the block runs, safehub's offline mode is the library's too, for its own
+    calls safehub does not hold: ``HF_HUB_OFFLINE=1`` in the environment (read when the
+    library is imported, and by processes the code starts) and in its settings if it is
+    imported already. Both are put back after."""
+    if not offline:
         yield
         return
-    before = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
+    constants = sys.modules.get("huggingface_hub.constants")
+    before = (os.environ.get("HF_HUB_OFFLINE"), getattr(constants, "HF_HUB_OFFLINE", None))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
     try:
         yield
     finally:
-        constants.HF_HUB_OFFLINE = before  # type: ignore[attr-defined]
+        if before[0] is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = before[0]
+        if constants is not None:
+            constants.HF_HUB_OFFLINE = before[1]  # type: ignore[attr-defined]
 
 
 # -- names ------------------------------------------------------------------------------------
