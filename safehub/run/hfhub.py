@@ -358,6 +358,7 @@ class HubFiles:
                                          fix=_RETRY) from e
                 self._verify(key, out, got, meta, pinned)
             blob = blobs / meta.etag
+            os.chmod(tmp, _created_mode(blobs))  # as huggingface_hub leaves its blobs
             os.replace(tmp, blob)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -460,6 +461,21 @@ class HubFiles:
                              "or file list", fix=_RETRY)
         return sha, [s["rfilename"] for s in siblings
                      if isinstance(s, dict) and isinstance(s.get("rfilename"), str)]
+
+
+def _created_mode(folder: Path) -> int:
+    """The mode a new file gets in ``folder`` under the umask (read without changing the
+    umask, which other threads share)."""
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".mode.")
+    try:
+        os.close(fd)
+        os.unlink(probe)
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.close(fd)
+        return os.stat(probe).st_mode & 0o777
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe)
 
 
 def _as_library(error: SafehubError, name: str) -> SafehubError:
