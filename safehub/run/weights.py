@@ -17,8 +17,10 @@ repo's code bound them before the load:
 * ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
   every matching policy rule says ``weights_only = false``.
 
-Code that fetches with other libraries is not covered: safehub does not sandbox a repo
-it has decided to trust (see docs/threat-model.md).
+Files from the Hugging Face Hub (``huggingface_hub``'s downloads) come here through
+:mod:`safehub.run.hfhub`, keyed ``hf://REPO_ID@REVISION/PATH``. Code that fetches with
+other libraries is not covered: safehub does not sandbox a repo it has decided to trust
+(see docs/threat-model.md).
 """
 
 from __future__ import annotations
