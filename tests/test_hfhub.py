@@ -36,6 +36,13 @@ def tiny(repo="acme/tiny", revision="main", filename="model.safetensors"):
     return load_file(hf_hub_download(repo, filename, revision=revision))
 
 
+def via_api(repo="acme/tiny"):
+    """HfApi's method, which calls hf_hub_download (bound in hf_api at import time)."""
+    from huggingface_hub import HfApi
+
+    return open(HfApi().hf_hub_download(repo, "config.json")).read()
+
+
 def snap(repo="acme/tiny"):
     """A whole snapshot: the file names in it."""
     import os
@@ -419,3 +426,9 @@ def test_a_call_safehub_cannot_hold_is_refused(hub: HubStandIn, make_hub_repo, i
     with pytest.raises(PolicyDenied, match=refused):
         safehub.load("acme/odd:v1.0", "odd", verbose=False)
     assert hub.log == []
+
+
+def test_hfapis_download_method_is_held_too(hub: HubStandIn, isolated: Path) -> None:
+    assert _load("via_api") == '{"n": 2}\n'
+    pins = json.loads(next(isolated.rglob("weights/pins.json")).read_text())
+    assert "hf://acme/tiny@main/config.json" in pins
