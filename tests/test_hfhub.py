@@ -291,7 +291,7 @@ def test_outside_a_load_huggingface_hub_is_its_own(hub: HubStandIn, isolated: Pa
 
     _load()
     assert inspect.unwrap(file_download.hf_hub_download).__code__.co_filename.startswith(
-        "<safehub routing")
+        "<safehub routing of huggingface_hub.file_download.hf_hub_download")
     trusting = ssl.create_default_context(cafile=str(hub.ca_cert))
     set_client_factory(lambda: httpx2.Client(verify=trusting, follow_redirects=True))
     try:
@@ -432,3 +432,19 @@ def test_hfapis_download_method_is_held_too(hub: HubStandIn, isolated: Path) -> 
     assert _load("via_api") == '{"n": 2}\n'
     pins = json.loads(next(isolated.rglob("weights/pins.json")).read_text())
     assert "hf://acme/tiny@main/config.json" in pins
+
+
+def test_a_module_imported_again_is_routed_again(hub: HubStandIn) -> None:
+    import importlib
+    import inspect
+    import sys
+
+    _load()
+    fresh = sys.modules.pop("huggingface_hub._snapshot_download")
+    try:
+        again = importlib.import_module("huggingface_hub._snapshot_download")
+        assert again is not fresh
+        assert inspect.unwrap(again.snapshot_download).__code__.co_filename.startswith(
+            "<safehub routing of huggingface_hub._snapshot_download")
+    finally:
+        sys.modules["huggingface_hub._snapshot_download"] = fresh

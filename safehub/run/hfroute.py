@@ -28,10 +28,10 @@ _ORIGINALS: dict[str, Callable[..., Any]] = {}
 def route() -> None:
     """Route the held functions here: now for an imported module, else when it is."""
     for name, module in HELD.items():
-        if name not in _ORIGINALS and module in sys.modules:
+        if module in sys.modules:
             _swap(name, sys.modules[module])
-    if len(_ORIGINALS) < len(HELD) and not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    if not any(isinstance(f, _Finder) for f in sys.meta_path):  # it stays: a module
+        sys.meta_path.insert(0, _Finder())  # imported again is routed again
 
 
 def _swap(name: str, module: types.ModuleType) -> None:
@@ -43,6 +43,8 @@ def _swap(name: str, module: types.ModuleType) -> None:
     inner = inspect.unwrap(func) if callable(func) else None  # under its decorators
     if not isinstance(inner, types.FunctionType) or inner.__closure__:
         return  # not the function this module knows: leave it alone
+    if inner.__code__.co_filename.startswith("<safehub routing"):
+        return  # routed already
     copy = types.FunctionType(inner.__code__, inner.__globals__, inner.__name__,
                               inner.__defaults__, None)
     copy.__kwdefaults__ = inner.__kwdefaults__
@@ -69,13 +71,13 @@ class _Loader(importlib.abc.Loader):
 
 
 class _Finder(importlib.abc.MetaPathFinder):
-    """Waits for huggingface_hub's two modules and routes them once imported."""
+    """Waits for huggingface_hub's two modules and routes each as it is imported."""
 
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
         name = next((n for n, m in HELD.items() if m == fullname), None)
-        if name is None or name in _ORIGINALS:
+        if name is None:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is not None and spec.loader is not None:

@@ -107,7 +107,8 @@ def trampoline(name: str, func: types.FunctionType,
               f"._dispatch({name!r}, ({', '.join(args)}{',' if args else ''}), "
               f"{{{', '.join(kwargs)}}})\n")
     scope: dict[str, Any] = {}
-    exec(compile(source, f"<safehub routing of torch.hub.{name}>", "exec"), scope)
+    where = "torch.hub" if module == "safehub.run.torchhub" else func.__module__
+    exec(compile(source, f"<safehub routing of {where}.{name}>", "exec"), scope)
     code: types.CodeType = scope[func.__name__].__code__
     return code
 
