@@ -52,10 +52,15 @@ class Where:
         """The Hub's headers (its token) for the endpoint's own hops only."""
         if not hop.startswith(self.endpoint + "/"):
             return {}
-        from huggingface_hub.utils._headers import build_hf_headers
+        token = self.token
+        if token is None or token is True:  # as the library finds it (HF_TOKEN, its file);
+            from huggingface_hub import get_token  # not build_hf_headers: its user agent
 
-        sent = build_hf_headers(token=self.token, headers=self.headers)
-        return {k: v for k, v in sent.items() if k.lower() in ("authorization", "user-agent")}
+            token = get_token()  # asks the Hub which agent runs it (a request of its own)
+        sent = dict(self.headers or {})
+        if isinstance(token, str) and token:
+            sent["Authorization"] = f"Bearer {token}"
+        return sent
 
 
 def link(snapshot: Path, blob: Path) -> None:
