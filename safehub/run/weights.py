@@ -276,12 +276,16 @@ class WeightsGuard:
     """The lockfile's commit of each pinned Hub file (``hf://`` key -> 40-hex commit)."""
 
     def pinned_commit(self, key: str) -> str | None:
-        """The commit a Hub file's revision was pinned to (the lockfile's, else the user's)."""
+        """The commit a Hub file's revision was pinned to (the lockfile's, else the user's
+        where it pins the same content as the lockfile)."""
         seen = self.records.get(key) if self.records is not None else None
+        if seen and key in self.locked and seen["sha256"] != self.locked[key]:
+            seen = None
         commit = self.commits.get(key) or (seen.get("commit") if seen else None)
         return commit if isinstance(commit, str) and commit else None
 
     def pinned_sha256(self, key: str) -> str | None:
+        """The sha256 a Hub file is pinned to (the lockfile's, else the user's)."""
         seen = self.records.get(key) if self.records is not None else None
         return self.locked.get(key) or (str(seen["sha256"]) if seen else None)
 
