@@ -76,6 +76,10 @@ def hub(tls: TLSFiles, isolated: Path, monkeypatch: pytest.MonkeyPatch,
                             standin.endpoint + "/{repo_id}/resolve/{revision}/{filename}")
         monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
         monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+        for name in ("HF_TOKEN", "HF_OIDC_RESOURCE"):  # never the user's own token
+            monkeypatch.delenv(name, raising=False)
+        for name in ("HF_TOKEN_PATH", "HF_STORED_TOKENS_PATH"):
+            monkeypatch.setattr(constants, name, str(isolated / "hf" / name.lower()))
         standin.commit("acme/tiny", {"model.safetensors": _weights(1.0),
                                      "config.json": b'{"n": 2}\n'})
         make_hub_repo("acme", "hubby", {"hubconf.py": HUBCONF})
