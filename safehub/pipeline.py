@@ -31,7 +31,7 @@ from safehub._internal import fixes, gcpause
 from safehub.errors import HubconfError, OfflineError, PinError, RepoMovedError, SpecError
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
-from safehub.run import environment, guards, runtime, torchhub
+from safehub.run import environment, guards, hfhub, runtime, torchhub
 from safehub.spec import RepoSpec, plain_text
 from safehub.trust import Subject, Verdict, check_trust_repo
 from safehub.verify.signatures.check import SignatureStatus
@@ -288,7 +288,7 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     weights = guards.weights_guard(
         prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
         data_dir=ctx.settings.data_dir, transport=ctx.weights_transport)
-    handlers = {**weights.handlers(),
+    handlers = {**weights.handlers(), **hfhub.handlers(weights),
                 **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
         prepared.resolved.location, prepared.decision, prepared.tree,
@@ -304,7 +304,8 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         ctx.last_report = guard.report
     seen.outcome = seen.outcome._replace(runtime=guard.report)
     try:
-        with torchhub.handling(handlers), guard.active():
+        with torchhub.handling(handlers), hfhub.offline_during(ctx.settings.offline), \
+                guard.active():
             return code(prepared.path)
     except HubconfError as e:  # name the repo, not the cache folder
         if repr(str(prepared.path)) not in e.message:

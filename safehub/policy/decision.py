@@ -68,15 +68,16 @@ class RuntimeRequirements:
     def weights_patterns(self) -> tuple[str, ...]:
         """The weights patterns whose hosts the code may connect to: those every rule that
         sets ``weights`` shares by host; none if only narrowing rules set it."""
-        if "weights" in self.floor or not self.weights:
+        weights = [tuple(p for p in ps if not p.startswith("hf://")) for ps in self.weights]
+        if "weights" in self.floor or not self.weights:  # hf:// repos grant no host
             return ()
         from safehub._internal.urls import pattern_authority
 
         def host(pattern: str) -> tuple[str, int | None]:
             return pattern_authority(pattern)  # patterns were checked when read
 
-        shared = set.intersection(*({host(p) for p in ps} for ps in self.weights))
-        return tuple(p for p in self.weights[0] if host(p) in shared)
+        shared = set.intersection(*({host(p) for p in ps} for ps in weights))
+        return tuple(p for p in weights[0] if host(p) in shared)
 
 
 def _common(lists: Sequence[Any]) -> tuple[str, ...] | None:

@@ -221,10 +221,14 @@ class GlobValue(ValueType):
         text = _need_str(value, "a pattern (a string)")
         if not text or not text.isascii():
             raise Fault(f"patterns must be non-empty ASCII (got {text!r})")
-        if self.https and not text.startswith("https://"):
+        if self.https and text.startswith("hf://"):  # a Hugging Face Hub repo (run/hfhub.py)
+            if not _HF_GLOB.fullmatch(text):
+                raise Fault(f"{text!r}: write a Hub repo as hf://org/name, hf://org/name/* "
+                            "or hf://datasets/org/name (globs * ? [ ] allowed)")
+        elif self.https and not text.startswith("https://"):
             raise Fault(f"{text!r}: weights are only ever fetched over https://; start the "
-                        "pattern with https://")
-        if self.https:
+                        "pattern with https:// (or hf:// for a Hugging Face Hub repo)")
+        elif self.https:
             from safehub._internal.urls import UrlError, pattern_authority
 
             try:
@@ -242,6 +246,8 @@ class GlobValue(ValueType):
         return text
 
 
+_HF_GLOB = re.compile(r"hf://(?:(?:datasets|spaces)/)?[A-Za-z0-9._*?\[\]!-]+/"
+                      r"[A-Za-z0-9._*?\[\]!-]+(?:/[A-Za-z0-9._~*?\[\]!/-]*)?")
 _REPO_GLOB = re.compile(r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+")
 
 
@@ -256,7 +262,7 @@ class Globs(ValueType):
         return tuple(self.item.check(v) for v in _need_list(value, "patterns"))
 
     def describe(self) -> str:
-        return "list of https:// URL globs" if self.item.https else self.name
+        return "list of https:// URL or hf:// repo globs" if self.item.https else self.name
 
 
 @dataclass(frozen=True)

@@ -62,15 +62,21 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
     import platformdirs
 
-    patterns = [p.pattern for ps in decision.requirements.weights for p in ps]
+    from safehub.run.hfcache import hub_cache, hub_endpoint
+
+    patterns = [p.pattern for ps in decision.requirements.weights for p in ps
+                if not p.pattern.startswith("hf://")]  # a Hub repo names no host
     weights = hosts_of_urls(patterns)
+    # Hub files go to the endpoint and its CDN, each hop checked by safehub (run/hfhub.py)
+    hub = any(p.pattern.startswith(("hf://", hub_endpoint() + "/"))
+              for ps in decision.requirements.weights for p in ps)
 
     @functools.cache
     def hosts() -> tuple[str, ...] | None:
         """Worked out on the first connection (the proxies' reading imports requests)."""
         from safehub.sources.transport import proxy_hosts
 
-        if not patterns or any("*" in h for h in weights):
+        if not patterns or hub or any("*" in h for h in weights):
             return None
         return (*settings.transport_config().allowed_hosts, *weights,
                 *proxy_hosts([settings.api_url, settings.web_url, *patterns]))
@@ -79,7 +85,7 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
     roots = (*own, audit_path.parent,
              Path(platformdirs.user_cache_dir("sigstore-python", appauthor=False)),
              Path(platformdirs.user_data_dir("sigstore-python", appauthor=False)),
-             Path(tempfile.gettempdir()))
+             Path(tempfile.gettempdir()), hub_cache())
     return OwnWork(hosts, tuple(dict.fromkeys(os.path.realpath(r) for r in roots)),
                    (os.path.realpath(settings.data_dir / ConsentStore.FOLDER),))
 
@@ -94,4 +100,5 @@ def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
         weights_only=reqs.weights_only, warn_only=decision.mode == "warn",
         locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
         records=WeightPins(data_dir), repo_key=spec.key, transport=transport,
-        locked_spec=lock.spec if lock is not None else None)
+        locked_spec=lock.spec if lock is not None else None,
+        commits={w.url: w.commit for w in lock.weights if w.commit} if lock is not None else {})

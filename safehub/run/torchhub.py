@@ -35,8 +35,20 @@ from typing import Any
 from safehub._internal import fixes
 from safehub.errors import HubconfError, SafehubError
 
-__all__ = ["ROUTED", "call_entrypoint", "described", "docstring", "entrypoints", "handling",
-           "install", "original", "torch_hub", "uninstall"]
+__all__ = [
+    "ROUTED",
+    "call_entrypoint",
+    "described",
+    "docstring",
+    "entrypoints",
+    "handling",
+    "install",
+    "original",
+    "routed_to",
+    "torch_hub",
+    "trampoline",
+    "uninstall",
+]
 
 ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
 _LOCK = threading.RLock()
@@ -62,8 +74,10 @@ def torch_hub() -> types.ModuleType:
     return module
 
 
-def _trampoline(name: str, func: types.FunctionType) -> types.CodeType:
-    """Code with ``func``'s parameters that calls ``_dispatch(name, args, kwargs)``.
+def trampoline(name: str, func: types.FunctionType,
+               module: str = "safehub.run.torchhub") -> types.CodeType:
+    """Code with ``func``'s parameters that calls ``module._dispatch(name, args, kwargs)``
+    (``safehub.run.hfhub`` routes huggingface_hub's downloads with it too).
 
     Defaults live on the function object, not in its code, so torch's own defaults (and
     ``inspect.signature``) are unchanged.
@@ -89,11 +103,12 @@ def _trampoline(name: str, func: types.FunctionType) -> types.CodeType:
             header.append(f"{p.name}=None" if p.default is not p.empty else p.name)
             args.append(p.name)
     source = (f"def {func.__name__}({', '.join(header)}):\n"
-              f"    return __import__('safehub.run.torchhub', fromlist=['_dispatch'])"
+              f"    return __import__({module!r}, fromlist=['_dispatch'])"
               f"._dispatch({name!r}, ({', '.join(args)}{',' if args else ''}), "
               f"{{{', '.join(kwargs)}}})\n")
     scope: dict[str, Any] = {}
-    exec(compile(source, f"<safehub routing of torch.hub.{name}>", "exec"), scope)
+    where = "torch.hub" if module == "safehub.run.torchhub" else func.__module__
+    exec(compile(source, f"<safehub routing of {where}.{name}>", "exec"), scope)
     code: types.CodeType = scope[func.__name__].__code__
     return code
 
@@ -115,7 +130,7 @@ def _route() -> None:
             copy.__doc__ = func.__doc__
             _ORIGINALS[name] = copy
             _SWAPPED[name] = func.__code__
-            func.__code__ = _trampoline(name, func)
+            func.__code__ = trampoline(name, func)
 
 
 @functools.cache
@@ -175,6 +190,12 @@ def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     target = (_handler(name) or _tree_handler(name) or _INSTALLED.get(name)
               or original(name))
     return target(*args, **kwargs)
+
+
+def routed_to(name: str) -> Callable[..., Any] | None:
+    """The handler of the load a call of ``name`` belongs to, asked by another module's
+    ``_dispatch`` called from its trampoline (the frames above are as they are here)."""
+    return _handler(name) or _tree_handler(name)
 
 
 @contextlib.contextmanager

@@ -17,8 +17,10 @@ repo's code bound them before the load:
 * ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
   every matching policy rule says ``weights_only = false``.
 
-Code that fetches with other libraries is not covered: safehub does not sandbox a repo
-it has decided to trust (see docs/threat-model.md).
+Files from the Hugging Face Hub (``huggingface_hub``'s downloads) come here through
+:mod:`safehub.run.hfhub`, keyed ``hf://REPO_ID@REVISION/PATH``. Code that fetches with
+other libraries is not covered: safehub does not sandbox a repo it has decided to trust
+(see docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -80,32 +82,37 @@ class WeightsGuard:
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
         will read and send it (:func:`~safehub._internal.urls.read_url`)."""
-        try:
-            hop = read_url(url, http=True)  # http only where no pattern is set (torch's)
-        except UrlError as e:
-            raise PolicyDenied(f"hubconf.py of {self.repo} tried to download from a URL "
-                               f"safehub does not follow: {e}",
-                               fix=fixes.say(f"{e.advice}; download "
-                               "weights from a plain https://host/path URL")) from None
-        if {".", ".."} & {unquote(seg) for seg in hop.path.split("/")} or any(
-                enc in hop.path.lower() for enc in ("%2f", "%5c")):
-            raise PolicyDenied(
-                f"hubconf.py of {self.repo} tried to download {hop}: a URL with '.' or "
-                "'..' path segments, or an encoded '/' or '\\' in its path, is refused (a "
-                "client or server may act on them after the weights patterns matched)",
-                fix=fixes.say("download weights from a plain https://host/path URL"))
-        # Patterns see the URL as it will be sent, so that
-        # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
-        canonical = str(hop)
+        if url.startswith("hf://"):  # a Hugging Face Hub file's pin key (run/hfhub.py)
+            from safehub.run.hfhub import written_forms
+
+            forms = written_forms(url)
+            folder = forms[0]
+        else:
+            try:
+                hop = read_url(url, http=True)  # http only where no pattern is set (torch's)
+            except UrlError as e:
+                raise PolicyDenied(f"hubconf.py of {self.repo} tried to download from a URL "
+                                   f"safehub does not follow: {e}",
+                                   fix=fixes.say(f"{e.advice}; download "
+                                   "weights from a plain https://host/path URL")) from None
+            if {".", ".."} & {unquote(seg) for seg in hop.path.split("/")} or any(
+                    enc in hop.path.lower() for enc in ("%2f", "%5c")):
+                raise PolicyDenied(
+                    f"hubconf.py of {self.repo} tried to download {hop}: a URL with '.' or "
+                    "'..' path segments, or an encoded '/' or '\\' in its path, is refused (a "
+                    "client or server may act on them after the weights patterns matched)",
+                    fix=fixes.say("download weights from a plain https://host/path URL"))
+            # Patterns see the URL as it will be sent, so that
+            # 'https://evil.example#.myorg.example/x' cannot pass for a myorg URL.
+            forms, folder = (str(hop),), str(hop).split("?", 1)[0].rsplit("/", 1)[0] + "/*"
         for i, patterns in enumerate(self.patterns):
-            if not any(p.match(canonical) for p in patterns):
+            if not any(p.match(form) for p in patterns for form in forms):
                 allowed = ", ".join(p.pattern for p in patterns)
                 message = (f"hubconf.py of {self.repo} tried to download {url}, which the "
                            f"policy's weights patterns do not allow ({allowed})")
                 if self.warn_only:
                     warn(f"{message} (mode = 'warn', allowed)")
                     return
-                folder = canonical.split("?", 1)[0].rsplit("/", 1)[0] + "/*"
                 wanted = ", ".join(f'"{p}"' for p in (*(p.pattern for p in patterns), folder))
                 path, table = self.rules[i] if i < len(self.rules) else ("your policy", "")
                 raise PolicyDenied(message, fix=fixes.noted(
@@ -262,6 +269,36 @@ class WeightsGuard:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
                                                       check_hash, file_name, weights_only)
+
+    # -- Hugging Face Hub files (safehub/run/hfhub.py) ----------------------------------------
+
+    commits: dict[str, str] = field(default_factory=dict)
+    """The lockfile's commit of each pinned Hub file (``hf://`` key -> 40-hex commit)."""
+
+    def pinned_commit(self, key: str) -> str | None:
+        """The commit a Hub file's revision was pinned to (the lockfile's, else the user's
+        where it pins the same content as the lockfile)."""
+        seen = self.records.get(key) if self.records is not None else None
+        if seen and key in self.locked and seen["sha256"] != self.locked[key]:
+            seen = None
+        commit = self.commits.get(key) or (seen.get("commit") if seen else None)
+        return commit if isinstance(commit, str) and commit else None
+
+    def pinned_sha256(self, key: str) -> str | None:
+        """The sha256 a Hub file is pinned to (the lockfile's, else the user's)."""
+        seen = self.records.get(key) if self.records is not None else None
+        return self.locked.get(key) or (str(seen["sha256"]) if seen else None)
+
+    def check_hub_file(self, key: str, path: Path, commit: str, size: int | None) -> None:
+        """:meth:`check_file` for a Hub file; its pin keeps the commit its revision was at."""
+        self.check_file(key, path)
+        if self.records is not None and (self.records.get(key) or {}).get("commit") != commit:
+            from safehub.run.runtime import own_work
+
+            with own_work():
+                self.records.put(key, self._sha256(key, path), path,
+                                 lambda p: _stat_key(p.stat()), repo=self.repo_key,
+                                 commit=commit, size=size)
 
 
 def _text(value: object, name: str) -> str:

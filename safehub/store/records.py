@@ -265,13 +265,18 @@ class WeightPins:
         return None
 
     def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]],
-            repo: str = "") -> None:
-        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it)."""
+            repo: str = "", *, commit: str = "", size: int | None = None) -> None:
+        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it; a
+        Hub file's ``commit`` and ``size`` are kept until given again)."""
         data = self._all()
         with contextlib.suppress(OSError):
             old = data.get(url)
             repos = sorted({*(_repos(old)), *([repo] if repo else [])})
-            entry = {"sha256": sha256, "file": str(path), "stat": stat_key(path),
+            kept = {k: v for k, v in old.items() if k in ("commit", "size")
+                    and old.get("sha256") == sha256} if isinstance(old, dict) else {}
+            entry = {**kept, **({"commit": commit} if commit else {}),
+                     **({"size": size} if size is not None else {}),
+                     "sha256": sha256, "file": str(path), "stat": stat_key(path),
                      "repos": repos}
             if old == entry:
                 return

@@ -1,0 +1,161 @@
+"""The Hugging Face Hub cache as huggingface_hub lays it out, for :mod:`safehub.run.hfhub`:
+a repo's folder (``models--org--name``) holds ``blobs/`` named by their etag,
+``snapshots/COMMIT/PATH`` links to them and ``refs/REVISION`` files naming a commit, so the
+library's own cache lookups (``try_to_load_from_cache``, its offline mode) find what safehub
+downloaded. Links and refs are written atomically.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import quote
+
+from safehub._internal import fixes
+
+__all__ = ["HUB", "KINDS", "Where", "hub_cache", "hub_endpoint", "link", "listing_path", "place",
+           "read_listing", "write_listing", "write_ref"]
+
+HUB = "https://huggingface.co"
+"""The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
+KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
+"""The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where one call's files come from and go to."""
+
+    endpoint: str
+    cache_dir: str | os.PathLike[str] | None
+    local_files_only: bool
+    token: bool | str | None
+    headers: dict[str, str] | None
+
+    def storage(self, repo_id: str, kind: str) -> Path:
+        from huggingface_hub import constants
+
+        root = Path(self.cache_dir or constants.HF_HUB_CACHE).expanduser()
+        return root / f"{kind}s--{repo_id.replace('/', '--')}"
+
+    def resolve_url(self, repo_id: str, kind: str, at: str, path: str) -> str:
+        return (f"{self.endpoint}/{KINDS[kind]}{repo_id}/resolve/{quote(at, safe='')}/"
+                f"{quote(path)}")
+
+    def auth(self, hop: str) -> Mapping[str, str]:
+        """The Hub's headers (its token) for the endpoint's own hops only."""
+        if not hop.startswith(self.endpoint + "/"):
+            return {}
+        token = self.token
+        if token is None or token is True:  # as the library finds it (HF_TOKEN, its file);
+            from huggingface_hub import get_token  # not build_hf_headers: its user agent
+
+            token = get_token()  # asks the Hub which agent runs it (a request of its own)
+        sent = dict(self.headers or {})
+        if isinstance(token, str) and token:
+            sent["Authorization"] = f"Bearer {token}"
+        return sent
+
+
+def link(snapshot: Path, blob: Path) -> None:
+    """``snapshot`` -> ``blob``, relative, as huggingface_hub links them (atomic)."""
+    snapshot.parent.mkdir(parents=True, exist_ok=True)
+    tmp = snapshot.with_name(f".{snapshot.name}.{os.getpid()}.link")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    os.symlink(os.path.relpath(blob, snapshot.parent), tmp)
+    os.replace(tmp, snapshot)
+
+
+def write_ref(storage: Path, revision: str, commit: str) -> None:
+    """The cache's ref for a revision (huggingface_hub's own offline lookup reads it)."""
+    from safehub._internal.fsutil import atomic_write, within
+
+    ref = storage / "refs" / revision
+    if not within(os.path.normpath(ref), os.path.normpath(storage / "refs")):
+        return
+    with contextlib.suppress(OSError):
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write(ref, commit.encode())
+
+
+def place(file: Path, local_dir: str | os.PathLike[str] | None, path: str) -> Path:
+    """The checked file, or its copy at ``local_dir/path`` if the code asked for one."""
+    if local_dir is None:
+        return file
+    target = Path(local_dir).expanduser().resolve() / path
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    os.close(fd)
+    try:
+        shutil.copyfile(file, tmp)
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return target
+
+
+def listing_path(storage: Path, commit: str) -> Path:
+    """Where the file list of a repo at ``commit`` is kept (safehub's, beside the library's
+    folders: a snapshot's listing is pinned like a file)."""
+    return storage / ".safehub" / f"{commit}.json"
+
+
+def write_listing(storage: Path, commit: str, paths: list[str]) -> Path:
+    """The listing written as one canonical text (the same files, the same sha256)."""
+    from safehub._internal.fsutil import atomic_write
+
+    path = listing_path(storage, commit)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write(path, (json.dumps(sorted(set(paths))) + "\n").encode())
+    return path
+
+
+def read_listing(path: Path, key: str) -> list[str]:
+    from safehub.errors import IntegrityError
+
+    try:
+        listed = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        listed = e
+    if not isinstance(listed, list) or not all(isinstance(p, str) for p in listed):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise IntegrityError(f"the kept listing of {key} ({path}) is not a list of files; "
+                             "it was removed", fix=fixes.say("load again"))
+    return listed
+
+
+def hub_cache() -> Path:
+    """The Hub cache huggingface_hub uses: its own setting where it is imported, else as
+    it would read the environment (safehub's own work may write there during a load).
+
+    >>> hub_cache().name
+    'hub'
+    """
+    import sys
+
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        return Path(constants.HF_HUB_CACHE)
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+    return Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
+
+
+def hub_endpoint() -> str:
+    """The Hub endpoint huggingface_hub uses (without importing it: not imported, the
+    environment's, as it would read it)."""
+    import sys
+
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        return str(constants.ENDPOINT).rstrip("/")
+    return (os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")
