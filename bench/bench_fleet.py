@@ -79,14 +79,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--oci-only", action="store_true", help="only part 5 (OCI)")
     ap.add_argument("--big-mb", type=int, default=100, help="size of part 5's big snapshot")
+    ap.add_argument("--profile", action="store_true",
+                    help="part 5 only: one node under cProfile and -X importtime, then stop")
     args = ap.parse_args(argv)
     # Measured as users run it: bytecode compiled (pip compiles on install), for the
     # children too (this environment sets PYTHONDONTWRITEBYTECODE).
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "safehub"),
                     str(HERE / "_loopback.py")], check=True)
-    if args.oci_only:
-        return oci_bench(args.procs, args.big_mb)
+    if args.oci_only or args.profile:
+        return oci_bench(args.procs, args.big_mb, profile=args.profile)
 
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-fleet-"))
     home = work / "home"
@@ -185,7 +187,7 @@ def _summary(times: list[tuple[float, ...]]) -> str:
             f"median {statistics.median(cpus):.0f} ms")
 
 
-def oci_bench(n: int, big_mb: int) -> int:
+def oci_bench(n: int, big_mb: int, *, profile: bool = False) -> int:
     """Part 5 (see the module docstring); prints its table."""
     import time
 
@@ -230,6 +232,17 @@ def oci_bench(n: int, big_mb: int) -> int:
                         "SAFEHUB_GITHUB_API_URL": "https://127.0.0.1:9/no-github",
                         "SAFEHUB_GITHUB_URL": "https://127.0.0.1:9/no-github"}
             rows.append(f"push of 3 snapshots (prefetch --oci, whole pipeline): {push_ms:.0f} ms")
+            if profile and os.environ.get("BENCH_HOLD"):  # keep it up for hand-run nodes
+                import json
+                Path(os.environ["BENCH_HOLD"]).write_text(json.dumps(
+                    {"env": {**node_env, "SAFEHUB_OCI": f"{origin.host}/bench/hub"},
+                     "specs": specs, "cwd": str(project), "work": str(work)}))
+                sys.stdin.readline()
+            if profile:
+                profile_node(specs, {**node_env, "SAFEHUB_OCI": f"{origin.host}/bench/hub",
+                                     "SAFEHUB_CACHE_DIR": str(work / "prof/cache"),
+                                     "XDG_DATA_HOME": str(work / "prof/data")}, project)
+                return 0
             for label, host in (("registry", origin.host), ("pull-through cache", proxy.host),
                                 ("filled pull-through cache", proxy.host)):
                 server.clear_log()
@@ -248,6 +261,43 @@ def oci_bench(n: int, big_mb: int) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, loopback):", *rows]))
     return 0
+
+
+PROFILE_CHILD = """
+import cProfile, pstats, sys
+import torch, safehub
+prof = cProfile.Profile()
+prof.enable()
+for spec in sys.argv[1:]:
+    safehub.Hub().prepare(spec, trust_repo=True, verbose=False)
+prof.disable()
+stats = pstats.Stats(prof, stream=sys.stdout)
+stats.sort_stats("cumulative").print_stats(45)
+stats.sort_stats("tottime").print_stats(25)
+"""
+
+
+def profile_node(specs: list[str], env: dict[str, str], cwd: Path) -> None:
+    """One node's cold load of ``specs`` under cProfile, then the modules it imports
+    beyond ``import torch, safehub`` (-X importtime, cumulative microseconds)."""
+    subprocess.run([sys.executable, "-c", PROFILE_CHILD, *specs], cwd=cwd, env=env, check=True)
+    shutil.rmtree(env["SAFEHUB_CACHE_DIR"], ignore_errors=True)
+    code = ("import sys, torch, safehub\nprint('--after--', file=sys.stderr)\n"
+            "[safehub.Hub().prepare(s, trust_repo=True, verbose=False) for s in sys.argv[1:]]")
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *specs], cwd=cwd,
+                         env=env, check=True, capture_output=True, text=True).stderr
+    if os.environ.get("BENCH_IMPORTTIME"):
+        Path(os.environ["BENCH_IMPORTTIME"]).write_text(err)
+    rows = []
+    for line in err.split("--after--", 1)[1].splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip()))
+    top = [r for r in rows if not r[1].startswith("    ")]  # imported by the load itself
+    print(f"imports during the load: {len(rows)} modules, "
+          f"{sum(r[0] for r in top) / 1e3:.1f} ms (top-level, cumulative)")
+    for us, name in sorted(top, reverse=True)[:25]:
+        print(f"  {us / 1e3:7.1f} ms  {name.strip()}")
 
 
 TORCH_CHILD = """
