@@ -24,7 +24,6 @@ import _imp
 import contextlib
 import functools
 import importlib.machinery
-import importlib.metadata
 import os
 import re
 import sys
@@ -32,9 +31,12 @@ import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safehub._internal.fsutil import within_any
+
+if TYPE_CHECKING:  # imported where used: it costs a start that never needs it
+    import importlib.metadata
 
 __all__ = ["Shadow", "first_warning", "leftovers", "owners_of", "shadowing", "top_level_owners"]
 
@@ -222,6 +224,8 @@ def _tops_from_record(record: str) -> set[str]:
 def top_level_owners() -> dict[str, tuple[str, ...]]:
     """Top-level module name -> installed distributions that provide it (cached per
     process; read from ``top_level.txt``, else from ``RECORD``)."""
+    import importlib.metadata
+
     global _OWNERS
     with _OWNERS_LOCK:
         if _OWNERS is None:
@@ -258,6 +262,8 @@ def owners_of(names: Collection[str]) -> dict[str, tuple[str, ...]]:
     same: installing or removing a distribution adds or removes its ``.dist-info`` folder
     in a ``sys.path`` entry, which changes that entry's mtime, and drops what was kept.
     """
+    import importlib.metadata
+
     global _OWNED_KEY
     key = _path_key()
     with _OWNERS_LOCK:
@@ -308,6 +314,8 @@ def source_repos(distribution: str) -> set[str]:
     >>> source_repos("no-such-distribution")
     set()
     """
+    import importlib.metadata
+
     try:
         metadata = importlib.metadata.metadata(distribution)
     except importlib.metadata.PackageNotFoundError:

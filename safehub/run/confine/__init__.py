@@ -44,8 +44,6 @@ _WRITE = (_landlock.FS.WRITE_FILE | _landlock.FS.REMOVE_DIR | _landlock.FS.REMOV
 def available() -> int:
     """The Landlock ABI this kernel offers; :class:`ConfineError` if it is below
     :data:`MIN_ABI` (naming what is missing)."""
-    import platform
-
     try:
         abi = _landlock.abi()
     except OSError as e:
@@ -53,8 +51,9 @@ def available() -> int:
                            fix=fixes.say("run without --confine on this machine, or on a Linux "
                                          "kernel with Landlock")) from e
     if abi == 0:
+        kernel = os.uname()
         raise ConfineError(
-            f"the kernel ({platform.system()} {platform.release()}) has no Landlock: it is "
+            f"the kernel ({kernel.sysname} {kernel.release}) has no Landlock: it is "
             "not built in, or not in the lsm= boot parameter", fix=fixes.say("boot a kernel with "
             "Landlock (Linux 6.7 or newer, CONFIG_SECURITY_LANDLOCK, lsm=...,landlock), or "
             "drop --confine, SAFEHUB_CONFINE and [safehub] confine = true"))
