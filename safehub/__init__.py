@@ -90,7 +90,10 @@ def __dir__() -> builtins.list[str]:
 
 def __getattr__(name: str) -> Any:
     if name == "Hub":
-        from safehub.hub import Hub
+        from safehub._internal import gcpause
+
+        with gcpause.paused():  # it imports most of safehub (see gcpause)
+            from safehub.hub import Hub
 
         return Hub
     raise AttributeError(f"module 'safehub' has no attribute {name!r}")
