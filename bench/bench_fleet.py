@@ -28,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -79,14 +81,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--files", type=int, default=1000)
     ap.add_argument("--oci-only", action="store_true", help="only part 5 (OCI)")
     ap.add_argument("--big-mb", type=int, default=100, help="size of part 5's big snapshot")
+    ap.add_argument("--profile", action="store_true",
+                    help="part 5 only: one node under cProfile and -X importtime, then stop")
     args = ap.parse_args(argv)
     # Measured as users run it: bytecode compiled (pip compiles on install), for the
     # children too (this environment sets PYTHONDONTWRITEBYTECODE).
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "safehub"),
                     str(HERE / "_loopback.py")], check=True)
-    if args.oci_only:
-        return oci_bench(args.procs, args.big_mb)
+    if args.oci_only or args.profile:
+        return oci_bench(args.procs, args.big_mb, profile=args.profile)
 
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-fleet-"))
     home = work / "home"
@@ -157,14 +161,16 @@ def main(argv: list[str] | None = None) -> int:
     return oci_bench(args.procs, args.big_mb)
 
 
+# A node: torch imported first, as torch.hub's node has it (both pay it, outside the
+# window), then the drop-in load of each spec's entrypoint, as torch.hub's node calls it.
 OCI_CHILD = """
 import sys, time
-import safehub
+import torch, safehub
 print("ready", flush=True)
 sys.stdin.readline()
 t, c = time.perf_counter(), time.process_time()
 for spec in sys.argv[1:]:
-    safehub.Hub().prepare(spec, trust_repo=True, verbose=False)
+    safehub.load(spec, "tiny", trust_repo=True, verbose=False)
 print(f"{(time.perf_counter() - t) * 1e3:.3f} {(time.process_time() - c) * 1e3:.3f}",
       flush=True)
 """
@@ -185,7 +191,7 @@ def _summary(times: list[tuple[float, ...]]) -> str:
             f"median {statistics.median(cpus):.0f} ms")
 
 
-def oci_bench(n: int, big_mb: int) -> int:
+def oci_bench(n: int, big_mb: int, *, profile: bool = False) -> int:
     """Part 5 (see the module docstring); prints its table."""
     import time
 
@@ -230,6 +236,17 @@ def oci_bench(n: int, big_mb: int) -> int:
                         "SAFEHUB_GITHUB_API_URL": "https://127.0.0.1:9/no-github",
                         "SAFEHUB_GITHUB_URL": "https://127.0.0.1:9/no-github"}
             rows.append(f"push of 3 snapshots (prefetch --oci, whole pipeline): {push_ms:.0f} ms")
+            if profile and os.environ.get("BENCH_HOLD"):  # keep it up for hand-run nodes
+                import json
+                Path(os.environ["BENCH_HOLD"]).write_text(json.dumps(
+                    {"env": {**node_env, "SAFEHUB_OCI": f"{origin.host}/bench/hub"},
+                     "specs": specs, "cwd": str(project), "work": str(work)}))
+                sys.stdin.readline()
+            if profile:
+                profile_node(specs, {**node_env, "SAFEHUB_OCI": f"{origin.host}/bench/hub",
+                                     "SAFEHUB_CACHE_DIR": str(work / "prof/cache"),
+                                     "XDG_DATA_HOME": str(work / "prof/data")}, project)
+                return 0
             for label, host in (("registry", origin.host), ("pull-through cache", proxy.host),
                                 ("filled pull-through cache", proxy.host)):
                 server.clear_log()
@@ -248,6 +265,43 @@ def oci_bench(n: int, big_mb: int) -> int:
         shutil.rmtree(work, ignore_errors=True)
     print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, loopback):", *rows]))
     return 0
+
+
+PROFILE_CHILD = """
+import cProfile, pstats, sys
+import torch, safehub
+prof = cProfile.Profile()
+prof.enable()
+for spec in sys.argv[1:]:
+    safehub.load(spec, "tiny", trust_repo=True, verbose=False)
+prof.disable()
+stats = pstats.Stats(prof, stream=sys.stdout)
+stats.sort_stats("cumulative").print_stats(45)
+stats.sort_stats("tottime").print_stats(25)
+"""
+
+
+def profile_node(specs: list[str], env: dict[str, str], cwd: Path) -> None:
+    """One node's cold load of ``specs`` under cProfile, then the modules it imports
+    beyond ``import torch, safehub`` (-X importtime, cumulative microseconds)."""
+    subprocess.run([sys.executable, "-c", PROFILE_CHILD, *specs], cwd=cwd, env=env, check=True)
+    shutil.rmtree(env["SAFEHUB_CACHE_DIR"], ignore_errors=True)
+    code = ("import sys, torch, safehub\nprint('--after--', file=sys.stderr)\n"
+            "[safehub.load(s, 'tiny', trust_repo=True, verbose=False) for s in sys.argv[1:]]")
+    err = subprocess.run([sys.executable, "-X", "importtime", "-c", code, *specs], cwd=cwd,
+                         env=env, check=True, capture_output=True, text=True).stderr
+    if os.environ.get("BENCH_IMPORTTIME"):
+        Path(os.environ["BENCH_IMPORTTIME"]).write_text(err)
+    rows = []
+    for line in err.split("--after--", 1)[1].splitlines():
+        parts = line.split("|")
+        if len(parts) == 3 and parts[1].strip().isdigit():
+            rows.append((int(parts[1]), parts[2].rstrip()))
+    top = [r for r in rows if not r[1].startswith("    ")]  # imported by the load itself
+    print(f"imports during the load: {len(rows)} modules, "
+          f"{sum(r[0] for r in top) / 1e3:.1f} ms (top-level, cumulative)")
+    for us, name in sorted(top, reverse=True)[:25]:
+        print(f"  {us / 1e3:7.1f} ms  {name.strip()}")
 
 
 TORCH_CHILD = """
@@ -324,7 +378,63 @@ def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
         rows.append(f"{n} nodes x 3 specs {label}: {len(times)}/{n} succeeded, "
                     f"{_summary(times)}; GitHub requests "
                     f"{server.count()}")  # type: ignore[attr-defined]
+    return rows + alone(cases[0], cases[2], node_env, host, specs, work, project, server)
+
+
+def alone(signed: tuple[str, str, Any], torch_case: tuple[str, str, Any],
+          node_env: dict[str, str], host: str, specs: list[str], work: Path, project: Path,
+          server: object, rounds: int = 7) -> list[str]:
+    """One node at a time (no contention), in rounds that run torch.hub's node right
+    beside safehub's (unsigned and signed): the window's CPU (after ``import torch``), and
+    the whole process's wall and CPU (``wait4``); medians, ratios to torch.hub."""
+    def unsigned(i: int) -> dict[str, str]:
+        return {**node_env, "SAFEHUB_OCI": f"{host}/bench/hub",
+                "SAFEHUB_CACHE_DIR": str(work / f"alone/n{i}/cache"),
+                "XDG_DATA_HOME": str(work / f"alone/n{i}/data")}
+
+    kinds = {"torch.hub": (torch_case[1], torch_case[2]), "safehub": (OCI_CHILD, unsigned),
+             "safehub, fleet signature": (signed[1], signed[2])}
+    got: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}
+    github = {k: 0 for k in kinds}
+    for r in range(rounds):
+        for kind, (code, env) in kinds.items():
+            server.clear_log()  # type: ignore[attr-defined]
+            got[kind].append(_whole(code, specs, env(1000 + r), project))
+            github[kind] += server.count()  # type: ignore[attr-defined]
+    med = {k: [statistics.median(t[i] for t in v) for i in range(4)] for k, v in got.items()}
+    base = med["torch.hub"]
+    rows = [f"one node at a time x 3 specs, median of {rounds} (window after import torch: "
+            "wall / CPU; whole process: wall / CPU; ratio to torch.hub's):"]
+    for kind, (w, c, ww, wc) in med.items():
+        rows.append(f"  {kind:26} window {w:6.0f} / {c:5.0f} ms ({c / base[1]:.2f}x CPU); "
+                    f"whole {ww:6.0f} / {wc:5.0f} ms ({ww / base[2]:.2f}x wall, "
+                    f"{wc / base[3]:.2f}x CPU)")
+    rows.append(f"  signature: {med['safehub, fleet signature'][1] - med['safehub'][1]:+.0f} ms "
+                f"CPU over without; GitHub requests by safehub's nodes "
+                f"{github['safehub'] + github['safehub, fleet signature']}, by torch.hub's "
+                f"{github['torch.hub']}")
     return rows
+
+
+def _whole(code: str, specs: list[str], env: dict[str, str], cwd: Path) -> tuple[float, ...]:
+    """One node process: its window (wall, CPU) and the whole process (wall, and CPU from
+    ``wait4``); its output goes to files, so no pipe can fill."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t = time.perf_counter()
+        proc = subprocess.Popen([sys.executable, "-c", code, *specs], cwd=cwd, env=env,
+                                stdin=subprocess.PIPE, stdout=out, stderr=err)
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        proc.stdin.close()
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = (time.perf_counter() - t) * 1e3
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if proc.returncode != 0:
+            raise RuntimeError(err.read().decode(errors="replace")[-2000:])
+        window = tuple(map(float, out.read().decode().strip().splitlines()[-1].split()))
+    return (*window, wall, (usage.ru_utime + usage.ru_stime) * 1e3)
 
 
 def big_snapshot(megabytes: int, work: Path, origin: object, server: object,

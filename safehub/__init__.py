@@ -111,7 +111,10 @@ def __getattr__(name: str) -> Any:
     """The public names that live in a submodule, imported on first use (PEP 562), so that
     ``import safehub`` stays cheap."""
     if name == "Hub":
-        from safehub.hub import Hub
+        from safehub._internal import gcpause
+
+        with gcpause.paused():  # it imports most of safehub (see gcpause)
+            from safehub.hub import Hub
 
         return Hub
     if name == "Settings":

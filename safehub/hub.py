@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
-from safehub._internal import fixes
+from safehub._internal import fixes, gcpause
 from safehub.context import Context
 from safehub.errors import NotFoundError, SpecError
 from safehub.outcome import Prepared
@@ -61,8 +61,9 @@ class Hub:
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
                  transport: Transport | None = None, source: Source | None = None,
                  **overrides: Any) -> None:
-        self.context = Context(settings, policy=policy, transport=transport, source=source,
-                               **overrides)
+        with gcpause.paused():  # safehub's own work: the collector's pass is the program's
+            self.context = Context(settings, policy=policy, transport=transport,
+                                   source=source, **overrides)
         """The parts, built once; the pipeline's steps are functions of it."""
 
     # -- the context's parts, by their names here -----------------------------------------

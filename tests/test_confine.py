@@ -463,3 +463,13 @@ def test_the_users_own_file_may_widen_the_defaults(isolated: Path) -> None:
     assert [n.split(": ", 1)[1] for n in ruleset.notes] == [
         "[confine] exec 'curl' is not granted (a later file only narrows [confine] exec: "
         f"the bound is ['git'] from {user})"]
+
+
+def test_a_load_reads_the_ruleset_without_loading_the_kernel_bindings() -> None:
+    """Every load imports the confine package (the guard reads ``current()``); the
+    Landlock and libseccomp bindings (ctypes) are imported only by what confines."""
+    code = ("import sys\nfrom safehub.run.confine import current\ncurrent()\n"
+            "print(sorted(m for m in sys.modules if m.startswith('safehub.run.confine._')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.stdout.strip() == "[]"

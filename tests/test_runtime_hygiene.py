@@ -240,3 +240,52 @@ def test_a_renamed_repo_asked_by_its_old_name_is_judged_by_the_name_it_resolved_
     with pytest.warns(UserWarning, match="its own distribution"):
         assert safehub.load("rwightman/pytorch-image-models:v1.0", "tiny",
                             verbose=False) == 1
+
+
+def test_the_owners_of_a_few_names_are_the_whole_maps_answer() -> None:
+    """Differential: looking up only some names (the shortcut a load takes) answers as the
+    map of every installed distribution does, for names owned, shared and unowned."""
+    from safehub.run.hygiene import owners_of
+
+    owners = top_level_owners()
+    names = [*sorted(owners)[:40], "no_such_module_here", "json"]
+    assert owners_of(names) == {n: owners.get(n, ()) for n in names}
+
+
+def test_a_distribution_installed_later_is_seen_by_the_kept_owners(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kept answer is dropped when a sys.path entry changes (a new .dist-info folder
+    there changes its mtime), so a distribution installed after the first look counts."""
+    from safehub.run.hygiene import owners_of
+
+    site = tmp_path / "site-packages"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    assert owners_of(["lateinstall"]) == {"lateinstall": ()}
+    before = os.stat(site).st_mtime_ns
+    info = site / "lateinstall-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: LateInstall\nVersion: 1.0\n")
+    (info / "RECORD").write_text("lateinstall/__init__.py,,\n"
+                                 "lateinstall-1.0.dist-info/METADATA,,\n")
+    os.utime(site, ns=(before + 10**9, before + 10**9))  # a coarse clock still moves on
+    assert owners_of(["lateinstall"]) == {"lateinstall": ("LateInstall",)}
+
+
+@pytest.mark.usefixtures("installed")
+def test_a_shadow_is_warned_about_once_per_process_and_recorded_on_every_load(
+        tree: Path) -> None:
+    import warnings
+
+    package(tree, "timmish")
+    guard = RuntimeGuard(RuntimeRules(mode="enforce"), repo="huggingface/pytorch-image-models",
+                         tree=tree)
+    with pytest.warns(UserWarning, match="shadows distribution timmish"), guard.active():
+        pass
+    again = RuntimeGuard(RuntimeRules(mode="enforce"), repo="huggingface/pytorch-image-models",
+                         tree=tree)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a second warning would fail here
+        with again.active() as report:
+            pass
+    assert report.shadowing[0].own_distribution and report.refused == []

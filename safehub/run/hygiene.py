@@ -24,7 +24,6 @@ import _imp
 import contextlib
 import functools
 import importlib.machinery
-import importlib.metadata
 import os
 import re
 import sys
@@ -32,11 +31,14 @@ import threading
 from collections.abc import Collection
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from safehub._internal.fsutil import within_any
 
-__all__ = ["Shadow", "leftovers", "shadowing", "top_level_owners"]
+if TYPE_CHECKING:  # imported where used: it costs a start that never needs it
+    import importlib.metadata
+
+__all__ = ["Shadow", "first_warning", "leftovers", "owners_of", "shadowing", "top_level_owners"]
 
 # Standard-library names no library imports at run time (demos and IDLE); a repo's module
 # of that name is not reported. ``test`` is not in sys.stdlib_module_names at all.
@@ -222,25 +224,80 @@ def _tops_from_record(record: str) -> set[str]:
 def top_level_owners() -> dict[str, tuple[str, ...]]:
     """Top-level module name -> installed distributions that provide it (cached per
     process; read from ``top_level.txt``, else from ``RECORD``)."""
+    import importlib.metadata
+
     global _OWNERS
     with _OWNERS_LOCK:
         if _OWNERS is None:
             owners: dict[str, set[str]] = {}
             for dist in importlib.metadata.distributions():
                 name = dist.metadata["Name"] or "?"
-                text = dist.read_text("top_level.txt")
-                tops = set(text.split()) if text else _tops_from_record(
-                    dist.read_text("RECORD") or "")
-                for top in tops:
+                for top in _tops(dist):
                     owners.setdefault(top, set()).add(name)
             _OWNERS = {k: tuple(sorted(v)) for k, v in owners.items()}
         return _OWNERS
 
 
+def _tops(dist: importlib.metadata.Distribution, wanted: Collection[str] = ()) -> set[str]:
+    """The distribution's top-level names (``wanted``: only whether these are among them,
+    and a ``RECORD`` that names none of them as text is not parsed)."""
+    text = dist.read_text("top_level.txt")
+    if text:
+        return set(text.split())
+    record = dist.read_text("RECORD") or ""
+    if wanted and not any(name in record for name in wanted):
+        return set()
+    return _tops_from_record(record)
+
+
+_OWNED: dict[str, tuple[str, ...]] = {}
+_OWNED_KEY: tuple[Any, ...] = ()
+
+
+def owners_of(names: Collection[str]) -> dict[str, tuple[str, ...]]:
+    """:func:`top_level_owners` for ``names`` only: the same answer, without reading every
+    distribution's metadata (only the ones that provide one of the names).
+
+    Kept per process while ``sys.path`` and the mtime of each of its entries stay the
+    same: installing or removing a distribution adds or removes its ``.dist-info`` folder
+    in a ``sys.path`` entry, which changes that entry's mtime, and drops what was kept.
+    """
+    import importlib.metadata
+
+    global _OWNED_KEY
+    key = _path_key()
+    with _OWNERS_LOCK:
+        if key != _OWNED_KEY:
+            _OWNED.clear()
+            _OWNED_KEY = key
+        wanted = {n for n in names if n not in _OWNED}
+        if wanted:
+            found: dict[str, set[str]] = {n: set() for n in wanted}
+            for dist in importlib.metadata.distributions():
+                hits = wanted & _tops(dist, wanted)
+                if hits:
+                    owner = dist.metadata["Name"] or "?"
+                    for name in hits:
+                        found[name].add(owner)
+            _OWNED.update({n: tuple(sorted(v)) for n, v in found.items()})
+        return {n: _OWNED[n] for n in names}
+
+
+def _path_key() -> tuple[Any, ...]:
+    """``sys.path`` with each entry's mtime (None where it cannot be read)."""
+    stamps: list[Any] = []
+    for entry in sys.path:
+        try:
+            stamps.append((entry, os.stat(entry or os.curdir).st_mtime_ns))
+        except (OSError, ValueError):
+            stamps.append((entry, None))
+    return tuple(stamps)
+
+
 def _classify(name: str, origin: str) -> str:
     if name in sys.stdlib_module_names:
         return "stdlib"
-    owners = top_level_owners().get(name)
+    owners = owners_of((name,))[name]
     if owners:
         return "distribution " + ", ".join(owners)
     return f"module {origin}"
@@ -257,6 +314,8 @@ def source_repos(distribution: str) -> set[str]:
     >>> source_repos("no-such-distribution")
     set()
     """
+    import importlib.metadata
+
     try:
         metadata = importlib.metadata.metadata(distribution)
     except importlib.metadata.PackageNotFoundError:
@@ -272,7 +331,7 @@ def source_repos(distribution: str) -> set[str]:
 
 
 def _own_distribution(name: str, repo: str) -> bool:
-    owners = top_level_owners().get(name, ())
+    owners = owners_of((name,))[name]
     return bool(repo) and bool(owners) and all(repo.lower() in source_repos(d) for d in owners)
 
 
@@ -319,6 +378,22 @@ def _shadowing(tree: Path, repo: str, names: dict[str, Path]) -> list[Shadow]:
         elif imported:
             found.append(Shadow(name, path, "already imported", True))
     return found
+
+
+_WARNED: set[tuple[str, str, Path, str]] = set()
+
+
+def first_warning(repo: str, shadow: Shadow) -> bool:
+    """Whether the warning about ``shadow`` is the first this process gives for it: a
+    repo's module that shadows another is warned about once per process (per repo, name,
+    tree and what it shadows), not on every load of the same tree. Every load still
+    records it in its report."""
+    key = (repo, shadow.name, shadow.path, shadow.shadows)
+    with _OWNERS_LOCK:
+        if key in _WARNED:
+            return False
+        _WARNED.add(key)
+        return True
 
 
 def leftovers(tree: Path, before: Collection[str] = ()) -> list[str]:

@@ -21,12 +21,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from safehub._internal import fixes
 from safehub.errors import ConfineError
-from safehub.run.confine import _landlock, _seccomp
 from safehub.run.confine.ruleset import ENV, Grant, Ruleset, current
+
+if TYPE_CHECKING:
+    from safehub.run.confine import _seccomp
+
+# _landlock and _seccomp (ctypes, libseccomp) are imported where they are used: every
+# load imports this package (the runtime guard reads ``current()``), few confine anything.
 
 __all__ = ["ENV", "MIN_ABI", "Grant", "Prepared", "Ruleset", "apply", "available", "current",
            "enter", "prepare"]
@@ -35,16 +40,20 @@ MIN_ABI = 4
 """TCP rules (ABI 4, Linux 6.7) and truncation (ABI 3): below it a job could connect
 anywhere or truncate any file, so confinement refuses to start."""
 
-_WRITE = (_landlock.FS.WRITE_FILE | _landlock.FS.REMOVE_DIR | _landlock.FS.REMOVE_FILE
-          | _landlock.FS.MAKE_CHAR | _landlock.FS.MAKE_DIR | _landlock.FS.MAKE_REG
-          | _landlock.FS.MAKE_SOCK | _landlock.FS.MAKE_FIFO | _landlock.FS.MAKE_BLOCK
-          | _landlock.FS.MAKE_SYM | _landlock.FS.REFER | _landlock.FS.TRUNCATE)
+def _write_rights() -> int:
+    """Every Landlock right a grant of ``writes`` gives (and what the ruleset handles)."""
+    from safehub.run.confine import _landlock
+
+    fs = _landlock.FS
+    return (fs.WRITE_FILE | fs.REMOVE_DIR | fs.REMOVE_FILE | fs.MAKE_CHAR | fs.MAKE_DIR
+            | fs.MAKE_REG | fs.MAKE_SOCK | fs.MAKE_FIFO | fs.MAKE_BLOCK | fs.MAKE_SYM
+            | fs.REFER | fs.TRUNCATE)
 
 
 def available() -> int:
     """The Landlock ABI this kernel offers; :class:`ConfineError` if it is below
     :data:`MIN_ABI` (naming what is missing)."""
-    import platform
+    from safehub.run.confine import _landlock
 
     try:
         abi = _landlock.abi()
@@ -53,8 +62,9 @@ def available() -> int:
                            fix=fixes.say("run without --confine on this machine, or on a Linux "
                                          "kernel with Landlock")) from e
     if abi == 0:
+        kernel = os.uname()
         raise ConfineError(
-            f"the kernel ({platform.system()} {platform.release()}) has no Landlock: it is "
+            f"the kernel ({kernel.sysname} {kernel.release}) has no Landlock: it is "
             "not built in, or not in the lsm= boot parameter", fix=fixes.say("boot a kernel with "
             "Landlock (Linux 6.7 or newer, CONFIG_SECURITY_LANDLOCK, lsm=...,landlock), or "
             "drop --confine, SAFEHUB_CONFINE and [safehub] confine = true"))
@@ -75,6 +85,8 @@ _SECCOMP_FIX = fixes.say("install libseccomp (Debian, Ubuntu: `apt-get install l
 def _with_seccomp(step: Callable[[], _T]) -> _T:
     """``step``, once libseccomp and the kernel's seccomp filters are there;
     :class:`ConfineError` where they are not, or ``step`` fails."""
+    from safehub.run.confine import _seccomp
+
     try:
         _seccomp.available()
         return step()
@@ -94,6 +106,9 @@ class Prepared:
 
     landlock: int
     seccomp: _seccomp.Program
+    enforce: Callable[[int], None]
+    """Landlock's ``restrict_self`` on :attr:`landlock` (bound here: :func:`enter` runs
+    between fork and exec, where nothing is imported)."""
 
     def close(self) -> None:
         os.close(self.landlock)
@@ -103,6 +118,9 @@ def prepare(ruleset: Ruleset) -> Prepared:
     """The kernel's ruleset for ``ruleset`` and the seccomp filter, ready to be entered
     with :func:`enter` (in the child, between fork and exec); :meth:`Prepared.close` when
     done. Folders it grants that do not exist yet are created first."""
+    from safehub.run.confine import _landlock, _seccomp
+
+    write = _write_rights()
     seccomp = _with_seccomp(lambda: _seccomp.Program(_seccomp.build(_seccomp.rules())))
     paths: list[tuple[str, int]] = []
     for grant in ruleset.writes:
@@ -113,15 +131,16 @@ def prepare(ruleset: Ruleset) -> Prepared:
                 raise ConfineError(f"cannot create {grant.path} ({grant.why}): {e.strerror}",
                                    fix=fixes.say("create it, or remove it from "
                                                  "[confine] writes")) from e
-        rights = _WRITE if os.path.isdir(grant.path) else _WRITE & _landlock.FS.FILE_ONLY
+        rights = write if os.path.isdir(grant.path) else write & _landlock.FS.FILE_ONLY
         paths.append((grant.path, rights))
     paths += [(grant.path, _landlock.FS.EXECUTE) for grant in ruleset.exec]
     scoped = (_landlock.SCOPE.ABSTRACT_UNIX_SOCKET | _landlock.SCOPE.SIGNAL
               if ruleset.scoped else 0)
     try:
-        return Prepared(_landlock.create(handled_fs=_WRITE | _landlock.FS.EXECUTE, paths=paths,
+        return Prepared(_landlock.create(handled_fs=write | _landlock.FS.EXECUTE, paths=paths,
                                          handled_net=_landlock.NET.CONNECT_TCP,
-                                         ports=ruleset.connect_ports, scoped=scoped), seccomp)
+                                         ports=ruleset.connect_ports, scoped=scoped), seccomp,
+                        _landlock.enforce)
     except OSError as e:
         raise ConfineError(f"the kernel refused the Landlock ruleset ({e.strerror}); "
                            "nothing was started",
@@ -133,7 +152,7 @@ def enter(prepared: Prepared) -> None:
     r"""Restrict this thread, and every process it starts, to a :func:`prepare`\ d ruleset:
     Landlock first (it sets ``no_new_privs``, which the filter needs), then the filter
     (last, so that it need not allow the Landlock calls). Allocates nothing in C."""
-    _landlock.enforce(prepared.landlock)
+    prepared.enforce(prepared.landlock)
     prepared.seccomp.load()
 
 

@@ -44,6 +44,7 @@ from safehub._internal.hosts import local_name, normalise_host, parse_ip
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
+from safehub.run import hygiene
 from safehub.run.confine.ruleset import current as confine_ruleset
 from safehub.run.hygiene import leftovers, shadowing
 from safehub.run.runtime import _hook
@@ -230,8 +231,9 @@ class RuntimeGuard:
             if self.rules.shadowing == "warn" or s.own_distribution:
                 why = ("its own distribution" if s.own_distribution and
                        self.rules.shadowing != "warn" else 'shadowing = "warn"')
-                warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for the "
-                     f"whole process ({why})")
+                if hygiene.first_warning(self.repo, s):
+                    warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} "
+                         f"for the whole process ({why})")
                 continue
             what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
             self._refuse_now(
