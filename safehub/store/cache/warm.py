@@ -55,7 +55,8 @@ here):
 - ``safehub.run.hygiene`` keeps what it listed of ``sys.path`` folders and verified trees,
   keyed by each folder's stat data: where modules are found, not whether a tree is trusted.
 - ``safehub.run.torchhub`` keeps what ``install()`` replaced in torch.hub (to put it back)
-  and the handlers of the loads running now; ``safehub.run.runtime._hook`` the guard
+  and the handlers of the loads running now, and ``safehub.run.hfroute`` huggingface_hub's
+  own functions it routes (to call them outside a load); ``safehub.run.runtime._hook`` the guard
   stacks of the loads running now, per thread, and whether its audit hook is installed
   (an audit hook cannot be removed); ``safehub.run.confine.ruleset`` the ruleset the
   kernel holds this process to. They are the state of what is running, not memories of a
