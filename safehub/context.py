@@ -143,11 +143,12 @@ class Context:
                          ) -> Callable[[str, str, IO[bytes]], bool] | None:
         """Where a locked repo's pinned files come from on a fleet node: the layers of its
         OCI snapshot (``SAFEHUB_OCI``), for the weights guard; None elsewhere."""
+        if not (self.settings.oci and entry is not None and entry.oci):
+            return None  # a load without SAFEHUB_OCI imports nothing of it
         from safehub.sources.oci import OciSource
 
-        source = self.source() if self.settings.oci and entry is not None and entry.oci \
-            else None
-        if entry is None or not isinstance(source, OciSource):
+        source = self.source()
+        if not isinstance(source, OciSource):
             return None
         manifest, serve = entry.oci, source.weights
         return lambda url, sha256, out: serve(manifest, url, sha256, out)
