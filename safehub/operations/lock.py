@@ -210,8 +210,9 @@ def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = N
 
 def _pin(url: str, seen: Mapping[str, Any]) -> WeightPin:
     """A lockfile pin from the user's record of a file (its stat holds the size)."""
-    stat = seen.get("stat")
-    size = stat[0] if isinstance(stat, list) and stat and type(stat[0]) is int else None
+    stat, said = seen.get("stat"), seen.get("size")
+    size = said if type(said) is int and said >= 0 else (
+        stat[0] if isinstance(stat, list) and stat and type(stat[0]) is int else None)
     commit = seen.get("commit")
     hub_commit = commit if url.startswith("hf://") and isinstance(commit, str) and \
         is_full_sha(commit) else ""

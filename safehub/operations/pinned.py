@@ -36,12 +36,23 @@ if TYPE_CHECKING:
     from safehub.hub import Hub
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["PinState", "PinStatus", "check_pins", "fetch_pinned", "hub_file", "source_url"]
+__all__ = ["PinState", "PinStatus", "check_pins", "fetch_pinned", "hub_file", "is_file_pin",
+           "source_url"]
 
 HF_ENDPOINT = "https://huggingface.co"
 _HF = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
                  r"@(?P<revision>[^/]+)/(?P<path>.+)")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+def is_file_pin(pin: WeightPin) -> bool:
+    """Whether ``pin`` names one file (a Hub snapshot's listing, ``hf://REPO@REV/``, is
+    pinned too, but is no file of its own to fetch or to carry).
+
+    >>> is_file_pin(WeightPin("hf://acme/tiny@main/", "0" * 64))
+    False
+    """
+    return not pin.url.startswith("hf://") or hub_file(pin.url) is not None
 
 
 def hub_file(url: str) -> tuple[str, str, str, str] | None:
@@ -170,7 +181,7 @@ def check_pins(hub: Hub, entry: LockEntry) -> list[PinStatus]:
     """Every file ``entry`` pins, asked whether it still answers with its pin."""
     guard = _guard(hub, entry) if entry.weights else None
     results = []
-    for pin in entry.weights:
+    for pin in filter(is_file_pin, entry.weights):
         assert guard is not None
         try:
             results.append(_check(hub, entry, pin, guard))
