@@ -144,11 +144,11 @@ def measure(root: Path) -> dict[str, float]:
     # After a load, its verified tree stays watched for the process's lifetime: every
     # read is matched against it (and a read of a tree file from outside the repo's code
     # looks at the stack first).
-    from safehub.store.cache import integrity
+    from safehub.store.cache import warm
 
     other = root / "other.txt"
     other.write_text("x")
-    integrity.watch((f"{tree}{os.sep}",), time.time_ns(), "bench/yolo")
+    warm.watch((f"{tree}{os.sep}",), time.time_ns(), "bench/yolo")
     results["open for reading, a tree watched, other file (ns)"] = per_event(
         lambda: open(other, "rb").close(), n=20_000)
     results["open for reading, a tree watched, its file (ns)"] = per_event(
@@ -157,7 +157,7 @@ def measure(root: Path) -> dict[str, float]:
     # identity and every folder on the way (a folder swapped after the warm check).
     nested = str(tree / "models" / "__init__.py")
     results["the read check of a tree file one folder down (ns)"] = per_event(
-        lambda: integrity.check_opened(nested), n=20_000)
+        lambda: warm.check_opened(nested), n=20_000)
 
     def block() -> None:
         with RuntimeGuard(RuntimeRules(mode="enforce"), repo="bench/yolo", tree=tree).active():
@@ -204,10 +204,10 @@ sys.path.insert(0, sys.argv[1])
 import bench_runtime as b
 path, tree = sys.argv[2], sys.argv[3]
 if sys.argv[4] == "hooked":
-    from safehub.store.cache import integrity
+    from safehub.store.cache import warm
     from safehub.run.runtime import _hook
     _hook.install()
-    integrity.watch((tree.rstrip("/") + "/",), time.time_ns(), "bench/tree")
+    warm.watch((tree.rstrip("/") + "/",), time.time_ns(), "bench/tree")
 print(json.dumps(b.per_event(lambda: open(path, "rb").close(), n=50_000)))
 """
 

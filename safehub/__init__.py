@@ -12,6 +12,12 @@ or route ``torch.hub.load/list/help`` through it for code you do not own::
 
 The functions below have exactly the signatures of ``torch.hub``'s. Configuration comes
 from policy files, the environment (``SAFEHUB_*``) and :class:`Hub`.
+
+The public API is :data:`__all__` (docs/api.md): the torch.hub functions, :class:`Hub` and
+what it is built from (:class:`Settings`, :class:`Policy` and :func:`load_policy`,
+:class:`Lockfile` and :class:`LockEntry`, :class:`Transport` and :class:`TransportConfig`,
+:class:`Source`), and the errors. Every submodule is internal: its names may change in any
+release.
 """
 
 from __future__ import annotations
@@ -45,8 +51,13 @@ from safehub.errors import (
 if TYPE_CHECKING:
     import os
 
+    from safehub.config import Settings
     from safehub.hub import Hub
+    from safehub.policy import Policy, load_policy
+    from safehub.sources.interface import Source
+    from safehub.sources.transport import Transport, TransportConfig
     from safehub.store.cache.warm import State
+    from safehub.store.lockfile import LockEntry, Lockfile
 
 __version__ = "0.1.0"
 
@@ -57,18 +68,25 @@ __all__ = [
     "Hub",
     "HubconfError",
     "IntegrityError",
+    "LockEntry",
+    "Lockfile",
     "NotFoundError",
     "OfflineError",
     "PinError",
+    "Policy",
     "PolicyDenied",
     "PolicyError",
     "RateLimitError",
     "RepoMovedError",
     "RuntimeGuardError",
     "SafehubError",
+    "Settings",
     "SignatureError",
+    "Source",
     "SpecError",
     "TamperedError",
+    "Transport",
+    "TransportConfig",
     "UnreachableError",
     "UntrustedRepoError",
     "download_url_to_file",
@@ -77,6 +95,7 @@ __all__ = [
     "install",
     "list",
     "load",
+    "load_policy",
     "load_state_dict_from_url",
     "set_dir",
     "uninstall",
@@ -89,10 +108,32 @@ def __dir__() -> builtins.list[str]:
 
 
 def __getattr__(name: str) -> Any:
+    """The public names that live in a submodule, imported on first use (PEP 562), so that
+    ``import safehub`` stays cheap."""
     if name == "Hub":
         from safehub.hub import Hub
 
         return Hub
+    if name == "Settings":
+        from safehub.config import Settings
+
+        return Settings
+    if name in ("Policy", "load_policy"):
+        from safehub import policy
+
+        return getattr(policy, name)
+    if name in ("Lockfile", "LockEntry"):
+        from safehub.store import lockfile
+
+        return getattr(lockfile, name)
+    if name in ("Transport", "TransportConfig"):
+        from safehub.sources import transport
+
+        return getattr(transport, name)
+    if name == "Source":
+        from safehub.sources.interface import Source
+
+        return Source
     raise AttributeError(f"module 'safehub' has no attribute {name!r}")
 
 
@@ -221,11 +262,12 @@ def set_dir(d: str | os.PathLike[str]) -> None:
     """Set torch.hub's directory, as ``torch.hub.set_dir`` does."""
     import os
 
+    from safehub._internal import fixes
     from safehub.run.torchhub import torch_hub
 
     if not isinstance(d, str | os.PathLike):
         raise SpecError(f"set_dir({d!r}): a folder path is a string or a path",
-                        hint="e.g. safehub.set_dir('/data/torch-hub')")
+                        fix=fixes.say("e.g. safehub.set_dir('/data/torch-hub')"))
     torch_hub().set_dir(d)
 
 

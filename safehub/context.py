@@ -11,8 +11,9 @@ warm load needs none of the first two).
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -46,7 +47,7 @@ class Context:
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
                  transport: Transport | None = None, source: Source | None = None,
-                 surface: str = "api", **overrides: Any) -> None:
+                 **overrides: Any) -> None:
         self.policy = load_policy() if policy is None else policy
         base = settings or Settings.from_env(policy=self.policy)
         for name in ("cache_dir", "data_dir", "log_dir", "audit_log", "lockfile"):
@@ -55,7 +56,6 @@ class Context:
         self.settings = base.with_overrides(self.policy, **overrides) if overrides else base
         s = self.settings
         say_ignored(s.ignored)
-        self.surface = surface
         confined = _confined()
         self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout,
                            relocate=s.how_to_set("cache_dir", _RELOCATE),
@@ -113,6 +113,20 @@ class Context:
             self._github = GitHub(self.transport(), api_url=s.api_url, web_url=s.web_url,
                                   token=s.token)
         return self._github
+
+    @contextlib.contextmanager
+    def from_github(self) -> Iterator[None]:
+        """Inside, code comes from GitHub (or its mirror) whatever ``SAFEHUB_OCI`` names: what
+        ``safehub prefetch --oci`` and ``safehub oci export`` copy into a registry or a
+        folder. Every other part (policy, cache, records, lockfile) stays this context's."""
+        if not self.settings.oci:
+            yield
+            return
+        kept, self._source = self._source, self.github()
+        try:
+            yield
+        finally:
+            self._source = kept
 
     @property
     def lockfile_path(self) -> Path:

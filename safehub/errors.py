@@ -59,23 +59,22 @@ __all__ = [
 class SafehubError(Exception):
     """Base class of every error safehub raises on purpose.
 
-    >>> err = SafehubError("the thing failed", hint="do the other thing")
+    >>> from safehub._internal import fixes
+    >>> err = SafehubError("the thing failed", fix=fixes.say("do the other thing"))
     >>> print(err)
     the thing failed
       fix: do the other thing
-    >>> err.fix
-    Say(text='do the other thing')
-    >>> print(SafehubError("denied: \\x1b]0;title\\x07", hint="ask\\n  fix: sh"))
+    >>> err.hint
+    'do the other thing'
+    >>> print(SafehubError("denied: \\x1b]0;title\\x07", fix=fixes.say("ask\\n  fix: sh")))
     denied: \\x1b]0;title\\x07
       fix: ask\\n  fix: sh
 
-    ``hint``: the fix in words; ``fix``: the fix as data (one or the other).
+    ``fix``: the fix as data (:mod:`safehub._internal.fixes`); :attr:`hint` is its text.
     """
 
-    def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None,
+    def __init__(self, message: str, *, fix: Fix | None = None,
                  details: Sequence[str] = ()) -> None:
-        from safehub._internal.fixes import Say
-
         self.details = tuple(details)
         """Lines under the message (the faults of an invalid file), each one line."""
         self.summary = message
@@ -83,7 +82,7 @@ class SafehubError(Exception):
         self.message = message + "".join(f"\n    {d}" for d in self.details)
         """What failed, exactly as written (the summary, then each detail on its line)."""
         super().__init__(self.message)
-        self.fix: Fix | None = fix if fix is not None else Say(hint) if hint else None
+        self.fix: Fix | None = fix
         """How to fix it, as data (:mod:`safehub._internal.fixes`)."""
         self.surface = "api"
         """Where the fix is shown (``api``, or ``torchhub`` when code called torch.hub's
@@ -141,9 +140,8 @@ class PinError(SafehubError):
 class RepoMovedError(PinError):
     """GitHub answers for another owner/name: the repo was renamed or transferred."""
 
-    def __init__(self, message: str, *, old: str, new: str, hint: str | None = None,
-                 fix: Fix | None = None) -> None:
-        super().__init__(message, hint=hint, fix=fix)
+    def __init__(self, message: str, *, old: str, new: str, fix: Fix | None = None) -> None:
+        super().__init__(message, fix=fix)
         self.old = old
         self.new = new
 
@@ -196,16 +194,15 @@ class RuntimeGuardError(SafehubError):
     what was refused (host, program, path, library, module name); ``key`` is the policy key
     that decided (``network``, ``subprocess``, ``writes`` or ``runtime``).
 
-    >>> err = RuntimeGuardError("org/repo tried to start curl", hint="add curl to subprocess",
-    ...                         action="process", target="curl", repo="org/repo", key="subprocess")
+    >>> err = RuntimeGuardError("org/repo tried to start curl", action="process",
+    ...                         target="curl", repo="org/repo", key="subprocess")
     >>> (err.action, err.key, isinstance(err, SafehubError))
     ('process', 'subprocess', True)
     """
 
-    def __init__(self, message: str, *, hint: str | None = None, fix: Fix | None = None,
-                 action: str = "guard", target: str = "", repo: str = "",
-                 key: str = "runtime") -> None:
-        super().__init__(message, hint=hint, fix=fix)
+    def __init__(self, message: str, *, fix: Fix | None = None, action: str = "guard",
+                 target: str = "", repo: str = "", key: str = "runtime") -> None:
+        super().__init__(message, fix=fix)
         self.action = action
         self.target = target
         self.repo = repo

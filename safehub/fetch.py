@@ -54,7 +54,7 @@ class TreeFetcher:
 
         ``checked_on_open``: the caller checks each file as the repo's code opens it (the
         runtime guard, with the tree's ``verified_ns``), so a cache hit's scan is the
-        folder scan; otherwise it is every entry's (see :func:`integrity.unchanged`).
+        folder scan; otherwise it is every entry's (see :func:`warm.unchanged`).
         """
         if not force:
             hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
@@ -86,13 +86,13 @@ class TreeFetcher:
         if not broker.available():
             raise CacheError(
                 f"{spec} ({resolved.commit[:12]}) is not in the cache, which is read-only "
-                "inside `safehub run --confine`", hint=f"fetch it before the job: safehub "
-                f"prefetch {shlex.quote(spec)}")
+                "inside `safehub run --confine`",
+                fix=fixes.run(f"safehub prefetch {shlex.quote(spec)}", "before the job"))
         broker.ask({"op": "prefetch", "spec": spec, "commit": resolved.commit})
         hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
         if hit is None:
             raise CacheError(f"safehub run fetched {spec} for the job, yet the cache does "
-                             "not hold it", hint=f"safehub prefetch {shlex.quote(spec)}")
+                             "not hold it", fix=fixes.run(f"safehub prefetch {shlex.quote(spec)}"))
         return hit
 
     def _remember(self, tree: CachedTree) -> CachedTree:
@@ -113,7 +113,7 @@ class TreeFetcher:
                      checked_on_open: bool = False) -> CachedTree:
         """Serve a cached tree only if it is what this user (or the lockfile) verified.
 
-        Fast path: the tree's scan (:func:`integrity.unchanged`) equals this user's record
+        Fast path: the tree's scan (:func:`warm.unchanged`) equals this user's record
         of it (or, where there is none, this process's). Otherwise every file is re-hashed
         against the verdict (:func:`integrity.rehash`), and the content must be the one
         this user verified before, or the lockfile's, or (first sight, no lockfile) the
@@ -124,7 +124,7 @@ class TreeFetcher:
         recorded = ((known.at(path) if known.digest == hit.digest else None)
                     if known is not None else warm.STATE.surveys.get((path, hit.digest)))
         ident = integrity.tree_ident(hit.path)
-        fast = recorded.verified_ns if recorded is not None and integrity.unchanged(
+        fast = recorded.verified_ns if recorded is not None and warm.unchanged(
             hit.path, recorded, checked_on_open=checked_on_open) else None
         if fast is None:
             integrity.rehash(hit)  # under a guard, the own-work marker covers these reads
@@ -184,8 +184,8 @@ class TreeFetcher:
                 raise IntegrityError(
                     f"the archive of {lock.spec} at {commit} has digest {ext.digest}, but "
                     f"{locked.file} pins {lock.digest}",
-                    hint="the server or mirror sent other content; nothing ran. Check the "
-                    "mirror, or how the lockfile was made")
+                    fix=fixes.say("the server or mirror sent other content; nothing ran. "
+                                  "Check the mirror, or how the lockfile was made"))
             if ext.tree_id == lock.tree:
                 check_tree(ext, lock.tree, None, allow_fallback=False)
             else:

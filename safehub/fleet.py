@@ -13,6 +13,7 @@ layout's snapshots to a registry. Loads read them with ``SAFEHUB_OCI`` (see
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import re
 import tempfile
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
+from safehub._internal import fixes
 from safehub.errors import IntegrityError, PinError, SpecError
 from safehub.sources.oci import Layout, Registry, place
 from safehub.sources.oci.artifact import (
@@ -98,7 +100,8 @@ def _build(hub: Hub, text: str, work: Path) -> _Built:
     if hub.fetcher.archive_digest(archive, r.commit) != tree.digest:
         raise IntegrityError(f"the archive of {spec} downloaded again does not hold the "
                              f"verified content {tree.digest}",
-                             hint="the server changed what it serves; nothing was pushed")
+                             fix=fixes.say("the server changed what it serves; nothing was "
+                                           "pushed"))
     signature = _signature_outside_tree(hub, admitted, tree.path)
     lock = admitted.lock.entry
     config = SnapshotConfig(lock.repo or lock.repo_key, lock.commit, lock.tree, lock.digest)
@@ -196,27 +199,31 @@ def publish(hub: Hub, specs: Sequence[str], target: str, *, tag: bool = True,
     The pipeline runs against GitHub (or its mirror) as a load without ``SAFEHUB_OCI``
     does, whatever the registries this machine's loads would read.
     """
-    from safehub.hub import Hub as _Hub
-    from safehub.operations import lock
-
     _plain_only_if_listed(hub, target)
-    if hub.settings.oci:
-        hub = _Hub(hub.settings.with_changes(oci=()), policy=hub.policy, surface="cli",
-                   transport=hub.transport())
+    with hub.context.from_github():
+        return _publish(hub, specs, target, tag, sign)
+
+
+def _publish(hub: Hub, specs: Sequence[str], target: str, tag: bool,
+             sign: Signing | None) -> list[Published]:
+    from safehub.operations import lock
 
     if not specs:
         lockfile = hub.lockfile
         specs = sorted(lockfile.entries) if lockfile is not None else []
     if not specs:
         raise SpecError("nothing to publish: no specs given and no lockfile entries",
-                        hint="safehub prefetch --oci REGISTRY/REPOSITORY owner/name:ref ...")
+                        fix=fixes.run("safehub prefetch --oci REGISTRY/REPOSITORY "
+                                      "owner/name:ref ..."))
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
         raise SpecError(f"--oci {target}: an OCI layout is written with `safehub oci export`",
-                        hint=f"lock the specs (`safehub lock SPEC`), then run `safehub oci "
-                        f"export --lockfile {hub.lockfile_path} {target[4:]}` (it records "
-                        "each snapshot's digest in the lockfile); or give --oci "
-                        "REGISTRY/REPOSITORY")
+                        fix=fixes.either(
+                            fixes.noted(fixes.run(
+                                f"safehub oci export --lockfile {hub.lockfile_path} {target[4:]}",
+                                "(it records each snapshot's digest in the lockfile)"),
+                                "lock the specs (`safehub lock SPEC`), then "),
+                            fixes.say("give --oci REGISTRY/REPOSITORY")))
     current = hub.lockfile
     unlocked = [s for s in specs if current is None or
                 current.get(RepoSpec.parse(s)) is None]
@@ -255,26 +262,25 @@ def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Publi
     lockfile = hub.lockfile
     if lockfile is None or not lockfile.entries:
         raise PinError(f"nothing to export: no lockfile entries at {hub.lockfile_path}",
-                       hint="safehub prefetch --oci REGISTRY/REPOSITORY SPEC ... first")
+                       fix=fixes.run("safehub prefetch --oci REGISTRY/REPOSITORY SPEC ...",
+                                     "first"))
     layout = Layout(folder)
     done = []
-    github = hub
-    if hub.settings.oci:  # an entry without an oci digest is built from GitHub, as publish
-        from safehub.hub import Hub as _Hub
-
-        github = _Hub(hub.settings.with_changes(oci=()), policy=hub.policy, surface="cli",
-                      transport=hub.transport())
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for key in sorted(lockfile.entries):
             want = lockfile.entries[key].oci
-            built = _build(hub if want else github, key, Path(d))
+            # An entry without an oci digest is built from GitHub, as publish builds it.
+            with contextlib.nullcontext() if want else hub.context.from_github():
+                built = _build(hub, key, Path(d))
             digest = sha256(built.manifest)
             if want and digest != want:
                 raise IntegrityError(
                     f"the snapshot of {key} rebuilt here is {digest}, but "
                     f"{hub.lockfile_path} pins {want}",
-                    hint="the lockfile decides: check how its oci field was written, or "
-                    f"run `safehub prefetch --oci REGISTRY/REPOSITORY {key}` again")
+                    fix=fixes.noted(fixes.either(
+                        fixes.say("check how its oci field was written"),
+                        fixes.run(f"safehub prefetch --oci REGISTRY/REPOSITORY {key}", "again")),
+                        "the lockfile decides: "))
             if not want:
                 # The lockfile, re-read under its own save, gets the digest it now decides.
                 fresh = Lockfile.load(hub.lockfile_path)
@@ -306,12 +312,14 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
     _plain_only_if_listed(hub, target)
     registry = place(target, hub.transport(), hosts=hub.settings.extra_hosts, push=True)
     if not isinstance(registry, Registry):
-        raise SpecError(f"{target}: import pushes to a registry", hint="give "
-                        "REGISTRY/REPOSITORY; to copy folders, copy the folder")
+        raise SpecError(f"{target}: import pushes to a registry",
+                        fix=fixes.say("give REGISTRY/REPOSITORY; to copy folders, copy the "
+                                      "folder"))
     entries = layout.index()
     if not entries:
         raise PinError(f"{layout} has no snapshots (no index.json entries)",
-                       hint="write one with `safehub oci export --lockfile FILE DIR`")
+                       fix=fixes.run("safehub oci export --lockfile FILE DIR",
+                                     "to write one"))
     done = []
     with tempfile.TemporaryDirectory(dir=hub.cache.staging_root(), prefix="oci-") as d:
         for entry in entries:
@@ -378,8 +386,10 @@ def _carry_referrers(layout: Layout, registry: Registry, digest: str, how: list[
 def _plain_only_if_listed(hub: Hub, target: str) -> None:
     if target.startswith("http://") and target not in hub.settings.oci:
         raise SpecError(f"{target} speaks plain HTTP, which only a registry a policy file "
-                        "names may do", hint=f'add oci = ["{target}"] to [safehub] in a policy '
-                        "file, or give the registry TLS")
+                        "names may do",
+                        fix=fixes.either(fixes.say(f'add oci = ["{target}"] to [safehub] in a '
+                                                   "policy file"),
+                                         fixes.say("give the registry TLS")))
 
 
 def _config_of(data: bytes, where: str, digest: str) -> SnapshotConfig:
@@ -391,4 +401,4 @@ def _config_of(data: bytes, where: str, digest: str) -> SnapshotConfig:
                               str(doc["digest"]))
     except (ValueError, KeyError, TypeError) as e:
         raise IntegrityError(f"the config of {digest} in {where} is not a snapshot's",
-                             hint="export the layout again") from e
+                             fix=fixes.say("export the layout again")) from e

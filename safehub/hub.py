@@ -52,17 +52,17 @@ class Hub:
         hub = safehub.Hub(cache_dir="/shared/hub-cache", offline=True)
         model = hub.load("org/repo:v1", "model")
 
-    Keyword arguments are :class:`~safehub.config.Settings` fields; ``policy`` replaces
-    the policy files (``Policy.from_text(...)`` or :func:`safehub.policy.load_policy`);
-    ``transport`` the HTTPS transport (:class:`safehub.sources.transport.Transport`);
-    ``source`` where code comes from (a :class:`~safehub.sources.interface.Source`; GitHub).
+    Keyword arguments are :class:`safehub.Settings` fields; ``policy`` replaces the policy
+    files (``safehub.Policy.from_text(...)`` or :func:`safehub.load_policy`); ``transport``
+    the HTTPS transport (:class:`safehub.Transport`); ``source`` where code comes from (a
+    :class:`safehub.Source`; GitHub).
     """
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
                  transport: Transport | None = None, source: Source | None = None,
-                 surface: str = "api", **overrides: Any) -> None:
+                 **overrides: Any) -> None:
         self.context = Context(settings, policy=policy, transport=transport, source=source,
-                               surface=surface, **overrides)
+                               **overrides)
         """The parts, built once; the pipeline's steps are functions of it."""
 
     # -- the context's parts, by their names here -----------------------------------------
@@ -165,7 +165,8 @@ class Hub:
         """Like ``torch.hub.load``, with every check first (see :meth:`prepare`)."""
         if not isinstance(model, str) or not model.isidentifier():
             raise SpecError(f"model={model!r} is not the name of an entrypoint",
-                            hint="pass the entrypoint's name as a string, e.g. 'resnet18'")
+                            fix=fixes.say("pass the entrypoint's name as a string, e.g. "
+                                          "'resnet18'"))
         return self._run(repo_or_dir, source, model, trust_repo, force_reload, verbose,
                          lambda path: torchhub.call_entrypoint(path, model, args, kwargs))
 

@@ -16,12 +16,12 @@ something else keeps its decision and names what was raised.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from safehub._internal.fsutil import within
 from safehub.errors import PolicyDenied, SafehubError, UntrustedRepoError
 
 if TYPE_CHECKING:
@@ -172,8 +172,7 @@ class Audited:
 def local_verdict(admission: Admission, ran: dict[str, str], real: str) -> LocalVerdict:
     """The verdict on a local folder: inside a verified tree whose code ran (a repo
     loading its own folder), else the policy's ``local_dirs`` (a denial raises)."""
-    verified = next((repo for tree, repo in ran.items()
-                     if real == tree or real.startswith(tree + os.sep)), None)
+    verified = next((repo for tree, repo in ran.items() if within(real, tree)), None)
     if verified is not None:
         return LocalVerdict("allow", (f"in the verified tree of {verified}",))
     decision = admission.decide_local(real)

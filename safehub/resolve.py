@@ -98,8 +98,7 @@ def resolve_online(source: Source, spec: RepoSpec) -> Resolved:
             expanded = source.expand(spec, sha)
             if expanded is None or not expanded.startswith(sha):
                 raise NotFoundError(f"{spec.repo} has no commit starting with {ref}",
-                                    hint="check the sha; commits of forks must be loaded from "
-                                    "the fork")
+                                    fix=_CHECK_SHA)
             sha = expanded
         return _prove(source, spec, sha, ref)
     for kind, name in _name_candidates(ref):
@@ -110,8 +109,8 @@ def resolve_online(source: Source, spec: RepoSpec) -> Resolved:
                             f"{what} {name} of {spec.repo}", full_ref=f"refs/{kind}/{name}")
     raise NotFoundError(
         f"{spec.repo} has no branch or tag named {ref!r} (or the repo does not exist)",
-        hint="check the ref and the repo name; a commit is named by its hex sha; for a "
-        "private repo set GITHUB_TOKEN")
+        fix=fixes.say("check the ref and the repo name; a commit is named by its hex sha; "
+                      "for a private repo set GITHUB_TOKEN"))
 
 
 def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:
@@ -128,9 +127,7 @@ def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:
         except NotFoundError as e:
             if listed:
                 continue  # a listed ref that is gone (or never was): try the next one
-            raise NotFoundError(f"{spec.repo} has no commit {sha}",
-                                hint="check the sha; commits of forks must be loaded from the "
-                                "fork") from e
+            raise NotFoundError(f"{spec.repo} has no commit {sha}", fix=_CHECK_SHA) from e
         if tree is not None:
             what = "branch" if kind == "heads" else "tag"
             return Resolved(spec, asked, sha, tree, f"ancestor of {what} {branch}", name=name)
@@ -156,6 +153,7 @@ def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:
 
 #: The fixes of a commit not proven to be the repo's own: what the caller asks for changes
 #: (where the call is in a repo's code, the user cannot apply them).
+_CHECK_SHA = fixes.say("check the sha; commits of forks must be loaded from the fork")
 _BY_REF = fixes.say("load it by the branch or tag that contains it")
 _FROM_FORK = fixes.say("if it is a fork's commit, load it from the fork ('owner/fork:sha') "
                        "after reviewing that fork")

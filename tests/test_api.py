@@ -4,6 +4,7 @@ SafehubError exported from the package root, install()/uninstall()."""
 from __future__ import annotations
 
 import inspect
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -118,3 +119,39 @@ def test_dir_shows_the_api_and_nothing_else() -> None:
     for helper in ("Any", "Callable", "TYPE_CHECKING", "annotations", "builtins", "errors"):
         assert helper not in shown
     assert all(callable(getattr(safehub, name)) for name in safehub.__all__)
+
+
+#: ``safehub.X`` in the docs that is not a Python name: files, an audit event, a key path.
+NOT_NAMES = {"lock": "the lockfile, safehub.lock", "toml": "the project policy, safehub.toml",
+             "fork_exec": "the audit event safehub.fork_exec",
+             "final": "a key as an error names it (safehub.final: [safehub] final)"}
+
+
+def _said_to_users() -> dict[str, str]:
+    """What README.md and docs/ show users as code (code blocks and `inline` spans), per
+    page; docs/architecture.md is the contributors' module map, and docs/api.md's own
+    section on internals names the internal packages on purpose."""
+    root = Path(__file__).parents[1]
+    pages = {"README.md": (root / "README.md").read_text()}
+    for path in sorted((root / "docs").glob("*.md")):
+        if path.name != "architecture.md":
+            pages[f"docs/{path.name}"] = path.read_text().split(
+                "## Everything else is internal")[0]
+    return {name: "\n".join(re.findall(r"```.*?```|`[^`\n]+`", text, re.S))
+            for name, text in pages.items()}
+
+
+def test_the_docs_send_users_only_to_public_names() -> None:
+    """Every ``safehub.X`` the docs show as code is exported by ``safehub`` (its ``__all__``,
+    docs/api.md): no page sends users into an internal submodule."""
+    wrong = sorted({f"{page}: safehub.{name}" for page, code in _said_to_users().items()
+                    for name in re.findall(r"(?<![\w./-])safehub\.(\w+)", code)
+                    if name not in (*safehub.__all__, "__all__", *NOT_NAMES)})
+    assert not wrong, f"not public (docs/api.md): {wrong}"
+
+
+def test_docs_api_lists_the_public_names() -> None:
+    """docs/api.md's tables name exactly ``safehub.__all__``."""
+    text = (Path(__file__).parents[1] / "docs/api.md").read_text()
+    listed = re.findall(r"^\| `safehub\.(\w+)` \|", text, re.M)
+    assert sorted(listed) == sorted(safehub.__all__)

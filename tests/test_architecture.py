@@ -125,27 +125,85 @@ def test_import_safehub_stays_cheap() -> None:
     assert out.stdout.strip() == "[]"
 
 
-#: ``hint=`` (a fix in words) left in files another change owns; each count may only fall.
-#: The next step turns them into fix values (safehub._internal.fixes) and empties this table.
-HINTS_LEFT = {
-    "safehub/__init__.py": 1, "safehub/fetch.py": 3, "safehub/fleet.py": 9,
-    "safehub/hub.py": 1, "safehub/operations/cache.py": 5, "safehub/operations/job.py": 1,
-    "safehub/operations/lock.py": 3, "safehub/operations/verify.py": 2,
-    "safehub/resolve.py": 3, "safehub/sources/oci/source.py": 4,
-    "safehub/store/cache/store.py": 12, "safehub/verify/signatures/check.py": 2,
-}
-
-
 def test_fixes_are_data_not_hint_strings() -> None:
-    """safehub passes a fix as data (``fix=fixes.run(...)``...), rendered per surface by
-    ``fixes.render``; ``hint=`` stays for callers who build errors (errors.py passes it on)."""
-    counts = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
+    """An error carries its fix as data (``fix=fixes.run(...)``...), rendered per surface by
+    ``fixes.render``; no ``hint=`` text is passed anywhere (``SafehubError.hint`` is the fix
+    rendered, read-only)."""
+    found = []
+    for path in sorted([*PACKAGE.rglob("*.py"), *(ROOT / "tests").rglob("*.py"),
+                        *(ROOT / "bench").rglob("*.py")]):
         tree = ast.parse(path.read_text())
-        found = sum(1 for node in ast.walk(tree) if isinstance(node, ast.Call)
-                    for keyword in node.keywords if keyword.arg == "hint")
-        name = path.relative_to(ROOT).as_posix()
-        if found and name != "safehub/errors.py":
-            counts[name] = found
-    grown = {name: n for name, n in counts.items() if n > HINTS_LEFT.get(name, 0)}
-    assert not grown, f"hint= strings where a fix value belongs: {grown}"
+        found += [f"{path.relative_to(ROOT).as_posix()}:{node.lineno}"
+                  for node in ast.walk(tree) if isinstance(node, ast.Call)
+                  for keyword in node.keywords if keyword.arg == "hint"]
+    assert not found, f"hint= strings where a fix value belongs: {found}"
+
+
+def test_one_answer_to_is_this_path_inside_that_folder() -> None:
+    """Every "is this path inside that folder" is ``safehub._internal.fsutil.within``: a copy
+    (``is_relative_to``, ``commonpath``, a ``startswith`` on the folder plus a separator)
+    is where two answers drift apart (one without the separator check takes ``/data2`` for
+    ``/data``). The warm path's prefix tuples (``startswith(prefixes)``, each ending in a
+    separator, built by ``store.cache.warm``) are its argued exception."""
+    copy = re.compile(r"\.is_relative_to\(|commonpath\(|startswith\([^)]*\+ ?os\.sep\)")
+    found = [f"{path.relative_to(ROOT)}:{n}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.name != "fsutil.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if copy.search(line)]
+    assert not found, f"use safehub._internal.fsutil.within: {found}"
+
+
+def test_no_import_cycle_between_modules() -> None:
+    """No module imports, even lazily inside a function, a module that imports it back
+    (directly or through others): each concern sits below those that use it, and a cycle
+    is where a layer order stops meaning anything. (Type-checking-only imports do not
+    count: they never run.)"""
+    graph = {name: imports(path) - {name} for name, path in modules().items()}
+    cycles, done = [], set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycles.append(" -> ".join([*path[path.index(name):], name]))
+            return
+        if name in done:
+            return
+        for imported in sorted(graph.get(name, ())):
+            visit(imported, [*path, name])
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
+
+
+def _memory(path: Path) -> list[str]:
+    """What a module keeps for the life of the process: names it rebinds with ``global``,
+    module-level empty containers it fills, functions memoised with ``lru_cache``."""
+    tree = ast.parse(path.read_text())
+    found = {name for node in ast.walk(tree) if isinstance(node, ast.Global)
+             for name in node.names}
+    for node in tree.body:
+        target, value = ((node.targets[0], node.value) if isinstance(node, ast.Assign)
+                         else (node.target, node.value) if isinstance(node, ast.AnnAssign)
+                         else (None, None))
+        empty = (isinstance(value, ast.Dict) and not value.keys) or (
+            isinstance(value, ast.List | ast.Set) and not value.elts) or (
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+            and value.func.id in ("dict", "list", "set") and not value.args)
+        if isinstance(target, ast.Name) and empty:
+            found.add(target.id)
+    found |= {node.name for node in tree.body
+              if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+              and any("lru_cache" in ast.unparse(d) or ast.unparse(d).endswith("cache")
+                      for d in node.decorator_list)}
+    return sorted(found)
+
+
+def test_process_wide_state_lives_in_warm_or_is_argued_there() -> None:
+    """What a process remembers is one object (``store.cache.warm.STATE``); every other
+    module-level memory is named, with why it is not a memory of a load, in warm's
+    docstring (huggingface_hub's file_download keeps its cache rules in one place too)."""
+    doc = ast.get_docstring(ast.parse((PACKAGE / "store/cache/warm.py").read_text())) or ""
+    unargued = [f"{name}: {kept}" for name, path in sorted(modules().items())
+                if name != "safehub.store.cache.warm" and (kept := _memory(path))
+                and f"``{name if name != 'safehub' else 'safehub.__init__'}``" not in doc]
+    assert not unargued, f"state outside store.cache.warm, not argued there: {unargued}"

@@ -17,16 +17,17 @@ import pytest
 import safehub
 from safehub._internal import inotify
 from safehub.store.cache import integrity, quiet, warm
-from safehub.store.cache.integrity import Survey, survey, unchanged
+from safehub.store.cache.integrity import Survey, survey
+from safehub.store.cache.warm import unchanged
 from tests.conftest import HubRepo, runs
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify")
 
 
 @pytest.fixture(autouse=True)
-def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[quiet._Watcher]:
+def watcher(monkeypatch: pytest.MonkeyPatch) -> Iterator[quiet.Watcher]:
     """A watcher of this test's own (the process's one is left as it was)."""
-    fresh = quiet._Watcher()
+    fresh = quiet.Watcher()
     monkeypatch.setattr(warm.STATE, "watcher", fresh)
     yield fresh
     if fresh.fd is not None:
@@ -120,13 +121,14 @@ def _folder_above_swapped(tree: Path) -> None:
                                     _move_out_and_back, _chmod_folder, _folder_to_link,
                                     _tree_swapped_for_a_copy, _folder_above_swapped])
 def test_every_change_the_scan_sees_is_still_seen(tmp_path: Path, scans: list[str],
-                                                  change: Callable[[Path], None]) -> None:
+                                                  change: Callable[[Path], None],
+                                                  watcher: quiet.Watcher) -> None:
     tree, recorded = _armed(tmp_path)
     assert unchanged(tree, recorded, checked_on_open=True)  # armed and quiet
     change(tree)
     assert not unchanged(tree, recorded, checked_on_open=True)
     assert len(scans) == 2  # the change sent it back to the scan
-    assert not quiet.quiet(str(tree), recorded.dirs)
+    assert not quiet.quiet(watcher, str(tree), recorded.dirs)
 
 
 def test_a_childs_attributes_cost_a_scan_that_passes_then_it_is_quiet_again(
@@ -191,8 +193,8 @@ def test_an_overflowing_queue_means_a_scan(tmp_path: Path, scans: list[str],
     assert len(scans) == 2
 
 
-def test_a_forked_child_does_not_read_its_parents_queue(tmp_path: Path,
-                                                        scans: list[str]) -> None:
+def test_a_forked_child_does_not_read_its_parents_queue(tmp_path: Path, scans: list[str],
+                                                        watcher: quiet.Watcher) -> None:
     """A child shares its parent's inotify file: were it to read the queue, the parent
     would miss the events. It scans on its own, and the parent still sees a change."""
     tree, recorded = _armed(tmp_path)
@@ -200,9 +202,9 @@ def test_a_forked_child_does_not_read_its_parents_queue(tmp_path: Path,
     pid = os.fork()
     if pid == 0:  # the child: not quiet (its parent's watches), then a scan of its own
         try:
-            ok = (not quiet.quiet(str(tree), recorded.dirs)
+            ok = (not quiet.quiet(watcher, str(tree), recorded.dirs)
                   and unchanged(tree, recorded, checked_on_open=True)
-                  and quiet.quiet(str(tree), recorded.dirs))
+                  and quiet.quiet(watcher, str(tree), recorded.dirs))
             _add(tree)
             ok = ok and not unchanged(tree, recorded, checked_on_open=True)
             os.write(write, b"ok" if ok else b"no")

@@ -4,9 +4,9 @@ own options."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +80,6 @@ def test_a_fix_carries_the_cache_dir_and_lockfile_it_was_given(
     capsys: pytest.CaptureFixture[str]
 ) -> None:
     """Applied as printed, the fix acts on the cache the command was pointed at."""
-    import shlex
-
     cache = tmp_path / "elsewhere cache"
     monkeypatch.setenv("SAFEHUB_OFFLINE", "1")
     spec = f"{hub_repo.spec}:v1.0"
@@ -96,12 +94,24 @@ def test_a_fix_carries_the_cache_dir_and_lockfile_it_was_given(
     assert main(["load", spec, "tiny", "--trust", "--cache-dir", str(cache)]) == 0
 
 
-def test_cli_fixes_name_cli_options(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
-    from safehub.cli.parser import for_cli as _for_cli
+def test_cli_fixes_name_cli_options(hub_repo: HubRepo, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """``lock --check``'s fix is rendered from its data as every other fix: the command it
+    names carries the ``--lockfile`` this command was given."""
+    from safehub._internal import fixes
 
-    hint = _for_cli("retry with force_reload=True; or load without force_reload",
-                    argparse.Namespace())
-    assert hint == "retry with --force-reload; or load without --force-reload"
+    retry = fixes.noted(fixes.call("force_reload", "True"), "retry with ")
+    assert fixes.render(retry, "cli") == "retry with --force-reload"
+    pins = str(tmp_path / "team pins.lock")
+    assert main(["lock", f"{hub_repo.spec}:v1.0", "--lockfile", pins]) == 0
+    hub_repo.commit({"README.md": "moved\n"})
+    hub_repo.tag("v1.0")
+    capsys.readouterr()
+    assert main(["lock", "--check", "--lockfile", pins]) == 1
+    fix = capsys.readouterr().out.split("fix: ")[1].splitlines()[1].strip()
+    assert fix == f"safehub lock --upgrade {hub_repo.spec}:v1.0 --lockfile {shlex.quote(pins)}"
+    assert main(shlex.split(fix)[1:]) == 0
+    assert main(["lock", "--check", "--lockfile", pins, "--json"]) == 0
 
 
 def test_lock_says_when_nothing_changed(hub_repo: HubRepo,

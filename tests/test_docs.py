@@ -101,6 +101,7 @@ KEYLESS = ("safehub verify org/repo:v1.2 --identity 'https://github.com/org/repo
 LAYOUT: dict[str, list[tuple[str, str]]] = {
     "README.md": [("bash", "run"), ("python", "run"), ("", "checked"), ("python", "run"),
                   ("toml", "checked"), ("bash", "run")],
+    "docs/api.md": [],
     "docs/architecture.md": [],
     "docs/ci.md": [("yaml", "not run"), ("python", "run"), ("", "checked")],
     "docs/confine.md": [("bash", "not run"), ("toml", "checked"), ("bash", "run")],

@@ -89,8 +89,10 @@ def test_moved_tag_with_a_warm_cache(hub_repo: HubRepo, canary: Path,
     assert lock("--check") == 1
     out = capsys.readouterr().out
     assert "MOVED acme/models:v1.0" in out
-    fix = out.split("fix: ")[1].split("   (")[0]
-    assert fix == "safehub lock --upgrade acme/models:v1.0"
+    said, fix = out.split("fix: ")[1].splitlines()[:2]
+    assert said == "run if the move is expected (review the new commit first):"
+    assert fix.strip() == "safehub lock --upgrade acme/models:v1.0"
+    fix = fix.strip()
     assert main(fix.split()[1:]) == 0  # moving the pin on purpose, as the fix says
     assert f"upgraded  acme/models:v1.0 {moved} (was {locked})" in capsys.readouterr().out
     assert safehub.load(f"{hub_repo.spec}:v1.0", "tiny", trust_repo=True) == "new"

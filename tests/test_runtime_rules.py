@@ -6,8 +6,9 @@ import sys
 
 import pytest
 
-from safehub._internal.hosts import HostPattern, hosts_of_urls
+from safehub._internal.hosts import HostPattern
 from safehub._internal.programs import shell_program
+from safehub._internal.urls import hosts_of_urls
 from safehub.errors import PolicyError
 from safehub.policy import Policy
 from safehub.run.runtime import RuntimeRules

@@ -15,6 +15,7 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError
 from safehub.verify.signatures import KeySigner, Signer, SignerSet, Verifier, sign_directory
 from safehub.verify.signatures.manifest import statement
@@ -42,7 +43,7 @@ def check_case(verifier: Verifier, case: dict[str, str]) -> str:
         if not any(s.get("digest", {}).get("sha256") == sha
                    for s in statement(signed).get("subject") or []):
             raise SignatureError("the signed statement is about other artifacts",
-                                 hint="not this artifact's attestation")
+                                 fix=fixes.say("not this artifact's attestation"))
         return signed.signer
     if case["artifact"]:
         return verifier.verify_artifact(bundle, (SIGSTORE / case["artifact"]).read_bytes())

@@ -393,7 +393,7 @@ def test_a_proxy_is_named_without_its_password_and_read_the_same_way(
 
 
 def test_policy_urls_and_weights_patterns_are_read_where_urls_are(tmp_path: Path) -> None:
-    from safehub._internal.hosts import hosts_of_urls
+    from safehub._internal.urls import hosts_of_urls
     from safehub.errors import PolicyError
     from safehub.policy import load_policy
 

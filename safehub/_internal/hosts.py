@@ -14,10 +14,9 @@ import contextlib
 import ipaddress
 import re
 import socket
-from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["HostPattern", "hosts_of_urls", "is_name", "local_name", "normalise_host",
+__all__ = ["HostPattern", "is_name", "local_name", "normalise_host",
            "parse_ip"]
 
 _LABEL = re.compile(r"^[a-z0-9_]([a-z0-9_-]{0,61}[a-z0-9_])?$")
@@ -113,28 +112,6 @@ def _port(text: str) -> int:
     if not text.isdigit() or not 0 < int(text) < 65536:
         raise ValueError(f"port {text!r} is not a number from 1 to 65535")
     return int(text)
-
-
-def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
-    """The hosts of URL patterns (such as a policy's ``weights``), for ``weights_hosts``.
-
-    >>> hosts_of_urls(["https://download.pytorch.org/models/*", "https://*.hf.co/x/*"])
-    ('download.pytorch.org', '*.hf.co')
-    """
-    from safehub._internal.urls import UrlError, pattern_authority
-
-    hosts: list[str] = []
-    for pattern in patterns:
-        try:  # the host where a URL's reading puts it (urls.read_url)
-            host = pattern_authority(pattern)[0]
-        except UrlError:
-            continue  # the policy validator refuses such a pattern
-        if not host or set("*?[]!") & set(host.replace("*.", "", 1)):
-            continue  # a glob, not one host
-        host = f"[{host}]" if ":" in host else host
-        if host not in hosts:
-            hosts.append(host)
-    return tuple(hosts)
 
 
 def local_name(host: str) -> bool:

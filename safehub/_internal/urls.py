@@ -44,12 +44,14 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import re
+from collections.abc import Iterable
 from typing import NamedTuple
 from urllib.parse import urljoin
 
 from safehub._internal.hosts import is_name
 
-__all__ = ["Url", "UrlError", "as_client_reads", "pattern_authority", "read_url"]
+__all__ = ["Url", "UrlError", "as_client_reads", "hosts_of_urls", "pattern_authority",
+           "read_url"]
 
 DEFAULT_PORTS = {"https": 443, "http": 80, "socks4": 1080, "socks4a": 1080, "socks5": 1080,
                  "socks5h": 1080}
@@ -206,6 +208,26 @@ def pattern_authority(pattern: str) -> tuple[str, int | None]:
     host, port = _split_port(pattern, authority, glob=True)
     host = host.lower()
     return (host[:-1] if host.endswith(".") else host), port
+
+
+def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The hosts of URL patterns (such as a policy's ``weights``), for ``weights_hosts``.
+
+    >>> hosts_of_urls(["https://download.pytorch.org/models/*", "https://*.hf.co/x/*"])
+    ('download.pytorch.org', '*.hf.co')
+    """
+    hosts: list[str] = []
+    for pattern in patterns:
+        try:  # the host where a URL's reading puts it (urls.read_url)
+            host = pattern_authority(pattern)[0]
+        except UrlError:
+            continue  # the policy validator refuses such a pattern
+        if not host or set("*?[]!") & set(host.replace("*.", "", 1)):
+            continue  # a glob, not one host
+        host = f"[{host}]" if ":" in host else host
+        if host not in hosts:
+            hosts.append(host)
+    return tuple(hosts)
 
 
 # -- the parts -----------------------------------------------------------------------------

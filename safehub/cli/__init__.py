@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import os
 import sys
@@ -21,12 +20,12 @@ from safehub._internal import fixes
 from safehub._internal.text import error as _error_text
 from safehub._internal.text import printable
 from safehub.cli import admin, fleet, text
-from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, specs_from
 from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
 from safehub.cli.common import hub as _hub
-from safehub.cli.parser import command_line, for_cli
+from safehub.cli.parser import command_line
 from safehub.errors import CacheError, SafehubError, SpecError
 
 __all__ = ["main"]
@@ -47,24 +46,6 @@ def _repo_code(hub: Any, local: bool, spec: str, entrypoint: str | None,
         raise text.RepoCodeError(e, spec, entrypoint, local) from e
     finally:
         sys.stdout, sys.stderr = streams  # the repo's code may have replaced them
-
-
-def _specs_from(args: argparse.Namespace) -> list[str]:
-    specs = list(args.specs)
-    if getattr(args, "from_file", None):
-        try:
-            content = Path(args.from_file).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise SpecError(f"cannot read --from {args.from_file} ({e})",
-                            fix=fixes.say("give a UTF-8 text file: one owner/name:ref per line; "
-                                          "# starts a comment")) from e
-        listed = [line.split("#", 1)[0].strip() for line in content.splitlines()
-                  if line.split("#", 1)[0].strip()]
-        if not listed:
-            raise SpecError(f"--from {args.from_file} lists no specs",
-                            fix=fixes.say("write one owner/name:ref per line; # starts a comment"))
-        specs += listed
-    return specs
 
 
 # -- loading ----------------------------------------------------------------------------------
@@ -196,20 +177,22 @@ def _cmd_lock(args: argparse.Namespace) -> int:
         if args.specs or args.upgrade or args.from_file or args.rewrite or args.entrypoint:
             raise _Usage("--check takes no specs, --from, --upgrade, --rewrite or --entrypoint",
                          "safehub lock")
-        results = [dataclasses.replace(r, fix=for_cli(r.fix, args))
-                   for r in operations.lock_check(hub)]
+        results = operations.lock_check(hub)
         files = operations.lock_check_weights(hub)
         ok = all(r.ok for r in results) and all(f.ok for f in files)
-        _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok,
-                     "entries": [r.to_json() for r in results],
-                     "weights": [f.to_json() for f in files]},
-              "\n".join(t for t in (text.lock_statuses(results), text.pin_statuses(files)) if t))
+        line = command_line(args)
+        _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok, "entries": [
+            {**r.to_json(), "fix": fixes.render(r.fix, "cli", command_line=line)
+             if r.fix else None} for r in results],
+            "weights": [f.to_json() for f in files]},
+            "\n".join(t for t in (text.lock_statuses(results, line), text.pin_statuses(files))
+                      if t))
         return EXIT_OK if ok else EXIT_REFUSED
     if args.entrypoint is not None:
         return _lock_entrypoint(args, hub)
     if args.kwargs is not None or args.trust:
         raise _Usage("--kwargs and --trust go with --entrypoint NAME", "safehub lock")
-    changes = operations.lock(hub, _specs_from(args), upgrade=args.upgrade,
+    changes = operations.lock(hub, specs_from(args), upgrade=args.upgrade,
                               rewrite=args.rewrite)
     _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes]},
           text.lock_changes(changes, hub.lockfile_path))
@@ -219,7 +202,7 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 def _lock_entrypoint(args: argparse.Namespace, hub: Any) -> int:
     from safehub import operations
 
-    specs = _specs_from(args)
+    specs = specs_from(args)
     if len(specs) != 1 or args.rewrite:
         raise _Usage("--entrypoint takes one SPEC (and no --rewrite)", "safehub lock")
     changes, ran = operations.lock_entrypoint(hub, specs[0], args.entrypoint, args.kwargs,

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +29,11 @@ FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml"
 
 def policy_show(args: argparse.Namespace) -> int:
     from safehub.policy import load_policy, searched
+    from safehub.policy.files import describe
 
     places = searched()
     try:
-        data = load_policy().describe()
+        data = describe(load_policy())
     except PolicyError as e:  # one line and the fix (validate lists every fault)
         first, *faults = e.message.split("\n")
         more = f" (and {len(faults) - 1} more)" if len(faults) > 1 else ""
@@ -228,7 +230,10 @@ def docs(args: argparse.Namespace) -> int:
     from safehub.cli import reference
 
     pages = sorted(p.stem for p in (DATA / "docs").glob("*.md"))
-    generated = {"env": reference.environment, "cli": reference.commands}
+    def commands() -> str:  # every command of the parser this command line was read by
+        return reference.commands(args.root_parser)
+
+    generated: dict[str, Callable[[], str]] = {"env": reference.environment, "cli": commands}
     if args.topic is None:
         emit(args, {"pages": pages + sorted(generated)}, "safehub docs TOPIC prints one of: "
              + ", ".join(pages) + "; and, made from safehub itself: env (environment "

@@ -7,9 +7,12 @@ import argparse
 from pathlib import Path
 from typing import Any, NoReturn
 
+from safehub._internal import fixes
 from safehub.cli import text
+from safehub.errors import SpecError
 
-__all__ = ["DATA", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "Parser", "Usage", "emit", "hub"]
+__all__ = ["DATA", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "Parser", "Usage", "emit", "hub",
+           "specs_from"]
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
@@ -49,3 +52,22 @@ def emit(args: argparse.Namespace, data: dict[str, Any], shown: str) -> None:
         text.out_json(data)
     elif shown:
         text.out(shown)
+
+
+def specs_from(args: argparse.Namespace) -> list[str]:
+    """The specs a command was given: its arguments, then those of its ``--from`` file."""
+    specs = list(args.specs)
+    if getattr(args, "from_file", None):
+        try:
+            content = Path(args.from_file).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise SpecError(f"cannot read --from {args.from_file} ({e})",
+                            fix=fixes.say("give a UTF-8 text file: one owner/name:ref per line; "
+                                          "# starts a comment")) from e
+        listed = [line.split("#", 1)[0].strip() for line in content.splitlines()
+                  if line.split("#", 1)[0].strip()]
+        if not listed:
+            raise SpecError(f"--from {args.from_file} lists no specs",
+                            fix=fixes.say("write one owner/name:ref per line; # starts a comment"))
+        specs += listed
+    return specs

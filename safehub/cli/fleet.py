@@ -8,7 +8,7 @@ from typing import Any
 
 from safehub._internal import fixes
 from safehub.cli import text
-from safehub.cli.common import EXIT_OK, emit, hub
+from safehub.cli.common import EXIT_OK, emit, hub, specs_from
 
 __all__ = ["cmd_oci_export", "cmd_oci_import", "cmd_prefetch"]
 
@@ -29,10 +29,9 @@ def _signing(args: argparse.Namespace) -> Any:
 
 def cmd_prefetch(args: argparse.Namespace) -> int:
     from safehub import fleet, operations
-    from safehub.cli import _specs_from
 
     the_hub = hub(args)
-    specs = _specs_from(args)
+    specs = specs_from(args)
     sign = _signing(args)
     if sign is not None and not args.oci:
         from safehub.errors import SpecError

@@ -6,9 +6,9 @@ import argparse
 import os
 from collections.abc import Callable, Mapping
 
-from safehub._internal.fixes import CommandLine, render, run
+from safehub._internal.fixes import CommandLine
 
-__all__ = ["JSON_FIELDS", "build", "command_line", "for_cli"]
+__all__ = ["JSON_FIELDS", "build", "command_line"]
 
 Command = Callable[[argparse.Namespace], int]
 _FORMAT = argparse.RawDescriptionHelpFormatter
@@ -176,7 +176,8 @@ def build(parser_class: type[argparse.ArgumentParser],
     _pinning(add)
     _signing(add)
     _admin(add, sub, parser_class)
-    p.set_defaults(command_options=add.takes)  # for the fixes: see command_line()
+    p.set_defaults(command_options=add.takes,  # for the fixes: see command_line()
+                   root_parser=p)  # for `safehub docs cli` (cli.reference.commands)
     return p
 
 
@@ -467,24 +468,4 @@ def command_line(args: argparse.Namespace) -> CommandLine:
         ("--cache-dir", getattr(args, "cache_dir", None)),
         ("--lockfile", getattr(args, "lockfile", None))) if value)
     return CommandLine(given, getattr(args, "command_options", {}))
-
-
-def for_cli(hint: str | None, args: argparse.Namespace) -> str | None:
-    """A hint that reached the command line as text only (``safehub lock --check``'s
-    statuses, until they carry the fix as data): the command words for it. Every other
-    fix is rendered from its data (:func:`command_line`)."""
-    if not hint:
-        return hint
-    line = command_line(args)
-    hint = hint.replace("force_reload=True", "--force-reload").replace(
-        "without force_reload", "without --force-reload")
-    return "\n".join(_run_words(part, line) for part in hint.split("\n"))
-
-
-def _run_words(part: str, line: CommandLine) -> str:
-    command = part.lstrip()
-    if not command.startswith("safehub "):
-        return part
-    rendered = render(run(command), "cli", command_line=line)
-    return part[:len(part) - len(command)] + rendered.split("\n", 1)[1].lstrip()
 

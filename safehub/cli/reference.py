@@ -22,13 +22,8 @@ def environment() -> str:
     return "\n".join(rows)
 
 
-def commands() -> str:
-    """Every command, subcommand and option of ``safehub``, from its parser."""
-    from safehub.cli import COMMANDS
-    from safehub.cli.common import Parser
-    from safehub.cli.parser import build
-
-    root = build(Parser, COMMANDS)
+def commands(root: argparse.ArgumentParser) -> str:
+    """Every command, subcommand and option of ``safehub``, from its parser ``root``."""
     lines = ["# The safehub command", "", root.description or "", ""]
     for name, parser in _verbs(root):
         lines += [f"## safehub {name}", "", parser.description or "", "",

@@ -168,14 +168,15 @@ def verified(report: Any, keys: Sequence[str], issuer: str | None,
                   '    signature = "required"', *(f"    {w}" for w in wanted)])
 
 
-def lock_statuses(results: Sequence[Any]) -> str:
+def lock_statuses(results: Sequence[Any], line: fixes.CommandLine | None = None) -> str:
     rows = []
     for r in results:
         rows.append(f"ok    {r.spec} {r.locked[:12]}" if r.ok else
                     f"MOVED {r.spec} locked {r.locked} now {r.now}" if r.now else
                     f"FAIL  {r.spec}: {r.error}")
-        if getattr(r, "fix", None):  # a hint already rendered: its lines are kept
-            rows += f"  fix: {r.fix}".split("\n")
+        if r.fix:  # each field of the fix one line, then the fix's own layout
+            rows += f"  fix: {fixes.render(r.fix, 'cli', printable, command_line=line)}".split(
+                "\n")
     return lines(rows) or "(the lockfile is empty)"
 
 

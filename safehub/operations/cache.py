@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from safehub._internal import fixes
 from safehub.admission import Admitted
 from safehub.errors import CacheError, IntegrityError, SafehubError, SpecError
 from safehub.operations.common import Report, verified_tree
@@ -53,7 +54,10 @@ def prefetch(hub: Hub, specs: Sequence[str] = (), *, mirror: Path | None = None,
     else:
         raise SpecError(f"nothing to prefetch: no specs given and no lockfile at "
                         f"{hub.lockfile_path}",
-                        hint="safehub prefetch owner/name:ref ..., or `safehub lock` first")
+                        fix=fixes.either(
+                            fixes.run("safehub prefetch owner/name:ref ..."),
+                            fixes.run("safehub lock owner/name:ref ...",
+                                      "first (then prefetch reads the lockfile)")))
     was_sealed = hub.cache.sealed
     if read_only and was_sealed:
         hub.cache.unseal()  # adding to a shared cache: sealed again below, whatever happens
@@ -80,7 +84,7 @@ def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise CacheError(f"cannot write the mirror folder {target.parent} ({e.strerror or e})",
-                         hint="choose a --mirror folder you can write") from e
+                         fix=fixes.say("choose a --mirror folder you can write")) from e
     tmp = target.with_name(f".{target.name}.partial")
     hub.fetcher.download(r, tmp, verbose=False)
     if hub.fetcher.archive_digest(tmp, r.commit) != digest:
@@ -88,7 +92,7 @@ def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
         raise IntegrityError(
             f"the archive downloaded for the mirror of {r.url_name} does not hold the "
             f"verified content {digest}",
-            hint="the server changed what it serves; do not publish this mirror")
+            fix=fixes.say("the server changed what it serves; do not publish this mirror"))
     os.replace(tmp, target)
     return target
 
@@ -160,8 +164,9 @@ def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
     bad = [p for p in prefixes if not re.fullmatch(r"[0-9a-fA-F]{4,40}", p)]
     if bad:
         raise SpecError(f"{bad[0]!r} is not a commit prefix (4 to 40 hex digits)",
-                        hint="`safehub cache ls` lists the cached commits; `safehub cache "
-                        "clear` with no argument removes them all")
+                        fix=fixes.either(
+                            fixes.run("safehub cache ls", "to list the cached commits"),
+                            fixes.run("safehub cache clear", "to remove them all")))
     if not prefixes:
         removed = [entry.commit for entry in hub.cache.entries()]
         hub.cache.clear()
@@ -171,7 +176,7 @@ def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
                if any(entry.commit.startswith(p) for p in wanted)]
     if not removed:
         raise CacheError(f"no cached commit starts with {' or '.join(prefixes)}",
-                         hint="`safehub cache ls` lists the cached commits")
+                         fix=fixes.run("safehub cache ls", "to list the cached commits"))
     for commit in removed:
         hub.cache.remove(commit)
     return removed

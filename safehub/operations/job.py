@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from safehub._internal import fixes
 from safehub._internal.broker import Broker
 from safehub.errors import CacheError
 from safehub.spec import is_full_sha
@@ -39,7 +40,8 @@ def serve(hub: Hub) -> Broker:
             raise CacheError(
                 f"{spec} names commit {done.commit} for safehub run, but the job resolved "
                 f"{commit}: nothing was fetched for the job",
-                hint=f"pin the spec (a lockfile: `safehub lock {spec}`) and run the job again")
+                fix=fixes.run(f"safehub lock {spec}",
+                              "to pin the spec in a lockfile, then run the job again"))
         return {"ok": True, "commit": done.commit, "digest": done.digest}
 
     def audit(request: dict[str, Any]) -> dict[str, Any]:

@@ -54,15 +54,16 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
     trusted or run.
     """
     if rewrite and not specs:
-        raise SpecError("--rewrite needs the specs to write", hint="safehub lock --rewrite "
-                        "owner/name:ref ... (every spec the lockfile should pin)")
+        raise SpecError("--rewrite needs the specs to write", fix=fixes.run(
+            "safehub lock --rewrite owner/name:ref ...",
+            "with every spec the lockfile should pin"))
     lockfile = Lockfile(hub.lockfile_path) if rewrite else Lockfile.load(
         hub.lockfile_path, missing_ok=True)
     if rewrite:
         hub.forget_lockfile(instead=lockfile)  # admission must not read the old file either
     targets = list(specs) or (list(lockfile.entries) if upgrade else [])
     if not targets:
-        raise SpecError("nothing to lock", hint="safehub lock owner/name:ref ...")
+        raise SpecError("nothing to lock", fix=fixes.run("safehub lock owner/name:ref ..."))
     changes: list[LockChange] = []
     pins = WeightPins(hub.settings.data_dir)
     for text in targets:
@@ -99,7 +100,10 @@ class LockStatus(Report):
     now: str | None
     ok: bool
     error: str | None = None
-    fix: str | None = None
+    fix: fixes.Fix | None = None
+
+    def to_json(self) -> dict[str, Any]:  # the fix as text, as for `check`
+        return {**super().to_json(), "fix": fixes.render(self.fix) if self.fix else None}
 
 
 def lock_check(hub: Hub) -> list[LockStatus]:
@@ -108,7 +112,7 @@ def lock_check(hub: Hub) -> list[LockStatus]:
     lockfile = hub.lockfile
     if lockfile is None:
         raise PinError(f"no lockfile at {hub.lockfile_path}",
-                       hint="create one with `safehub lock SPEC`")
+                       fix=fixes.run("safehub lock SPEC", "to create one"))
     results = []
     for key in sorted(lockfile.entries):
         entry = lockfile.entries[key]
@@ -120,16 +124,17 @@ def lock_check(hub: Hub) -> list[LockStatus]:
                 # The entry locks code from another repo than the spec names today.
                 results.append(LockStatus(key, entry.commit, None, False,
                                           f"locked to code from {entry.repo}, but {entry.spec} "
-                                          f"is {now.url_name} now; run `safehub lock "
-                                          f"{entry.spec}` after checking why"))
+                                          f"is {now.url_name} now", fixes.run(
+                                              f"safehub lock {shlex.quote(entry.spec)}",
+                                              "after checking why")))
                 continue
             ok = now.commit == entry.commit and now.tree == entry.tree
             results.append(LockStatus(key, entry.commit, now.commit, ok, fix=None if ok else (
-                f"safehub lock --upgrade {shlex.quote(entry.spec)}   (if the move is "
-                "expected: review the new commit first)")))
+                fixes.run(f"safehub lock --upgrade {shlex.quote(entry.spec)}",
+                          "if the move is expected (review the new commit first)"))))
         except SafehubError as e:
             results.append(LockStatus(key, entry.commit, None, False,
-                                      f"{type(e).__name__}: {e.message}", e.hint))
+                                      f"{type(e).__name__}: {e.message}", e.fix))
     return results
 
 

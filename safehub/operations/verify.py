@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from safehub._internal import fixes
 from safehub.errors import SignatureError, SpecError
 from safehub.operations.common import Report, verified_tree
 from safehub.spec import RepoSpec
@@ -53,12 +54,14 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
             "commit": r.commit})
     if not sets:
         raise SpecError("no signers to verify against",
-                        hint="give --key, or --identity and --issuer, or a policy rule with "
-                        "signers or keys for the repo")
+                        fix=fixes.say("give --key, or --identity and --issuer, or a policy "
+                                      "rule with signers or keys for the repo"))
     if found is None:
         raise SignatureError(f"no signature found for {target}",
-                             hint="sign it with `safehub sign DIR --key KEY` or "
-                             "`model_signing sign`, or set signature_url in the policy")
+                             fix=fixes.either(
+                                 fixes.run("safehub sign DIR --key KEY", "to sign it"),
+                                 fixes.say("sign it with `model_signing sign`"),
+                                 fixes.say("set signature_url in the policy")))
     result = verify_complete(target, tree_path, found, sets)
     return VerifyReport(target, result.signer, len(result.files), list(result.uncovered),
                         commit, digest)

@@ -25,6 +25,7 @@ from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS
 from safehub.policy.local import holders
 from safehub.policy.model import Policy
+from safehub.policy.places import user_file
 from safehub.policy.schema import FileSpec, Table, parse_text
 
 __all__ = ["PROJECT_FILE", "SYSTEM_CONFIG_DIR", "Candidate", "describe", "discover",
@@ -48,26 +49,6 @@ class Candidate:
     problem: str = ""
     """Why something is at ``path`` yet is not a policy file (a dangling link, a FIFO, a
     folder, a name too long): a policy that cannot be read refuses loads (fail closed)."""
-
-
-def user_file() -> Path:
-    """The user's policy file (``~/.config/safehub/policy.toml`` on Linux), existing or not:
-    where a fix for this user goes. Worked out again when a variable it is made from
-    changes (every load's guard holds it for its fixes)."""
-    global _USER_FILE
-    key = tuple(os.environ.get(name) for name in _USER_FILE_FROM)
-    if _USER_FILE is None or _USER_FILE[0] != key:
-        import platformdirs
-
-        path = Path(platformdirs.user_config_dir("safehub", appauthor=False)) / "policy.toml"
-        _USER_FILE = (key, path)
-    return _USER_FILE[1]
-
-
-# What platformdirs builds the user's folder from (XDG on Linux, the home folder on macOS,
-# the profile on Windows).
-_USER_FILE_FROM = ("XDG_CONFIG_HOME", "HOME", "APPDATA", "LOCALAPPDATA", "USERPROFILE")
-_USER_FILE: tuple[tuple[str | None, ...], Path] | None = None
 
 
 def searched(environ: Mapping[str, str] | None = None) -> list[Candidate]:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import within
+from safehub.policy.places import user_file
 from safehub.policy.schema import FileSpec
 
 if TYPE_CHECKING:
@@ -92,6 +93,4 @@ def decide_local(policy: Policy, folder: str) -> Decision:
 
 
 def _user_file() -> str:
-    from safehub.policy.files import user_file
-
     return str(user_file())

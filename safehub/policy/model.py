@@ -269,12 +269,6 @@ class Policy:
         return Decision("deny", (*reasons, why), Requirements(), "enforce", (why,), fix=fix,
                         rules=rules)
 
-    def describe(self) -> dict[str, Any]:
-        """The merged policy as data, each rule with its file (``safehub policy show``)."""
-        from safehub.policy.files import describe
-
-        return describe(self)
-
 
 def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
                   forms: Sequence[str], entrypoint: str | None, locked: bool

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from safehub._internal.hosts import hosts_of_urls
+from safehub._internal.urls import hosts_of_urls
 from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules
 from safehub.run.weights import WeightsGuard
 from safehub.store.records import ConsentStore, WeightPins

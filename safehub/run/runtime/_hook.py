@@ -30,7 +30,7 @@ from typing import Any, Protocol
 from safehub._internal import fixes
 from safehub.errors import RuntimeGuardError
 from safehub.run.runtime._events import EVENTS, Action, writes
-from safehub.store.cache import integrity, warm
+from safehub.store.cache import warm
 
 __all__ = ["OWN_WORK", "Guarded", "install", "own_work", "pop", "push", "watch"]
 
@@ -81,9 +81,9 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
             elif name.__class__ is not int:
                 _tree_read_slow(name, args)  # bytes, a path object
     elif event == "os.chdir":
-        integrity.changed_dir()
+        warm.changed_dir()
     elif event == "os.mkdir" and _warm.prefixes:
-        integrity.refuse_bytecode_folder(args)
+        warm.refuse_bytecode_folder(args)
     if _live and event in EVENTS:
         _dispatch(event, args)
 
@@ -93,13 +93,13 @@ _warm = warm.STATE  # the watched trees' prefixes (``_warm.prefixes``): one home
 
 def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
           ident: tuple[int, int] | None = None) -> None:
-    """Check reads of the tree under ``prefixes`` from now on (:func:`integrity.watch`)."""
-    integrity.watch(prefixes, verified_ns, repo, ident)
+    """Check reads of the tree under ``prefixes`` from now on (:func:`warm.watch`)."""
+    warm.watch(prefixes, verified_ns, repo, ident)
 
 
 def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
     try:
-        path = integrity.tree_path(name)
+        path = warm.tree_path(name)
     except (OSError, ValueError, TypeError):  # a deleted working directory, an odd name
         return
     if path is not None:
@@ -107,7 +107,7 @@ def _tree_read_slow(name: object, args: tuple[Any, ...]) -> None:
 
 
 def _tree_read(path: str, args: tuple[Any, ...]) -> None:
-    """A file of a watched tree is opened (the check on open, store/cache/integrity.py):
+    """A file of a watched tree is opened (the check on open, store/cache/warm.py):
     during a guarded load, or after it by the tree's own code (a lazy import in
     ``model.forward``); the caller's own reads after the load, and safehub's own work,
     are not the repo's."""
@@ -116,8 +116,8 @@ def _tree_read(path: str, args: tuple[Any, ...]) -> None:
         return
     if not state.stack and not _from_a_tree():
         return
-    integrity.refuse_bytecode(path)
-    refusal = integrity.check_opened(path)
+    warm.refuse_bytecode(path)
+    refusal = warm.check_opened(path)
     if refusal is not None:
         _record_all(state.stack, Action("read", "open", path), refusal)
         raise refusal

@@ -50,7 +50,7 @@ from safehub.run.runtime import _hook
 from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
 from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list
-from safehub.store.cache import integrity
+from safehub.store.cache import warm
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
@@ -215,7 +215,7 @@ class RuntimeGuard:
             return
         _hook.install()
         _hook.watch(self._watch, self.verified_ns, self.repo, self.tree_ident)
-        refusal = integrity.check_opened(str(self.tree / "hubconf.py"), self.repo)
+        refusal = warm.check_opened(str(self.tree / "hubconf.py"), self.repo)
         if refusal is not None:
             raise refusal
 

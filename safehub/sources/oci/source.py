@@ -113,9 +113,12 @@ class OciSource:
             f"{key} is not in the lockfile {self._lockfile()}, and with SAFEHUB_OCI set safehub "
             "loads only locked specs (the registry is untrusted: the lockfile's manifest "
             "digest decides what it may serve, and GitHub is not asked)",
-            hint=f"where GitHub is reachable run `safehub prefetch --oci REGISTRY/REPOSITORY "
-            f"{shlex.quote(key)}` (it locks the spec and pushes its snapshot), then ship the "
-            "lockfile; or unset SAFEHUB_OCI to load from GitHub")
+            fix=fixes.either(
+                fixes.noted(fixes.run(f"safehub prefetch --oci REGISTRY/REPOSITORY "
+                                      f"{shlex.quote(key)}", "where GitHub is reachable (it "
+                                      "locks the spec and pushes its snapshot)"),
+                            after=", then ship the lockfile"),
+                fixes.run("unset SAFEHUB_OCI", "to load from GitHub")))
 
     # -- the Source protocol: everything but the archive is GitHub's -------------------
 
@@ -232,14 +235,14 @@ class OciSource:
             raise IntegrityError(
                 f"the archive of {pin.spec} in {where} ({snap.archive.digest}) is "
                 f"{snap.archive.size:,} bytes, over the {max_bytes:,}-byte limit; not read",
-                hint="if it really is that large, raise SAFEHUB_MAX_ARCHIVE_BYTES")
+                fix=fixes.say("if it really is that large, raise SAFEHUB_MAX_ARCHIVE_BYTES"))
         signature = None
         if snap.signature is not None:
             from safehub.verify.signatures.locate import MAX_SIGNATURE_BYTES
 
             if snap.signature.size > MAX_SIGNATURE_BYTES:
                 raise IntegrityError(f"the signature layer of {pin.manifest} in {where} is "
-                                     "over its cap", hint="push the snapshot again")
+                                     "over its cap", fix=fixes.say("push the snapshot again"))
             signature = place.blob_bytes(snap.signature)
         with tempfile.TemporaryFile() as staged:
             place.blob(snap.archive, staged)
@@ -278,8 +281,10 @@ class OciSource:
                 raise SignatureError(
                     f"the snapshot {pin.manifest} of {pin.spec} in {where} carries no "
                     f"signature that {source} accepts: {found}",
-                    hint="sign it where it is published: `safehub prefetch --oci "
-                    f"REGISTRY/REPOSITORY --sign-key KEY {shlex.quote(pin.spec)}` (or "
-                    f"--sign-keyless); a copy must carry the referrers or the tag {tag} "
-                    "(`skopeo sync` copies tags)")
+                    fix=fixes.both(fixes.either(*(
+                        fixes.run(f"safehub prefetch --oci REGISTRY/REPOSITORY {how} "
+                                  f"{shlex.quote(pin.spec)}", "where it is published")
+                        for how in ("--sign-key KEY", "--sign-keyless"))),
+                        fixes.say(f"a copy must carry the referrers or the tag {tag} "
+                                  "(`skopeo sync` copies tags)")))
         return ", ".join(dict.fromkeys(signers))

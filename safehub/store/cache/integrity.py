@@ -1,9 +1,11 @@
 """Cache integrity: the three checks that a cached tree is still what was verified.
 
 Everything under the cache root can be rewritten by whoever can write the cache, so a
-tree is served, and its files read, only after the check that fits the moment:
+tree is served, and its files read, only after the check that fits the moment. This
+module holds the mechanisms; when each runs, and what a process remembers between loads
+to skip work, is one module's: :mod:`safehub.store.cache.warm`.
 
-1. **The scan** (:func:`unchanged`), on every cache hit, against the :class:`Survey` taken
+1. **The scan**, on every cache hit (``warm.unchanged``), against the :class:`Survey` taken
    right after the tree was verified. A load compares the *folder scan*
    (:func:`scan_folders`: one ``lstat`` per folder; no entry added, removed, renamed or
    replaced anywhere), because each file is checked as it is opened (3). The operations
@@ -14,19 +16,19 @@ tree is served, and its files read, only after the check that fits the moment:
 2. **The re-hash** (:func:`rehash`): the set of files, every byte, the digest and the tree
    id, against the verdict. ``safehub cache verify`` runs it, and so does a hit the scan
    cannot vouch for (no record, or a scan that differs).
-3. **The check on open** (:func:`watch`, :func:`check_opened`): from a load on, every file
-   of the tree opened for reading (the repo's modules as Python imports them, a data file
-   read later) must still have a ctime no later than the tree's *verified* time, the latest
-   ctime of any entry right after it was verified, and no write permission: any write,
-   chmod or replacement since makes the ctime later, and ctime cannot be set back. The
-   folders on the way are checked too, or a file could be swapped with the folder around
-   it: the tree folder must still be the one that was verified (same device and inode),
-   and it and every folder between it and the file must have a ctime no later than the
-   verified time. What native code reads directly is not seen here (``safehub cache
-   verify`` re-hashes everything). Cost: the audit hook tests an absolute path against
-   the watched trees' prefixes (:mod:`~safehub.store.cache.warm`) and stops there for a
-   file outside every tree (a relative path is joined to the working directory, which is
-   looked up again only after a ``chdir``).
+3. **The check on open** (``warm.watch``, ``warm.check_opened``): from a load on, every
+   file of the tree opened for reading (the repo's modules as Python imports them, a data
+   file read later) must still have a ctime no later than the tree's *verified* time, the
+   latest ctime of any entry right after it was verified, and no write permission: any
+   write, chmod or replacement since makes the ctime later, and ctime cannot be set back.
+   The folders on the way are checked too, or a file could be swapped with the folder
+   around it: the tree folder must still be the one that was verified (same device and
+   inode), and it and every folder between it and the file must have a ctime no later
+   than the verified time. What native code reads directly is not seen here (``safehub
+   cache verify`` re-hashes everything). Cost: the audit hook tests an absolute path
+   against the watched trees' prefixes and stops there for a file outside every tree (a
+   relative path is joined to the working directory, which is looked up again only after
+   a ``chdir``).
 
 Every failure is an :class:`~safehub.errors.IntegrityError` that names the file
 (:func:`tamper`; on open, a :class:`~safehub.errors.TamperedError`).
@@ -35,7 +37,6 @@ Every failure is an :class:`~safehub.errors.IntegrityError` that names the file
 from __future__ import annotations
 
 import contextlib
-import errno
 import functools
 import hashlib
 import os
@@ -48,15 +49,12 @@ from typing import TYPE_CHECKING
 from safehub._internal import fixes
 from safehub._internal.fsutil import rmtree
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, git_tree_id, parents
-from safehub.errors import IntegrityError, TamperedError
-from safehub.store.cache import quiet, warm
+from safehub.errors import IntegrityError
 
 if TYPE_CHECKING:
     from safehub.store.cache.tree import CachedTree
 
-__all__ = ["Survey", "changed_dir", "check_opened", "refuse_bytecode",
-           "refuse_bytecode_folder", "rehash", "scan_entries", "scan_folders", "survey",
-           "tamper", "tree_ident", "tree_path", "unchanged", "watch"]
+__all__ = ["Survey", "rehash", "scan_entries", "scan_folders", "survey", "tamper", "tree_ident"]
 
 
 def tamper(path: Path, why: str) -> IntegrityError:
@@ -196,24 +194,6 @@ def _survey(root: Path) -> Survey:
     return Survey(scan.hexdigest(), dirs.hexdigest(), tuple(folders), latest, ident)
 
 
-def unchanged(root: Path, recorded: Survey, *, checked_on_open: bool) -> bool:
-    """The scan of a cache hit: True if ``root`` is as ``recorded`` right after it was
-    verified. ``checked_on_open``: its files are checked as they are opened (a load), so
-    the folder scan is enough; otherwise every entry's stat data is compared."""
-    if checked_on_open:
-        if not recorded.folders:
-            return recorded.dirs == scan_folders(root, None)
-        base = str(root)
-        if quiet.quiet(base, recorded.dirs):  # watched since its last scan passed: no event
-            return True
-        armed = quiet.arm(base, recorded.dirs, recorded.folders)  # before the scan
-        same = recorded.dirs == scan_folders(root, recorded.folders)
-        if same and armed:
-            quiet.settle(base, recorded.dirs)
-        return same
-    return recorded.scan == scan_entries(root)
-
-
 def tree_ident(root: Path) -> tuple[int, int]:
     """The tree folder's ``(st_dev, st_ino)``, taken before its scan: a folder swapped after
     this is refused as the repo's code reads it; one swapped before makes the scan differ."""
@@ -313,129 +293,3 @@ def _remove_bytecode(tree: Path, committed: set[str]) -> None:
                for n in names):
             with contextlib.suppress(OSError):
                 rmtree(cache)
-
-
-# -- 3. the check on open -----------------------------------------------------------------
-
-# The watched trees are warm.STATE.watched (folder + separator -> what it was when
-# verified) and warm.STATE.prefixes (their keys; empty: reads cost nothing).
-_warm = warm.STATE
-_cwd: str | None = None  # the working directory as last looked up (None: changed since)
-_cwd_near = True  # a tree is at or below the working directory, or the reverse
-
-
-def watch(prefixes: tuple[str, ...], verified_ns: int, repo: str,
-          ident: tuple[int, int] | None = None) -> None:
-    """Check reads under ``prefixes`` against ``verified_ns`` (ctime, ns) from now on, for the
-    rest of the process. ``ident``: the tree folder's ``(st_dev, st_ino)`` when it was
-    verified; without it, the folder's identity now."""
-    for prefix in prefixes:
-        root = prefix.rstrip(os.sep) or os.sep
-        here = ident
-        if here is None:
-            try:
-                st = os.lstat(root)
-            except OSError:
-                here = None  # then every read under it is refused
-            else:
-                here = (st.st_dev, st.st_ino)
-        _warm.watched[prefix] = warm.Watched(verified_ns, repo, root, here)
-    _warm.prefixes = tuple(_warm.watched)
-    changed_dir()
-
-
-def changed_dir() -> None:
-    """The working directory may have changed (an ``os.chdir`` event)."""
-    global _cwd
-    _cwd = None
-
-
-def tree_path(name: object) -> str | None:
-    """The absolute path ``name`` (an ``open`` event's first argument that is not a plain
-    absolute ``str``) opens, if it may lie in a watched tree; else None."""
-    global _cwd, _cwd_near
-    if isinstance(name, bytes):
-        name = os.fsdecode(name)
-    elif isinstance(name, os.PathLike):
-        name = os.fspath(name)
-        if isinstance(name, bytes):
-            name = os.fsdecode(name)
-    if not isinstance(name, str):
-        return None  # an fd
-    if not os.path.isabs(name):
-        if _cwd is None:
-            _cwd = os.path.join(os.getcwd(), "")
-            prefixes = _warm.prefixes
-            _cwd_near = _cwd.startswith(prefixes) or any(p.startswith(_cwd) for p in prefixes)
-        if not _cwd_near and ".." not in name:
-            return None
-        name = _cwd + name
-    if "/." in name:  # "tree/../x" is not in the tree; "a/../tree/x" is
-        name = os.path.normpath(name)
-    return name if name.startswith(_warm.prefixes) else None
-
-
-def refuse_bytecode_folder(args: tuple[object, ...]) -> None:
-    """Python writes no bytecode into a watched tree, even as root: creating a
-    ``__pycache__`` there fails (importlib then skips the write, as for any user who cannot
-    write the read-only tree). A new entry would make its folder's ctime later than the
-    verified time, and every later read under that folder would be refused."""
-    name = args[0] if args else None
-    if isinstance(name, bytes):
-        name = os.fsdecode(name)
-    if isinstance(name, str) and name.endswith("__pycache__"):
-        name = os.path.abspath(name)
-        if name.startswith(_warm.prefixes):
-            raise PermissionError(errno.EACCES, "safehub: a verified tree takes no bytecode",
-                                  name)
-
-
-def refuse_bytecode(path: str) -> None:
-    """Bytecode in a verified tree never runs: committed or planted, the source it shows
-    reviewers may differ (reading it fails, so importlib compiles the source)."""
-    if path.endswith(".pyc"):
-        raise PermissionError(errno.EACCES, "safehub: bytecode in a verified tree never "
-                              "runs (the source it shows reviewers may differ)", path)
-
-
-def check_opened(path: str, repo: str = "") -> TamperedError | None:
-    """The refusal if ``path``, in a watched tree, is not the file that was verified."""
-    watched = _warm.watched
-    found = next((p for p in watched if path.startswith(p)), None)
-    if found is None:
-        return None
-    verified_ns, repo_, folder, ident = watched[found]
-    repo = repo or repo_
-    try:
-        st = os.lstat(folder)
-        if (st.st_dev, st.st_ino) != ident or st.st_ctime_ns > verified_ns:
-            return _folder_changed(folder, path, repo, (st.st_dev, st.st_ino) != ident)
-        for name in path[len(found):].split(os.sep)[:-1]:
-            if name:
-                folder += os.sep + name
-                st = os.lstat(folder)
-                if st.st_ctime_ns > verified_ns or not stat.S_ISDIR(st.st_mode):
-                    return _folder_changed(folder, path, repo)
-        st = os.stat(path)
-    except OSError:
-        return None  # the open fails on its own
-    if st.st_ctime_ns <= verified_ns and not st.st_mode & 0o222:
-        return None
-    return TamperedError(
-        f"cached file {path!r} changed after safehub verified it (found as {repo}'s code "
-        "opened it)",
-        fix=_cleared(path), action="read", target=path, repo=repo, key="integrity")
-
-
-def _folder_changed(folder: str, path: str, repo: str, swapped: bool = False
-                    ) -> TamperedError:
-    what = ("is not the folder safehub verified (it, or a folder above it, was swapped "
-            "since)" if swapped else "changed after safehub verified it (it was replaced, "
-            "or an entry was added, removed or renamed)")
-    return TamperedError(
-        f"cached folder {folder!r} {what}; found as {repo}'s code opened {path!r}",
-        fix=_cleared(path), action="read", target=path, repo=repo, key="integrity")
-
-
-def _cleared(path: str) -> fixes.Fix:
-    return fixes.noted(fixes.clear_cache(path), "nothing more ran from it; inspect it, then ")

@@ -32,9 +32,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from safehub._internal import inotify
-from safehub.store.cache import warm
 
-__all__ = ["LOCAL_FILESYSTEMS", "MAX_WATCHES", "arm", "forget", "quiet", "settle"]
+__all__ = ["LOCAL_FILESYSTEMS", "MAX_WATCHES", "Watcher", "arm", "forget", "quiet", "settle"]
 
 LOCAL_FILESYSTEMS = frozenset({
     0xEF53,      # ext2, ext3, ext4
@@ -57,7 +56,10 @@ class _Tree:
     """The full scan passed after the watches were set: no event since means unchanged."""
 
 
-class _Watcher:
+class Watcher:
+    """One process's inotify instance and the trees it watches (kept in
+    :data:`safehub.store.cache.warm.STATE`, entry 5)."""
+
     def __init__(self) -> None:
         self.lock = threading.Lock()
         self.pid = -1
@@ -98,19 +100,9 @@ class _Watcher:
                     self.trees[root].wds.discard(wd)
 
 
-def _watcher() -> _Watcher:
-    """The process's watcher, kept with the rest of the warm path's state (warm, 5)."""
-    w = warm.STATE.watcher
-    if w is None:
-        w = warm.STATE.watcher = _Watcher()
-    assert isinstance(w, _Watcher)
-    return w
-
-
-def quiet(root: str, key: str) -> bool:
+def quiet(w: Watcher, root: str, key: str) -> bool:
     """True if ``root`` passed the folder scan ``key`` with its watches set, and nothing
     has changed since (its folder is the one watched, and no event is waiting)."""
-    w = _watcher()
     tree = w.trees.get(root)
     if tree is None or tree.key != key or w.pid != os.getpid():
         return False
@@ -126,11 +118,10 @@ def quiet(root: str, key: str) -> bool:
         return tree.settled and (st.st_dev, st.st_ino) == tree.ident
 
 
-def arm(root: str, key: str, folders: Sequence[str]) -> bool:
+def arm(w: Watcher, root: str, key: str, folders: Sequence[str]) -> bool:
     """Set the watches on ``root``'s ``folders`` (relative, the tree first), before the
     folder scan that is to vouch for them; True if they are all set (then call
     :func:`settle` once the scan passed)."""
-    w = _watcher()
     with w.lock:
         fd = w._fd()
         if fd is None or not folders or folders[0] != "":
@@ -158,25 +149,23 @@ def arm(root: str, key: str, folders: Sequence[str]) -> bool:
         return True
 
 
-def settle(root: str, key: str) -> None:
+def settle(w: Watcher, root: str, key: str) -> None:
     """The folder scan ``key`` of ``root`` passed after :func:`arm`: from now on, no event
     means no change."""
-    w = _watcher()
     with w.lock:
         tree = w.trees.get(root)
         if tree is not None and tree.key == key:
             tree.settled = True
 
 
-def forget(root: str | None = None) -> None:
+def forget(w: Watcher, root: str | None = None) -> None:
     """Stop trusting the watches of ``root`` (every tree if None): its next load scans."""
-    w = _watcher()
     with w.lock:
         for each in ([root] if root is not None else list(w.trees)):
             _drop(w, each)
 
 
-def _drop(w: _Watcher, root: str) -> None:
+def _drop(w: Watcher, root: str) -> None:
     tree = w.trees.pop(root, None)
     if tree is None:
         return

@@ -28,6 +28,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from safehub._internal import fixes
 from safehub._internal.fsutil import read_json, rmtree, write_json
 from safehub.digest import is_digest
 from safehub.errors import CacheError
@@ -62,8 +63,8 @@ class Cache:
         """The folder of ``commit``; only ever built from a validated 40-hex sha."""
         if not is_full_sha(commit):
             raise CacheError(f"refusing to use {commit!r} as a cache path: not a 40-hex sha",
-                             hint="a cache or lockfile record is malformed; run `safehub "
-                             "cache clear`")
+                             fix=fixes.noted(fixes.run("safehub cache clear"),
+                                             "a cache or lockfile record is malformed; "))
         return self.base / "commits" / commit
 
     def repo_file(self, key: str) -> Path:
@@ -88,27 +89,27 @@ class Cache:
             raise CacheError(
                 f"the cache {str(self.root)!r} is read-only inside `safehub run --confine` "
                 "(nothing a confined job writes is trusted by a later run), and it does not "
-                "hold what this needs", hint="fetch it before the job: safehub prefetch SPEC")
+                "hold what this needs", fix=fixes.run("safehub prefetch SPEC", "before the job"))
         if self.sealed:
             raise CacheError(
                 f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
                 "--read-only`): loads only read it, and it does not hold what this needs",
-                hint="load what it holds (a lockfile with SAFEHUB_OFFLINE=1), or add to it "
-                "as its owner: safehub prefetch --read-only --cache-dir "
-                f"{shlex.quote(str(self.root))} SPEC")
+                fix=fixes.either(
+                    fixes.say("load what it holds (a lockfile with SAFEHUB_OFFLINE=1)"),
+                    fixes.run("safehub prefetch --read-only --cache-dir "
+                              f"{shlex.quote(str(self.root))} SPEC",
+                              "as its owner, to add to it")))
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise CacheError(
                 f"cannot create the cache folder {str(path)!r} ({e.strerror or e})",
-                hint=f"{self.relocate}, or fill a shared cache with `safehub prefetch` so "
-                "loads only read it",
+                fix=self._relocate_or_share(),
             ) from e
         if not os.access(path, os.W_OK | os.X_OK):
             raise CacheError(
                 f"the cache folder {str(path)!r} is not writable",
-                hint=f"{self.relocate}, or fill a shared cache with `safehub prefetch` so "
-                "loads only read it",
+                fix=self._relocate_or_share(),
             )
         return path
 
@@ -125,9 +126,13 @@ class Cache:
         except filelock.Timeout as e:
             raise CacheError(
                 f"waited {self.lock_timeout:.0f}s for the lock {str(path)!r}",
-                hint="another safehub process holds it (a very large download?); if none "
-                "is running, delete the lock file",
+                fix=fixes.say("another safehub process holds it (a very large download?); "
+                              "if none is running, delete the lock file"),
             ) from e
+
+    def _relocate_or_share(self) -> fixes.Fix:
+        return fixes.either(fixes.say(self.relocate), fixes.say(
+            "fill a shared cache with `safehub prefetch` so loads only read it"))
 
     def staging_root(self) -> Path:
         """The cache's (writable) staging folder."""
@@ -180,7 +185,8 @@ class Cache:
             raise CacheError(
                 f"cannot install commit {verdict.commit} into the cache {str(self.root)!r} "
                 f"({e.strerror or e})",
-                hint=f"free space or fix permissions there, or {self.relocate}") from e
+                fix=fixes.either(fixes.say("free space or fix permissions there"),
+                                 fixes.say(self.relocate))) from e
 
     def _install(self, stage: Path, verdict: Verdict, replace: bool) -> CachedTree:
         final = self.commit_dir(verdict.commit)
@@ -262,18 +268,20 @@ class Cache:
         except OSError as e:
             raise CacheError(f"cannot unseal the cache {str(self.root)!r} to add to it "
                              f"({e.strerror or e})",
-                             hint="run this as the cache's owner") from e
+                             fix=fixes.say("run this as the cache's owner")) from e
 
     def clear(self) -> None:
         """Remove everything safehub cached (locks stay, they may be held)."""
         if self.sealed:
+            root = shlex.quote(str(self.root))
             raise CacheError(
                 f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
                 "--read-only`): safehub never clears or writes it",
-                hint=f"its owner removes it (its folders are read-only: chmod -R u+w "
-                f"{shlex.quote(str(self.root))} && rm -rf {shlex.quote(str(self.root))}), or "
-                "adds to it with `safehub prefetch --read-only --cache-dir "
-                f"{shlex.quote(str(self.root))} SPEC`")
+                fix=fixes.either(
+                    fixes.run(f"chmod -R u+w {root} && rm -rf {root}",
+                              "as its owner, to remove it (its folders are read-only)"),
+                    fixes.run(f"safehub prefetch --read-only --cache-dir {root} SPEC",
+                              "as its owner, to add to it")))
         for part in ("commits", "repos", "tmp"):
             rmtree(self.base / part)
 
@@ -292,13 +300,14 @@ class Cache:
             return RepoRecord()
         except (OSError, ValueError, RecursionError) as e:
             raise CacheError(f"the cache record {str(path)!r} cannot be read ({e})",
-                             hint="delete it (it only saves API calls) or run `safehub cache "
-                             "clear`") from e
+                             fix=fixes.either(fixes.say("delete it (it only saves API calls)"),
+                                              fixes.run("safehub cache clear"))) from e
         try:
             return RepoRecord.from_json(data)
         except (ValueError, TypeError, AttributeError) as e:
             raise CacheError(f"the cache record {str(path)!r} is malformed ({e})",
-                             hint="delete it or run `safehub cache clear`") from e
+                             fix=fixes.either(fixes.say("delete it"),
+                                              fixes.run("safehub cache clear"))) from e
 
     def write_repo(self, key: str, record: RepoRecord) -> None:
         """Atomically replace the repo's record (hold ``lock(f"repo-{key}")``)."""
@@ -308,7 +317,8 @@ class Cache:
             write_json(path, record.to_json())
         except OSError as e:
             raise CacheError(f"cannot write the cache record {str(path)!r} ({e.strerror or e})",
-                             hint="free space or fix permissions in the cache folder") from e
+                             fix=fixes.say("free space or fix permissions in the cache "
+                                           "folder")) from e
 
     def repos_by_commit(self) -> dict[str, list[str]]:
         """Which repos' records name each cached commit (``safehub cache ls``)."""

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from safehub._internal import fixes
 from safehub._internal.warn import warn
 from safehub.errors import SignatureError
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
@@ -74,8 +75,9 @@ def verify_complete(what: str, tree: Path, found: Found,
         raise SignatureError(
             f"the signature over {what} is valid ({result.signer}) but does not cover "
             f"{len(result.uncovered)} file(s): {', '.join(result.uncovered[:5])}",
-            hint="every file that could be imported must be signed; files the signer "
-            "declared ignored count as unsigned. Ask the publisher to sign them")
+            fix=fixes.say("every file that could be imported must be signed; files the "
+                          "signer declared ignored count as unsigned. Ask the publisher to "
+                          "sign them"))
     return result
 
 
@@ -132,8 +134,9 @@ class SignatureCheck:
                 return SignatureStatus("MISSING", kind="MISSING", error=SignatureError(
                     f"{repo} at {commit} has no signature ({where}), and the policy requires "
                     f"one ({sets[0].source})",
-                    hint="ask the publisher to sign releases (`safehub docs signing`), or "
-                    "load a signed commit",
+                    fix=fixes.either(fixes.say("ask the publisher to sign releases "
+                                               "(`safehub docs signing`)"),
+                                     fixes.say("load a signed commit")),
                 ))
             return SignatureStatus("unsigned (the policy allows that: signature = "
                                    "'if-present')", kind="UNSIGNED")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.fsutil import within_any
 from safehub.errors import SignatureError
 
 __all__ = ["GIT_METADATA", "Signed", "all_files", "compare", "hash_tree", "manifest",
@@ -174,7 +175,7 @@ def _sha256_files(tree: Path, ignore: Iterable[str]) -> dict[str, str] | None:
                 return None
         for name in filenames:
             rel = prefix + name
-            if any(rel == p or rel.startswith(p + "/") for p in prefixes):
+            if within_any(rel, prefixes):
                 continue
             h = hashlib.sha256()
             with open(os.path.join(dirpath, name), "rb") as f:

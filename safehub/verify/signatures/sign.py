@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from safehub._internal import fixes
+from safehub._internal.fsutil import within
 from safehub.errors import SignatureError
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE
 
@@ -24,7 +25,7 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
         raise SignatureError(f"cannot sign {directory}: it is not a folder",
                              fix=fixes.say("name the folder of the repo to sign"))
     _check_links(directory, allow_symlinks)
-    if private_key.resolve().is_relative_to(directory.resolve()):
+    if within(str(private_key.resolve()), str(directory.resolve())):
         raise SignatureError(
             f"the private key {private_key} is inside the folder being signed: it would be "
             "signed and published with the code",
@@ -43,7 +44,7 @@ def sign_directory(directory: Path, private_key: Path, *, out: Path | None = Non
 
     target = out or directory / DEFAULT_SIGNATURE
     ignored: list[Path] = []
-    if target.resolve().is_relative_to(directory.resolve()):
+    if within(str(target.resolve()), str(directory.resolve())):
         ignored.append(target.resolve().relative_to(directory.resolve()))
     hashing_config = hashing.Config().set_ignored_paths(  # type: ignore[no-untyped-call]
         paths=ignored, ignore_git_paths=True)
@@ -72,7 +73,7 @@ def _check_links(directory: Path, allowed: bool) -> None:
             if not path.is_symlink():
                 continue
             target = path.resolve()
-            if not target.is_relative_to(root) or not target.is_file():
+            if not within(str(target), str(root)) or not target.is_file():
                 raise SignatureError(
                     f"cannot sign {directory}: {path} is a symbolic link to {target}, which "
                     "is not a file inside the folder (a load refuses links out of the "
