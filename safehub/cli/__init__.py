@@ -184,9 +184,10 @@ def _cmd_lock(args: argparse.Namespace) -> int:
         _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok, "entries": [
             {**r.to_json(), "fix": fixes.render(r.fix, "cli", command_line=line)
              if r.fix else None} for r in results],
-            "weights": [f.to_json() for f in files]},
-            "\n".join(t for t in (text.lock_statuses(results, line), text.pin_statuses(files))
-                      if t))
+            "weights": [{**f.to_json(), "fix": fixes.render(f.fix, "cli", command_line=line)
+                         if f.fix else None} for f in files]},
+            "\n".join(t for t in (text.lock_statuses(results, line),
+                                   text.pin_statuses(files, line)) if t))
         return EXIT_OK if ok else EXIT_REFUSED
     if args.entrypoint is not None:
         return _lock_entrypoint(args, hub)

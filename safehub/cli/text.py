@@ -180,7 +180,7 @@ def lock_statuses(results: Sequence[Any], line: fixes.CommandLine | None = None)
     return lines(rows) or "(the lockfile is empty)"
 
 
-def pin_statuses(files: Sequence[Any]) -> str:
+def pin_statuses(files: Sequence[Any], line: fixes.CommandLine | None = None) -> str:
     """``lock --check``'s rows for pinned files (after the specs')."""
     rows = []
     for f in files:
@@ -192,7 +192,8 @@ def pin_statuses(files: Sequence[Any]) -> str:
                     f"{f.sha256} ({f.size} bytes){how}" if f.state == "changed" else
                     f"FAIL  {f.url}: {f.error}")
         if f.fix:
-            rows += f"  fix: {f.fix}".split("\n")
+            rows += f"  fix: {fixes.render(f.fix, 'cli', printable, command_line=line)}".split(
+                "\n")
     return lines(rows)
 
 

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING, Any, cast
 from urllib.parse import quote, unquote
 
 from safehub._internal import fixes
@@ -170,11 +170,14 @@ class PinStatus(Report):
     now_size: int | None = None
     now_commit: str | None = None
     error: str | None = None
-    fix: str | None = None
+    fix: fixes.Fix | None = None
 
     @property
     def ok(self) -> bool:
         return self.state is PinState.OK
+
+    def to_json(self) -> dict[str, Any]:  # the fix as text, as for `check`
+        return {**super().to_json(), "fix": fixes.render(self.fix) if self.fix else None}
 
 
 def check_pins(hub: Hub, entry: LockEntry) -> list[PinStatus]:
@@ -188,7 +191,7 @@ def check_pins(hub: Hub, entry: LockEntry) -> list[PinStatus]:
         except SafehubError as e:
             results.append(PinStatus(entry.spec, pin.url, PinState.UNREACHABLE, "", pin.sha256,
                                      pin.size, error=f"{type(e).__name__}: {e.message}",
-                                     fix=fixes.render(e.fix, "cli") if e.fix else None))
+                                     fix=e.fix))
     return results
 
 
@@ -215,9 +218,11 @@ def _check(hub: Hub, entry: LockEntry, pin: WeightPin, guard: WeightsGuard) -> P
                      fix=None if same else _relock(entry))
 
 
-def _relock(entry: LockEntry) -> str:
-    return (f"review why the file changed; to pin what it serves now, run `safehub lock "
-            f"--upgrade {entry.spec} --entrypoint NAME`")
+def _relock(entry: LockEntry) -> fixes.Fix:
+    import shlex
+
+    return fixes.run(f"safehub lock --upgrade {shlex.quote(entry.spec)} --entrypoint NAME",
+                     "to pin what it serves now, once you know why the file changed")
 
 
 def _header(headers: Mapping[str, str], name: str) -> str:
