@@ -266,3 +266,28 @@ def test_a_snapshot_without_the_file_falls_back_to_the_pinned_url(
     assert list(safehub.load(SPEC, "weighted", weights, trust_repo=True,
                              verbose=False)) == ["w"]
     assert [r.path for r in server.requests_log] == ["/weights/good.pth"]
+
+
+def test_a_publisher_whose_file_changed_at_its_url_pushes_nothing(
+        weights: str, target: str, server: GitHubStandIn, isolated: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without a local copy the publisher fetches each pinned file from its URL, and other
+    bytes than the pin stop the push before anything reaches the registry."""
+    safehub.load(SPEC, "weighted", weights, trust_repo=True, verbose=False)
+    assert main(["lock", SPEC]) == 0
+    for f in isolated.rglob("w.pth"):
+        f.unlink()  # no local copy: the publisher asks the URL
+    server.add_static("/weights/good.pth", b"not the pinned bytes")
+    capsys.readouterr()
+    assert main(["prefetch", "--oci", target, SPEC]) == 1
+    err = capsys.readouterr().err
+    assert "IntegrityError" in err and "nothing was pushed" in err
+    assert not Lockfile.load(Path("safehub.lock")).entries[SPEC].oci
+    # The publisher's file back at its URL: the push goes through, with the file as a layer.
+    import torch
+
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(4.0)}, buf)
+    server.add_static("/weights/good.pth", buf.getvalue())
+    assert main(["prefetch", "--oci", target, SPEC]) == 0
+    assert Lockfile.load(Path("safehub.lock")).entries[SPEC].oci
