@@ -15,6 +15,13 @@ locked cold load costs in requests.
    through a second docker-registry in proxy mode (a pull-through cache), cold and then
    filled: successes, GitHub requests, the origin's blob GETs, times. Then a ``--big-mb``
    snapshot: push, pull (verified load) and `skopeo copy` of the same artifact.
+6. Weights (issue 31): a repo whose entrypoint fetches a ``--weights-mb`` checkpoint with
+   ``torch.hub.download_url_to_file`` from a loopback weights host; `safehub lock
+   --entrypoint` pins it and `safehub prefetch --oci` pushes it as a layer. N nodes
+   (``--procs``), each with its own empty cache and torch dir, released together: code and
+   checkpoint from the registry (SAFEHUB_OCI), against plain torch.hub.load with the code
+   from the GitHub stand-in and the checkpoint from the weights host. ``--weights-only``
+   runs only this part.
 """
 
 from __future__ import annotations
@@ -83,14 +90,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--big-mb", type=int, default=100, help="size of part 5's big snapshot")
     ap.add_argument("--profile", action="store_true",
                     help="part 5 only: one node under cProfile and -X importtime, then stop")
+    ap.add_argument("--weights-mb", type=int, default=100, help="part 6's checkpoint size")
+    ap.add_argument("--weights-only", action="store_true", help="only part 6 (weights)")
     args = ap.parse_args(argv)
     # Measured as users run it: bytecode compiled (pip compiles on install), for the
     # children too (this environment sets PYTHONDONTWRITEBYTECODE).
     os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     subprocess.run([sys.executable, "-m", "compileall", "-q", str(ROOT / "safehub"),
                     str(HERE / "_loopback.py")], check=True)
+    if args.weights_only:
+        return oci_bench(args.procs, args.big_mb, args.weights_mb, weights_only=True)
     if args.oci_only or args.profile:
-        return oci_bench(args.procs, args.big_mb, profile=args.profile)
+        return oci_bench(args.procs, args.big_mb, args.weights_mb, profile=args.profile)
 
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-fleet-"))
     home = work / "home"
@@ -158,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  {n}/{n} succeeded; the read-only cache was not written")
     for label, (api, total) in cold.items():
         print(f"locked cold load via {label}: {api} API calls, {total} HTTP requests")
-    return oci_bench(args.procs, args.big_mb)
+    return oci_bench(args.procs, args.big_mb, args.weights_mb)
 
 
 # A node: torch imported first, as torch.hub's node has it (both pay it, outside the
@@ -191,7 +202,8 @@ def _summary(times: list[tuple[float, ...]]) -> str:
             f"median {statistics.median(cpus):.0f} ms")
 
 
-def oci_bench(n: int, big_mb: int, *, profile: bool = False) -> int:
+def oci_bench(n: int, big_mb: int, weights_mb: int = 100, *, weights_only: bool = False,
+              profile: bool = False) -> int:
     """Part 5 (see the module docstring); prints its table."""
     import time
 
@@ -223,6 +235,16 @@ def oci_bench(n: int, big_mb: int, *, profile: bool = False) -> int:
             specs.append(f"bench/hub{i}:v1.0")
         tls = server._tls
         env = {**os.environ, "SSL_CERT_FILE": str(tls.ca_cert)}
+        node_env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "true",
+                    "SAFEHUB_LOCKFILE": str(project / "safehub.lock"),
+                    "SAFEHUB_GITHUB_API_URL": "https://127.0.0.1:9/no-github",
+                    "SAFEHUB_GITHUB_URL": "https://127.0.0.1:9/no-github"}
+        if weights_only:
+            with DockerRegistry(work / "origin", tls, auth=False) as origin:
+                rows += weights_rows(n, weights_mb, work, project, origin, server, node_env)
+            print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, loopback):",
+                             *rows]))
+            return 0
         with DockerRegistry(work / "origin", tls, auth=False) as origin:
             proxy = DockerRegistry(work / "proxy", tls, auth=False, proxy_of=origin)
             proxy.start(env)
@@ -231,10 +253,6 @@ def oci_bench(n: int, big_mb: int, *, profile: bool = False) -> int:
                 t = time.perf_counter()
                 assert cli(["prefetch", "--oci", f"{origin.host}/bench/hub", *specs]) == 0
                 push_ms = (time.perf_counter() - t) * 1e3
-            node_env = {**os.environ, "PYTHONPATH": str(ROOT), "CI": "true",
-                        "SAFEHUB_LOCKFILE": str(project / "safehub.lock"),
-                        "SAFEHUB_GITHUB_API_URL": "https://127.0.0.1:9/no-github",
-                        "SAFEHUB_GITHUB_URL": "https://127.0.0.1:9/no-github"}
             rows.append(f"push of 3 snapshots (prefetch --oci, whole pipeline): {push_ms:.0f} ms")
             if profile and os.environ.get("BENCH_HOLD"):  # keep it up for hand-run nodes
                 import json
@@ -260,6 +278,7 @@ def oci_bench(n: int, big_mb: int, *, profile: bool = False) -> int:
             proxy.stop()
             rows += beside(n, specs, work, project, origin.host, node_env, server)
             rows += big_snapshot(big_mb, work, origin, server, node_env, tls)
+            rows += weights_rows(n, weights_mb, work, project, origin, server, node_env)
     finally:
         server.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -478,6 +497,100 @@ def big_snapshot(megabytes: int, work: Path, origin: object, server: object,
             f"push (prefetch --oci, whole pipeline incl. GitHub fetch) {push:.1f} s, "
             f"pull (fresh process, verified load into a cold cache) {pull:.1f} s, "
             f"skopeo copy of the same artifact {skopeo:.1f} s"]
+
+
+WEIGHTED = """\
+import os
+
+import torch
+
+dependencies = ["torch"]
+
+
+def fetch(url):
+    \"\"\"Download the checkpoint at url into torch's checkpoint folder; its size.\"\"\"
+    path = os.path.join(torch.hub.get_dir(), "checkpoints", "big.bin")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    if not os.path.exists(path):
+        torch.hub.download_url_to_file(url, path, progress=False)
+    return os.path.getsize(path)
+"""
+
+WEIGHTS_CHILD = """
+import os, sys, time
+sys.path.insert(0, os.environ["BENCH_DIR"])
+import torch.hub
+if sys.argv[1] == "torch":
+    from _loopback import point_torch_hub_from_env
+    point_torch_hub_from_env()
+    load = torch.hub.load
+else:
+    import safehub
+    load = safehub.load
+print("ready", flush=True)
+sys.stdin.readline()
+t, c = time.perf_counter(), time.process_time()
+size = load(sys.argv[2], "fetch", os.environ["BENCH_WEIGHTS_URL"], trust_repo=True,
+            verbose=False)
+assert size == int(os.environ["BENCH_WEIGHTS_SIZE"]), size
+print(f"{(time.perf_counter() - t) * 1e3:.3f} {(time.process_time() - c) * 1e3:.3f}",
+      flush=True)
+"""
+
+
+def weights_rows(n: int, megabytes: int, work: Path, project: Path, origin: object,
+                 server: object, node_env: dict[str, str]) -> list[str]:
+    """Part 6: N nodes fetch one repo's code and its pinned checkpoint, from the registry
+    (SAFEHUB_OCI) and as torch.hub does (GitHub stand-in, loopback weights host)."""
+    import json
+    import time
+
+    from safehub.cli import main as cli
+    from tests.support import git, make_repo
+
+    path = work / "weighted"
+    make_repo(path, {"hubconf.py": WEIGHTED})
+    git(path, "tag", "v1.0")
+    server.add_repo("bench", "weighted", path)  # type: ignore[attr-defined]
+    data = os.urandom(megabytes * 1024 * 1024)
+    server.add_static("/weights/big.bin", data)  # type: ignore[attr-defined]
+    url = server.api_url.rsplit("/api", 1)[0] + "/weights/big.bin"  # type: ignore[attr-defined]
+    spec, host = "bench/weighted:v1.0", origin.host  # type: ignore[attr-defined]
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+        t = time.perf_counter()
+        assert cli(["lock", spec, "--entrypoint", "fetch", "--trust", "--kwargs",
+                    json.dumps({"url": url})]) == 0
+        locked = time.perf_counter() - t
+        t = time.perf_counter()
+        assert cli(["prefetch", "--oci", f"{host}/bench/weighted", spec]) == 0
+        push = time.perf_counter() - t
+    env = {**node_env, "BENCH_DIR": str(HERE), "BENCH_WEIGHTS_URL": url,
+           "BENCH_WEIGHTS_SIZE": str(len(data))}
+    rows = [f"{megabytes} MB checkpoint: `safehub lock --entrypoint` (child load, download, "
+            f"hash, pin) {locked:.1f} s; `prefetch --oci` (snapshot + checkpoint layer) "
+            f"{push:.1f} s"]
+    cases = (
+        ("code and checkpoint from the registry (SAFEHUB_OCI)", "safehub", lambda i: {
+            **env, "SAFEHUB_OCI": f"{host}/bench/weighted",
+            "SAFEHUB_CACHE_DIR": str(work / f"w-oci/n{i}/cache"),
+            "XDG_DATA_HOME": str(work / f"w-oci/n{i}/data"),
+            "TORCH_HOME": str(work / f"w-oci/n{i}/torch")}),
+        ("torch.hub.load: code from the GitHub stand-in, checkpoint from the weights host",
+         "torch", lambda i: {**os.environ, **env, "TORCH_HOME": str(work / f"w-torch/n{i}")}),
+    )
+    for label, loader, case_env in cases:
+        server.clear_log()  # type: ignore[attr-defined]
+        before = origin.blob_gets()  # type: ignore[attr-defined]
+        times = _nodes(n, WEIGHTS_CHILD, [loader, spec], [case_env(i) for i in range(n)],
+                       project)
+        rows.append(f"{n} nodes x {megabytes} MB checkpoint, {label}: {len(times)}/{n} "
+                    f"succeeded, {_summary(times)}; requests to GitHub and the weights host "
+                    f"{server.count()}; registry blob GETs "  # type: ignore[attr-defined]
+                    f"{origin.blob_gets() - before}")  # type: ignore[attr-defined]
+        shutil.rmtree(work / ("w-oci" if loader == "safehub" else "w-torch"),
+                      ignore_errors=True)
+    return rows
 
 
 if __name__ == "__main__":

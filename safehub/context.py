@@ -15,7 +15,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from safehub._internal.progress import terminal_progress
 from safehub.admission import Admission
@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # imported where first used: a warm load needs none of them
     from safehub.sources.github import GitHub
     from safehub.sources.interface import Source
     from safehub.sources.transport import Transport
-    from safehub.store.lockfile import Lockfile
+    from safehub.store.lockfile import LockEntry, Lockfile
 
 __all__ = ["Context", "load_lockfile"]
 
@@ -152,6 +152,20 @@ class Context:
         """Who signed the OCI snapshot ``manifest`` that a tree came from ("" if no source
         was needed: the tree was in the cache, or the source serves no snapshots)."""
         return self._source.snapshot_signer(manifest) if self._source is not None else ""
+
+    def snapshot_weights(self, entry: LockEntry | None
+                         ) -> Callable[[str, str, IO[bytes]], bool] | None:
+        """Where a locked repo's pinned files come from on a fleet node: the layers of its
+        OCI snapshot (``SAFEHUB_OCI``), for the weights guard; None elsewhere."""
+        if not (self.settings.oci and entry is not None and entry.oci):
+            return None  # a load without SAFEHUB_OCI imports nothing of it
+        from safehub.sources.oci import OciSource
+
+        source = self.source()
+        if not isinstance(source, OciSource):
+            return None
+        manifest, serve = entry.oci, source.weights
+        return lambda url, sha256, out: serve(manifest, url, sha256, out)
 
     def offline(self, error: OfflineError, spec: str) -> OfflineError:
         """The offline refusal of a step, with the one fix for ``spec`` (the transport

@@ -37,7 +37,7 @@ from safehub.sources.oci.artifact import (
     sha256,
 )
 from safehub.spec import RepoSpec
-from safehub.store.lockfile import Lockfile
+from safehub.store.lockfile import LockEntry, Lockfile
 
 if TYPE_CHECKING:
     from safehub.hub import Hub
@@ -73,6 +73,8 @@ class _Built:
     archive: Path
     signature: bytes | None
     tag: str
+    weights: tuple[tuple[Descriptor, Path], ...] = ()
+    """Each pinned file's layer, and the file holding its bytes."""
 
 
 def tag_for(spec: str) -> str:
@@ -103,9 +105,31 @@ def _build(hub: Hub, text: str, work: Path) -> _Built:
     signature = _signature_outside_tree(hub, admitted, tree.path)
     lock = admitted.lock.entry
     config = SnapshotConfig(lock.repo or lock.repo_key, lock.commit, lock.tree, lock.digest)
-    manifest, config_bytes = build(config, _descriptor(archive), signature)
+    weights = _weight_layers(hub, lock, work)
+    manifest, config_bytes = build(config, _descriptor(archive), signature,
+                                   tuple(d for d, _ in weights))
     return _Built(lock.spec, lock.commit, lock.digest, manifest, config_bytes, archive,
-                  signature[0] if signature else None, tag_for(lock.spec))
+                  signature[0] if signature else None, tag_for(lock.spec), weights)
+
+
+def _weight_layers(hub: Hub, lock: LockEntry, work: Path
+                   ) -> tuple[tuple[Descriptor, Path], ...]:
+    """Each file the entry pins, as a layer whose digest is its pin: from the snapshot a
+    ``SAFEHUB_OCI`` node reads, else the user's records or the file's own URL (held to the
+    policy's weights patterns), its bytes checked against the pin."""
+    from safehub.operations.pinned import fetch_pinned, is_file_pin
+    from safehub.sources.oci.artifact import weights_layer
+
+    from_snapshot = hub.context.snapshot_weights(lock) if hub.settings.oci else None
+    layers = []
+    for pin in filter(is_file_pin, lock.weights):
+        path = work / f"weights-{pin.sha256}"
+        with open(path, "w+b") as out:
+            if from_snapshot is None or not from_snapshot(pin.url, pin.sha256, out):
+                fetch_pinned(hub, lock, pin, out)
+            size = out.seek(0, 2)
+        layers.append((weights_layer(pin.url, pin.sha256, size), path))
+    return tuple(layers)
 
 
 def _descriptor(path: Path) -> Descriptor:
@@ -162,6 +186,7 @@ def _push(registry: Registry, built: _Built) -> list[str]:
     if built.signature is not None and snap.signature is not None:
         how.append(registry.push_blob(built.signature, snap.signature.digest,
                                       snap.signature.size))
+    how += [registry.push_blob(path, layer.digest, layer.size) for layer, path in built.weights]
     registry.push_manifest(built.manifest, snap.digest)
     registry.push_manifest(built.manifest, built.tag)
     return how
@@ -267,6 +292,8 @@ def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Publi
             layout.write_blob(built.archive, snap.archive.digest)
             if built.signature is not None and snap.signature is not None:
                 layout.write_blob(built.signature, snap.signature.digest)
+            for layer, path in built.weights:
+                layout.write_blob(path, layer.digest)
             layout.write_manifest(built.manifest, built.tag)
             signed = ""
             if sign is not None:
@@ -308,7 +335,7 @@ def import_layout(hub: Hub, folder: Path, target: str) -> list[Published]:
             config = _config_of(config_bytes, str(layout), digest)
             parse_config(config_bytes, config, str(layout), digest)
             how = [registry.push_blob(config_bytes, snap.config.digest, snap.config.size)]
-            for layer in (snap.archive, snap.signature):
+            for layer in (snap.archive, snap.signature, *snap.weights):
                 if layer is None:
                     continue
                 path = Path(d) / layer.digest.removeprefix("sha256:")

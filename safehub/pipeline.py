@@ -295,6 +295,7 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         mode=ctx.settings.runtime,
         own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path))
     weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
+    weights.blobs = ctx.snapshot_weights(prepared.lock.entry if prepared.lock else None)
     # The repo's code may call torch.hub after its load returns (model.forward, its
     # threads): those calls keep this load's routing.
     real = str(guard.tree)  # the tree's real path, as the guard holds it

@@ -192,3 +192,46 @@ def test_credential_helpers_are_asked(tmp_path: Path, monkeypatch: pytest.Monkey
     assert credential("other.example", env) is None  # credsStore not installed: none
     with pytest.raises(FetchError, match="not installed"):
         credential("reg.example", _config(tmp_path, {"credHelpers": {"reg.example": "gone"}}))
+
+
+# -- pinned files travel as layers whose digest is their pin (issue 31) -----------------------
+
+
+def _weighted(*layers: object) -> tuple[bytes, str]:
+    from safehub.sources.oci.artifact import weights_layer
+
+    manifest, _ = build(CONFIG, ARCHIVE, None, (weights_layer("https://w.example/a.pth",
+                                                              "d" * 64, 10),))
+    doc = json.loads(manifest)
+    doc["layers"] += list(layers)
+    data = json.dumps(doc).encode()
+    return data, sha256(data)
+
+
+def test_a_pinned_files_layer_is_read_with_its_url_and_pin() -> None:
+    data, digest = _weighted()
+    snap = parse_manifest(data, digest, "reg.example/x")
+    (layer,) = snap.weights
+    assert layer.digest == "sha256:" + "d" * 64 and layer.size == 10
+    assert snap.weight("https://w.example/a.pth") == layer
+    assert snap.weight("https://w.example/other.pth") is None
+    # No pinned file, no weights layer: the manifest of a snapshot without weights is as it was.
+    assert build(CONFIG, ARCHIVE) == build(CONFIG, ARCHIVE, None, ())
+
+
+@pytest.mark.parametrize(("layer", "said"), [
+    ({"mediaType": "application/vnd.safehub.weights.v1", "digest": "sha256:" + "e" * 64,
+      "size": 1}, "no dev.safehub.weights.url annotation"),
+    ({"mediaType": "application/vnd.safehub.weights.v1", "digest": "sha256:" + "e" * 64,
+      "size": 1, "annotations": {"dev.safehub.weights.url": "https://w.example/a.pth"}},
+     "a second time"),
+    ({"mediaType": "application/vnd.safehub.archive.v1.zip", "digest": "sha256:" + "e" * 64,
+      "size": 1}, "one archive layer"),
+    ({"mediaType": "application/octet-stream", "digest": "sha256:" + "e" * 64, "size": 1},
+     "expected application/vnd.safehub.weights.v1"),
+])
+def test_a_weights_layer_of_another_shape_is_refused(layer: object, said: str) -> None:
+    data, digest = _weighted(layer)
+    with pytest.raises(IntegrityError) as e:
+        parse_manifest(data, digest, "reg.example/x")
+    assert said in e.value.message

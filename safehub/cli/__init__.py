@@ -174,19 +174,43 @@ def _cmd_lock(args: argparse.Namespace) -> int:
 
     hub = _hub(args)
     if args.check:
-        if args.specs or args.upgrade or args.from_file or args.rewrite:
-            raise _Usage("--check takes no specs, --from, --upgrade or --rewrite", "safehub lock")
+        if args.specs or args.upgrade or args.from_file or args.rewrite or args.entrypoint:
+            raise _Usage("--check takes no specs, --from, --upgrade, --rewrite or --entrypoint",
+                         "safehub lock")
         results = operations.lock_check(hub)
-        ok = all(r.ok for r in results)
+        files = operations.lock_check_weights(hub)
+        ok = all(r.ok for r in results) and all(f.ok for f in files)
         line = command_line(args)
         _emit(args, {"lockfile": str(hub.lockfile_path), "ok": ok, "entries": [
             {**r.to_json(), "fix": fixes.render(r.fix, "cli", command_line=line)
-             if r.fix else None} for r in results]}, text.lock_statuses(results, line))
+             if r.fix else None} for r in results],
+            "weights": [{**f.to_json(), "fix": fixes.render(f.fix, "cli", command_line=line)
+                         if f.fix else None} for f in files]},
+            "\n".join(t for t in (text.lock_statuses(results, line),
+                                   text.pin_statuses(files, line)) if t))
         return EXIT_OK if ok else EXIT_REFUSED
+    if args.entrypoint is not None:
+        return _lock_entrypoint(args, hub)
+    if args.kwargs is not None or args.trust:
+        raise _Usage("--kwargs and --trust go with --entrypoint NAME", "safehub lock")
     changes = operations.lock(hub, specs_from(args), upgrade=args.upgrade,
                               rewrite=args.rewrite)
     _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes]},
           text.lock_changes(changes, hub.lockfile_path))
+    return EXIT_OK
+
+
+def _lock_entrypoint(args: argparse.Namespace, hub: Any) -> int:
+    from safehub import operations
+
+    specs = specs_from(args)
+    if len(specs) != 1 or args.rewrite:
+        raise _Usage("--entrypoint takes one SPEC (and no --rewrite)", "safehub lock")
+    changes, ran = operations.lock_entrypoint(hub, specs[0], args.entrypoint, args.kwargs,
+                                              upgrade=args.upgrade, trust=args.trust)
+    _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes],
+                 "fetched": ran.to_json()},
+          text.lock_changes(changes, hub.lockfile_path) + "\n" + text.entrypoint_pins(ran))
     return EXIT_OK
 
 

@@ -101,7 +101,8 @@ JSON_FIELDS: dict[str, str] = {
              "entrypoint_found, entrypoint_note, signature",
     "trust": "repo, ref, commit, digest",
     "untrust": "removed",
-    "lock": "lockfile, changes | --check: lockfile, ok, entries",
+    "lock": "lockfile, changes, [--entrypoint] fetched | --check: lockfile, ok, entries, "
+            "weights",
     "prefetch": "cache, mirror, entries, [--oci] published",
     "oci export": "folder, entries",
     "oci import": "target, entries",
@@ -277,7 +278,16 @@ def _pinning(add: _Adder) -> None:
                       help="write the lockfile afresh with only these specs, without reading "
                       "it (the fix for an invalid one)")
     lock.add_argument("--check", action="store_true",
-                      help="ask GitHub whether every locked ref still names its commit")
+                      help="ask GitHub whether every locked ref still names its commit, and "
+                      "every pinned file whether it still answers with its size and digest")
+    lock.add_argument("--entrypoint", type=_entrypoint, metavar="NAME",
+                      help="run NAME once, as `safehub load` would (in a child process), and "
+                      "pin every file it fetched: URL, size and sha256")
+    lock.add_argument("--kwargs", metavar="JSON",
+                      help="with --entrypoint: its keyword arguments, a JSON object")
+    lock.add_argument("--trust", action="store_true",
+                      help="with --entrypoint: trust this exact content if the policy lets "
+                      "users decide (trust_repo=True)")
 
     for name in ("prefetch", "fetch"):
         pre = add(name, "fill a cache or a mirror folder for offline nodes"

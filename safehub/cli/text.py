@@ -180,6 +180,31 @@ def lock_statuses(results: Sequence[Any], line: fixes.CommandLine | None = None)
     return lines(rows) or "(the lockfile is empty)"
 
 
+def pin_statuses(files: Sequence[Any], line: fixes.CommandLine | None = None) -> str:
+    """``lock --check``'s rows for pinned files (after the specs')."""
+    rows = []
+    for f in files:
+        how = f" ({f.how})" if f.how else ""
+        rows.append(f"ok    {f.url}{how}" if f.ok else
+                    f"MOVED {f.url}: its revision is commit {f.now_commit} now, pinned at "
+                    "another" if f.state == "moved" else
+                    f"CHANGED {f.url}: sha256 {f.now_sha256} ({f.now_size} bytes), pinned "
+                    f"{f.sha256} ({f.size} bytes){how}" if f.state == "changed" else
+                    f"FAIL  {f.url}: {f.error}")
+        if f.fix:
+            rows += f"  fix: {fixes.render(f.fix, 'cli', printable, command_line=line)}".split(
+                "\n")
+    return lines(rows)
+
+
+def entrypoint_pins(ran: Any) -> str:
+    """What ``lock --entrypoint`` pinned."""
+    rows = [f"pinned    {w.url} sha256 {w.sha256[:16]}... "
+            + (f"{w.size:,} bytes" if w.size is not None else "") for w in ran.weights]
+    return lines(rows or [
+        f"{ran.entrypoint} of {ran.spec} fetched no file through a held path"])
+
+
 def lock_changes(changes: Sequence[Any], path: object) -> str:
     rows = [f"{c.change:9} {c.spec} {c.commit}"
             + (f" (was {c.previous})" if c.previous and c.previous != c.commit else "")

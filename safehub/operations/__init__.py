@@ -2,7 +2,8 @@
 
 Each operation admits a spec exactly as a load does (:mod:`safehub.admission`) and returns
 typed, frozen reports; the CLI only formats them (text, or JSON through ``to_json``).
-Nothing here runs a repo's code.
+Nothing here runs a repo's code, except ``lock --entrypoint``, which runs it as
+``safehub load`` would, in a child process (:func:`lock_entrypoint`).
 """
 
 from __future__ import annotations
@@ -17,9 +18,18 @@ from safehub.operations.cache import (
     prefetch,
 )
 from safehub.operations.check import CheckReport, check
-from safehub.operations.lock import LockChange, LockStatus, lock, lock_check
+from safehub.operations.lock import (
+    EntrypointFetches,
+    LockChange,
+    LockStatus,
+    lock,
+    lock_check,
+    lock_check_weights,
+    lock_entrypoint,
+)
 from safehub.operations.verify import VerifyReport, verify
 
-__all__ = ["CacheCheck", "CacheEntryInfo", "CheckReport", "LockChange", "LockStatus",
-           "Prefetched", "VerifyReport", "cache_clear", "cache_entries", "cache_verify",
-           "check", "lock", "lock_check", "prefetch", "verify"]
+__all__ = ["CacheCheck", "CacheEntryInfo", "CheckReport", "EntrypointFetches", "LockChange",
+           "LockStatus", "Prefetched", "VerifyReport", "cache_clear", "cache_entries",
+           "cache_verify", "check", "lock", "lock_check", "lock_check_weights",
+           "lock_entrypoint", "prefetch", "verify"]

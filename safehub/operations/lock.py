@@ -4,22 +4,24 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
 from safehub._internal import fixes
-from safehub.errors import PinError, SafehubError, SpecError
+from safehub.errors import IntegrityError, PinError, SafehubError, SpecError
 from safehub.operations.common import Report
-from safehub.spec import RepoSpec
-from safehub.store.lockfile import LockEntry, Lockfile, spec_key
+from safehub.spec import RepoSpec, is_full_sha
+from safehub.store.lockfile import LockEntry, Lockfile, WeightPin, spec_key
 from safehub.store.records import WeightPins
 
 if TYPE_CHECKING:
     from safehub.hub import Hub
+    from safehub.operations.pinned import PinStatus
 
-__all__ = ["LockChange", "LockStatus", "lock", "lock_check"]
+__all__ = ["EntrypointFetches", "LockChange", "LockStatus", "lock", "lock_check",
+           "lock_check_weights", "lock_entrypoint"]
 
 _LOCK = pipeline.Plan(upto="signature", resolution="fresh", locked=True, pinned=False,
                       verbose=False)
@@ -134,3 +136,128 @@ def lock_check(hub: Hub) -> list[LockStatus]:
             results.append(LockStatus(key, entry.commit, None, False,
                                       f"{type(e).__name__}: {e.message}", e.fix))
     return results
+
+
+def lock_check_weights(hub: Hub) -> list[PinStatus]:
+    """Ask every file the lockfile pins whether it still answers with its pinned size and
+    digest (a HEAD where the server gives a digest, else a download hashed and discarded);
+    nothing is kept or changed."""
+    from safehub.operations.pinned import check_pins
+
+    lockfile = hub.lockfile
+    if lockfile is None:
+        return []
+    return [s for key in sorted(lockfile.entries) for s in check_pins(hub,
+                                                                       lockfile.entries[key])]
+
+
+@dataclass(frozen=True)
+class EntrypointFetches(Report):
+    """What ``lock SPEC --entrypoint NAME`` ran, and the files it pinned for it."""
+
+    spec: str
+    entrypoint: str
+    weights: tuple[WeightPin, ...]
+    fetched: tuple[str, ...] = ()
+    """Every URL safehub downloaded while it ran (redirect hops included)."""
+
+
+def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = None, *,
+                    upgrade: bool = False, trust: bool = False
+                    ) -> tuple[list[LockChange], EntrypointFetches]:
+    """Lock ``spec``, run its ``entrypoint`` once as ``safehub load`` would (same policy,
+    admission and trust; ``kwargs`` a JSON object), and pin every file it fetched in the
+    entry: URL, sha256, size (and a Hub file's commit).
+
+    The entrypoint runs in a child process (``python -m safehub load``, the locked commit)
+    with a fresh torch hub dir of its own, so every file it needs is fetched and hashed
+    there rather than taken from a checkpoint folder; the files are pinned only if the whole
+    load succeeded.
+    """
+    import json
+
+    if kwargs is not None:
+        try:
+            parsed = json.loads(kwargs)
+        except (ValueError, RecursionError) as e:
+            raise SpecError(f"--kwargs is not JSON ({e})",
+                            fix=fixes.say("""give a JSON object, e.g. --kwargs '{"n": 2}'""")
+                            ) from e
+        if not isinstance(parsed, dict):
+            raise SpecError("--kwargs must be a JSON object",
+                            fix=fixes.say("""e.g. --kwargs '{"pretrained": true}'"""))
+    changes = lock(hub, [spec], upgrade=upgrade)
+    key, repo = changes[0].spec, RepoSpec.parse(spec).key
+    records = WeightPins(hub.settings.data_dir)
+    before = {url: records.get(url) for url in records.for_repo(repo)}
+    fetched = _run_entrypoint(hub, key, entrypoint, kwargs, trust)
+    now = {url: records.get(url) for url in records.for_repo(repo)}
+    pins = tuple(_pin(url, seen) for url, seen in sorted(now.items())
+                 if seen is not None and (before.get(url) != seen or url in fetched))
+    lockfile = Lockfile.load(hub.lockfile_path)
+    entry = lockfile.entries[key]
+    held = {w.url: w for w in entry.weights}
+    for pin in pins:
+        old = held.get(pin.url)
+        if old is not None and old.sha256 != pin.sha256:
+            raise IntegrityError(
+                f"{entrypoint} of {key} fetched {pin.url} with sha256 {pin.sha256}, but the "
+                f"lockfile pins {old.sha256}; the lockfile was not changed",
+                fix=fixes.say("review why the file changed; if it should, remove its "
+                              "[[repo.weights]] entry and lock again"))
+        held[pin.url] = pin
+    lockfile.put(dataclasses.replace(entry, weights=tuple(held[u] for u in sorted(held)))
+                 .with_pins(records.for_repo(repo)))
+    lockfile.save()
+    hub.forget_lockfile()
+    return changes, EntrypointFetches(key, entrypoint, pins, tuple(fetched))
+
+
+def _pin(url: str, seen: Mapping[str, Any]) -> WeightPin:
+    """A lockfile pin from the user's record of a file (its stat holds the size)."""
+    stat, said = seen.get("stat"), seen.get("size")
+    size = said if type(said) is int and said >= 0 else (
+        stat[0] if isinstance(stat, list) and stat and type(stat[0]) is int else None)
+    commit = seen.get("commit")
+    hub_commit = commit if url.startswith("hf://") and isinstance(commit, str) and \
+        is_full_sha(commit) else ""
+    return WeightPin(url, str(seen["sha256"]), size, hub_commit)
+
+
+def _run_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None,
+                    trust: bool) -> list[str]:
+    """``safehub load SPEC ENTRYPOINT`` in a child process with a torch hub dir of its own;
+    the URLs it fetched (its runtime report), or its refusal raised here."""
+    import json
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    from safehub import errors
+
+    command = [sys.executable, "-m", "safehub", "load", spec, entrypoint, "--json", "--report",
+               "--quiet", "--lockfile", str(hub.lockfile_path),
+               *(["--kwargs", kwargs] if kwargs is not None else []),
+               *(["--trust"] if trust else [])]
+    with tempfile.TemporaryDirectory(prefix="safehub-lock-") as home:
+        env = {**os.environ, "TORCH_HOME": home, "SAFEHUB_CACHE_DIR": str(hub.cache.root)}
+        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True,
+                              check=False)
+    try:
+        answer = json.loads(done.stdout) if done.stdout.strip() else {}
+    except (ValueError, RecursionError):
+        answer = {}
+    if done.returncode != 0 or not isinstance(answer, dict) or "error" in answer:
+        kind = getattr(errors, str(answer.get("error", "")), None) \
+            if isinstance(answer, dict) else None
+        cls = kind if isinstance(kind, type) and issubclass(kind, SafehubError) else SafehubError
+        message = answer.get("message") if isinstance(answer, dict) else None
+        hint = answer.get("hint") if isinstance(answer, dict) else None
+        raise cls(f"running {entrypoint} of {spec} to lock what it fetches failed: "
+                  f"{message or f'exit {done.returncode}'}; nothing was pinned",
+                  fix=fixes.say(str(hint)) if hint else fixes.say(
+                      f"run `safehub load {spec} {entrypoint}` to see why"))
+    runtime = answer.get("runtime") if isinstance(answer.get("runtime"), dict) else {}
+    urls = runtime.get("fetched", []) if isinstance(runtime, dict) else []
+    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else []

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
@@ -78,6 +78,10 @@ class WeightsGuard:
     user's new pins into that entry)."""
     fetched: Callable[[str], None] | None = None
     """Told each URL safehub downloads for the repo (the runtime report's ``fetched``)."""
+    blobs: Callable[[str, str, IO[bytes]], bool] | None = None
+    """A fleet node's snapshot (``SAFEHUB_OCI``): given a URL the lockfile pins, its sha256
+    and a file, writes the pinned bytes there, checked as they arrive; False where the
+    snapshot does not carry the file (it is then downloaded as any other)."""
 
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
@@ -197,6 +201,9 @@ class WeightsGuard:
         self.check_url(url)
         target = Path(os.path.expanduser(dst))
         self._writable_here(url, target.parent)
+        if self._from_snapshot(url, target, hash_prefix):
+            self.check_file(url, target)
+            return
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
             self._tell(url)
             _original("download_url_to_file")(url, dst, hash_prefix, progress)
@@ -265,6 +272,10 @@ class WeightsGuard:
             self.check_file(url, cached)
         else:
             self._writable_here(url, Path(folder))
+            if self.blobs is not None and url in self.locked:
+                os.makedirs(folder, exist_ok=True)  # as torch would, before it downloads
+                if self._from_snapshot(url, cached, None):
+                    self.check_file(url, cached)
         if self.weights_only and not weights_only:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
@@ -299,6 +310,29 @@ class WeightsGuard:
                 self.records.put(key, self._sha256(key, path), path,
                                  lambda p: _stat_key(p.stat()), repo=self.repo_key,
                                  commit=commit, size=size)
+
+    def _from_snapshot(self, url: str, target: Path, hash_prefix: str | None) -> bool:
+        """A file the lockfile pins, from the node's snapshot (:attr:`blobs`) into
+        ``target``: written beside it, checked, then moved in (a refusal leaves nothing)."""
+        pinned = self.locked.get(url)
+        if self.blobs is None or pinned is None:
+            return False
+        from safehub.run.runtime import own_work
+
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                                   suffix=".partial")
+        try:
+            with os.fdopen(fd, "w+b") as out, own_work():
+                if not self.blobs(url, pinned, out):
+                    return False
+            if hash_prefix is not None and not pinned.startswith(hash_prefix):
+                raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
+                                   f'"{pinned}")')  # as torch.hub raises it
+            os.replace(tmp, target)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+        return True
 
 
 def _text(value: object, name: str) -> str:

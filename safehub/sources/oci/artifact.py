@@ -4,9 +4,12 @@ The manifest's ``artifactType`` is :data:`ARTIFACT_TYPE`; its config (:data:`CON
 names the repo, commit, tree id and content digest; its first layer is the archive exactly
 as GitHub served it (:data:`ARCHIVE_TYPE`); a second layer, present when the policy found a
 signature outside the tree, is that signature bundle (:data:`SIGNATURE_TYPE`), with the
-URL it was found at as an annotation. Every document is canonical JSON (sorted keys, no
-spaces, ASCII, no timestamps), so two admins who push the same snapshot get the same
-manifest digest.
+URL it was found at as an annotation. Each file the lockfile entry pins for the repo's
+code to fetch (``[[repo.weights]]``) follows as a layer of its own (:data:`WEIGHTS_TYPE`),
+its digest the pin itself (``sha256:PIN``, so a registry can serve only the pinned bytes)
+and the pin's URL as an annotation (:data:`WEIGHTS_URL`). Every document is canonical
+JSON (sorted keys, no spaces, ASCII, no timestamps), so two admins who push the same
+snapshot get the same manifest digest.
 
 Reading is strict: a manifest or config that is not exactly this shape is refused, and
 the config must equal the lockfile entry it is loaded for.
@@ -29,8 +32,9 @@ from safehub._internal import fixes
 from safehub.errors import IntegrityError
 
 __all__ = ["ARCHIVE_TYPE", "ARTIFACT_TYPE", "CONFIG_TYPE", "MANIFEST_TYPE", "MAX_CONFIG",
-           "MAX_MANIFEST", "SIGNATURE_TYPE", "Descriptor", "Snapshot", "SnapshotConfig",
-           "build", "canonical", "parse_config", "parse_manifest", "sha256"]
+           "MAX_MANIFEST", "MAX_WEIGHTS", "SIGNATURE_TYPE", "WEIGHTS_TYPE", "WEIGHTS_URL",
+           "Descriptor", "Snapshot", "SnapshotConfig", "build", "canonical", "parse_config",
+           "parse_manifest", "sha256", "weights_layer"]
 
 MANIFEST_TYPE = "application/vnd.oci.image.manifest.v1+json"
 ARTIFACT_TYPE = "application/vnd.safehub.snapshot.v1"
@@ -38,6 +42,10 @@ CONFIG_TYPE = "application/vnd.safehub.snapshot.config.v1+json"
 ARCHIVE_TYPE = "application/vnd.safehub.archive.v1.zip"
 SIGNATURE_TYPE = "application/vnd.dev.sigstore.bundle.v0.3+json"
 SIGNATURE_URL = "dev.safehub.signature.url"
+WEIGHTS_TYPE = "application/vnd.safehub.weights.v1"
+WEIGHTS_URL = "dev.safehub.weights.url"
+MAX_WEIGHTS = 1024
+"""The most pinned files one snapshot carries."""
 TITLE = "org.opencontainers.image.title"
 
 MAX_MANIFEST = 4 * 1024 * 1024
@@ -96,12 +104,26 @@ class Snapshot:
     config: Descriptor
     archive: Descriptor
     signature: Descriptor | None
+    weights: tuple[Descriptor, ...] = ()
+    """The pinned files it carries, each with its URL (:data:`WEIGHTS_URL`)."""
+
+    def weight(self, url: str) -> Descriptor | None:
+        """The layer carrying the file pinned for ``url``, or None."""
+        return next((w for w in self.weights if (w.annotations or {}).get(WEIGHTS_URL) == url),
+                    None)
+
+
+def weights_layer(url: str, sha256_hex: str, size: int) -> Descriptor:
+    """The layer of one pinned file: its digest is the pin."""
+    return Descriptor(WEIGHTS_TYPE, f"sha256:{sha256_hex}", size, {WEIGHTS_URL: url})
 
 
 def build(config: SnapshotConfig, archive: bytes | Descriptor,
-          signature: tuple[bytes, str] | None = None) -> tuple[bytes, bytes]:
+          signature: tuple[bytes, str] | None = None,
+          weights: tuple[Descriptor, ...] = ()) -> tuple[bytes, bytes]:
     """(manifest bytes, config bytes) for a snapshot; ``archive`` is its bytes or its
-    descriptor; ``signature`` is (bundle bytes, where the policy found it)."""
+    descriptor; ``signature`` is (bundle bytes, where the policy found it); ``weights``
+    the pinned files' layers (:func:`weights_layer`), sorted by URL here."""
     config_bytes = canonical(config.document())
     layer = archive if isinstance(archive, Descriptor) else Descriptor(
         ARCHIVE_TYPE, sha256(archive), len(archive))
@@ -111,6 +133,7 @@ def build(config: SnapshotConfig, archive: bytes | Descriptor,
         data, where = signature
         layers.append(Descriptor(SIGNATURE_TYPE, sha256(data), len(data),
                                  {SIGNATURE_URL: where, TITLE: "signature.sigstore.json"}))
+    layers += sorted(weights, key=lambda w: (w.annotations or {}).get(WEIGHTS_URL, ""))
     manifest = {
         "schemaVersion": 2, "mediaType": MANIFEST_TYPE, "artifactType": ARTIFACT_TYPE,
         "config": Descriptor(CONFIG_TYPE, sha256(config_bytes), len(config_bytes)).document(),
@@ -173,14 +196,36 @@ def parse_manifest(data: bytes, digest: str, where: str) -> Snapshot:
         raise _bad(where, digest, f"the config is {config.size:,} bytes, over the "
                    f"{MAX_CONFIG:,}-byte cap")
     layers = doc.get("layers")
-    if type(layers) is not list or not 1 <= len(layers) <= 2:
-        raise _bad(where, digest, "it must have one archive layer and at most one signature")
+    if type(layers) is not list or not 1 <= len(layers) <= 2 + MAX_WEIGHTS:
+        raise _bad(where, digest, "it must have one archive layer, at most one signature "
+                   f"and at most {MAX_WEIGHTS} pinned files")
     archive = _descriptor(layers[0], (ARCHIVE_TYPE,), where, digest, "layer 0")
-    signature = _descriptor(layers[1], (SIGNATURE_TYPE,), where, digest, "layer 1") \
-        if len(layers) == 2 else None
+    signature = None
+    rest = layers[1:]
+    if rest and type(rest[0]) is dict and rest[0].get("mediaType") == SIGNATURE_TYPE:
+        signature = _descriptor(rest.pop(0), (SIGNATURE_TYPE,), where, digest, "layer 1")
     if signature is not None and not (signature.annotations or {}).get(SIGNATURE_URL):
         raise _bad(where, digest, f"the signature layer has no {SIGNATURE_URL} annotation")
-    return Snapshot(digest, config, archive, signature)
+    weights = _weights(rest, where, digest, len(layers) - len(rest))
+    return Snapshot(digest, config, archive, signature, weights)
+
+
+def _weights(layers: list[Any], where: str, digest: str, first: int
+             ) -> tuple[Descriptor, ...]:
+    """The pinned files' layers: each names its URL, once."""
+    found: list[Descriptor] = []
+    for i, doc in enumerate(layers, first):
+        if type(doc) is dict and doc.get("mediaType") in (ARCHIVE_TYPE, SIGNATURE_TYPE):
+            raise _bad(where, digest, f"layer {i}: it must have one archive layer, then at "
+                       "most one signature, then pinned files")
+        w = _descriptor(doc, (WEIGHTS_TYPE,), where, digest, f"layer {i}")
+        url = (w.annotations or {}).get(WEIGHTS_URL)
+        if not url:
+            raise _bad(where, digest, f"layer {i} has no {WEIGHTS_URL} annotation")
+        if any((f.annotations or {}).get(WEIGHTS_URL) == url for f in found):
+            raise _bad(where, digest, f"layer {i} carries {url[:200]!r} a second time")
+        found.append(w)
+    return tuple(found)
 
 
 def parse_config(data: bytes, expected: SnapshotConfig, where: str, digest: str) -> None:

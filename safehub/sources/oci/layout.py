@@ -42,6 +42,14 @@ _EXPORT_AGAIN = fixes.noted(
     "the folder holds other bytes than the lockfile pins; nothing was installed; ")
 
 
+def _holds(path: Path, digest: str) -> bool:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return "sha256:" + h.hexdigest() == digest
+
+
 class Layout:
     """An OCI image layout at ``root`` (see the module docstring)."""
 
@@ -104,8 +112,8 @@ class Layout:
 
     def write_blob(self, data: bytes | Path, digest: str) -> None:
         path = self._blob_path(digest)
-        if path.is_file():
-            return
+        if path.is_file() and _holds(path, digest):
+            return  # a blob whose bytes are not its name's is written again
         path.parent.mkdir(parents=True, exist_ok=True)
         if isinstance(data, Path):
             tmp = path.with_name(f".{path.name}.partial")

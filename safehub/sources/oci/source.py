@@ -27,6 +27,7 @@ from safehub.sources.oci.artifact import (
     MAX_MANIFEST,
     SIGNATURE_URL,
     Descriptor,
+    Snapshot,
     SnapshotConfig,
     parse_config,
     parse_manifest,
@@ -42,8 +43,6 @@ def unpinned(lockfile: str, repo: str, commit: str) -> PinError:
     """The refusal of a load through ``SAFEHUB_OCI`` whose commit no lockfile entry pins
     by ``oci`` digest (a load and ``safehub check`` say the same)."""
     import shlex
-
-    from safehub._internal import fixes
 
     where = "where GitHub is reachable (it records the snapshot's digest in the lockfile)"
     return PinError(
@@ -104,6 +103,7 @@ class OciSource:
         (the signature step reads them here instead of asking GitHub)."""
         self.fleet_signers: dict[str, str] = {}
         """Who signed each snapshot loaded, by manifest digest (when ``[oci]`` requires it)."""
+        self._snapshots: dict[tuple[str, str], Snapshot] = {}
 
     def _refuse(self, spec: RepoSpec | str) -> NoReturn:
         import shlex
@@ -174,6 +174,48 @@ class OciSource:
         cls = IntegrityError if integrity else FetchError
         raise cls(f"no registry in SAFEHUB_OCI served the snapshot {pin.manifest} of "
                   f"{pin.spec}:\n    {listed}", fix=failures[-1].fix)
+
+    def weights(self, manifest: str, url: str, sha256_hex: str, out: IO[bytes]) -> bool:
+        """The file the lockfile pins for ``url`` (``sha256_hex``), from the snapshot
+        ``manifest`` into ``out``: the layer's digest must be the pin, its bytes are checked
+        against it and its size as they arrive (:meth:`Place.blob`). False if the snapshot
+        carries no file for ``url``; a place that fails is reported and the next tried."""
+        failures: list[SafehubError] = []
+        for place in self.places:
+            try:
+                snap = self._snapshot(place, manifest)
+                layer = snap.weight(url)
+                if layer is None:
+                    return False
+                if layer.digest != f"sha256:{sha256_hex}":
+                    raise IntegrityError(
+                        f"the snapshot {manifest} in {place} carries {layer.digest} for {url}, "
+                        f"but the lockfile pins sha256:{sha256_hex}; nothing was written",
+                        fix=fixes.say("the lockfile's [[repo.weights]] changed after the "
+                                      "snapshot was pushed: run `safehub prefetch --oci "
+                                      "REGISTRY/REPOSITORY SPEC` again where the files' hosts "
+                                      "are reachable"))
+                place.blob(layer, out)
+                return True
+            except SafehubError as e:
+                failures.append(e)
+                out.seek(0)
+                out.truncate()
+        if len(failures) == 1:
+            raise failures[0]
+        cls = IntegrityError if any(isinstance(e, IntegrityError) for e in failures) \
+            else FetchError
+        listed = "\n    ".join(e.message for e in failures)
+        raise cls(f"no registry in SAFEHUB_OCI served the file {url} of the snapshot "
+                  f"{manifest}:\n    {listed}", fix=failures[-1].fix)
+
+    def _snapshot(self, place: Place, manifest: str) -> Snapshot:
+        """The snapshot ``manifest`` as ``place`` serves it, checked, read once."""
+        key = (str(place), manifest)
+        if key not in self._snapshots:
+            self._snapshots[key] = parse_manifest(
+                place.manifest(manifest)[:MAX_MANIFEST + 1], manifest, str(place))
+        return self._snapshots[key]
 
     def signature_at(self, url: str) -> bytes | None:
         """Only what came with a snapshot: the registry is asked nothing else."""

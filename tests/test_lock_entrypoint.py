@@ -1,0 +1,215 @@
+"""``safehub lock SPEC --entrypoint NAME`` pins what the entrypoint fetches; ``lock --check``
+asks each pinned file whether it still answers with its pin (issue 31, item 2).
+
+The entrypoint runs once in a child ``safehub load`` against the loopback GitHub, whose
+static files play the weights host; the Hugging Face Hub's answers (``X-Linked-Etag``,
+``X-Linked-Size``, ``X-Repo-Commit`` on a ``resolve`` URL) are the stand-in's, through
+``HF_ENDPOINT``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from safehub.cli import main
+from safehub.store.lockfile import Lockfile, WeightPin
+from tests.helpers_load import policy
+from tests.support import GitHubStandIn, Reply
+
+WEIGHTED = '''\
+import torch
+
+dependencies = ["torch"]
+
+
+def weighted(url, twice=False):
+    """Load a state dict from url (and a second file beside it, with twice)."""
+    state = torch.hub.load_state_dict_from_url(url, progress=False, file_name="w.pth")
+    if twice:
+        state.update(torch.hub.load_state_dict_from_url(url.replace("good", "more"),
+                                                        progress=False, file_name="m.pth"))
+    return state
+'''
+SPEC = "acme/weighted:v1.0"
+
+
+@pytest.fixture
+def weights(server: GitHubStandIn, make_hub_repo, isolated: Path) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
+    """URL -> bytes of two weights files on the loopback host, allowed by the policy."""
+    torch = pytest.importorskip("torch")
+    files = {}
+    for name, value in (("good", 1.0), ("more", 2.0)):
+        buf = io.BytesIO()
+        torch.save({name: torch.full((3,), value)}, buf)
+        server.add_static(f"/weights/{name}.pth", buf.getvalue())
+        files[f"{server.api_url.rsplit('/api', 1)[0]}/weights/{name}.pth"] = buf.getvalue()
+    make_hub_repo("acme", "weighted", {"hubconf.py": WEIGHTED})
+    base = server.api_url.rsplit("/api", 1)[0]
+    policy(isolated, f"[[allow]]\nrepo = 'acme/weighted'\nweights = ['{base}/weights/*']\n")
+    return files
+
+
+def _lock(capsys: pytest.CaptureFixture[str], url: str, *more: str, **kwargs: object
+          ) -> tuple[int, dict[str, object]]:
+    capsys.readouterr()
+    code = main(["lock", SPEC, "--entrypoint", "weighted", "--json", "--trust", "--kwargs",
+                 json.dumps({"url": url, **kwargs}), *more])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def _pins() -> dict[str, WeightPin]:
+    return {w.url: w for w in Lockfile.load(Path("safehub.lock")).entries[SPEC].weights}
+
+
+def test_lock_runs_the_entrypoint_and_pins_url_size_and_digest_of_each_file(
+        weights: dict[str, bytes], capsys: pytest.CaptureFixture[str]) -> None:
+    good, more = list(weights)
+    code, out = _lock(capsys, good, twice=True)
+    assert code == 0, out
+    pins = _pins()
+    assert set(pins) == {good, more}
+    for url, data in weights.items():
+        assert pins[url].sha256 == hashlib.sha256(data).hexdigest()
+        assert pins[url].size == len(data)
+    fetched = out["fetched"]
+    assert isinstance(fetched, dict) and fetched["entrypoint"] == "weighted"
+    assert {w["url"] for w in fetched["weights"]} == {good, more}
+    text = Path("safehub.lock").read_text()
+    assert f"size = {len(weights[good])}" in text
+    # The user's checkpoint folder was not used: the child had a torch dir of its own.
+    assert not list(Path.cwd().rglob("w.pth"))
+
+
+def test_a_file_that_changed_since_it_was_locked_is_refused_and_the_lockfile_kept(
+        weights: dict[str, bytes], server: GitHubStandIn,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    good = next(iter(weights))
+    assert _lock(capsys, good)[0] == 0
+    before = Path("safehub.lock").read_bytes()
+    server.add_static("/weights/good.pth", weights[good] + b"swapped")
+    code, out = _lock(capsys, good)
+    assert code == 1
+    assert out["error"] == "IntegrityError" and "nothing was pinned" in str(out["message"])
+    assert Path("safehub.lock").read_bytes() == before
+    # The honest case again: the publisher's file back, the lock runs through.
+    server.add_static("/weights/good.pth", weights[good])
+    assert _lock(capsys, good)[0] == 0
+
+
+def test_a_download_the_policy_does_not_allow_is_refused_and_nothing_pinned(
+        weights: dict[str, bytes], server: GitHubStandIn,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    outside = f"{server.api_url.rsplit('/api', 1)[0]}/other/good.pth"
+    server.add_static("/other/good.pth", next(iter(weights.values())))
+    code, out = _lock(capsys, outside)
+    assert code == 1 and out["error"] == "PolicyDenied", out
+    assert "weights = [" in str(out["hint"])
+    assert not _pins()
+
+
+def test_kwargs_must_be_a_json_object(weights: dict[str, bytes],
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["lock", SPEC, "--entrypoint", "weighted", "--kwargs", "[1]"]) == 2
+    assert "must be a JSON object" in capsys.readouterr().err
+
+
+# -- lock --check asks each pinned file -------------------------------------------------------
+
+
+def _check(capsys: pytest.CaptureFixture[str]) -> tuple[int, list[dict[str, object]]]:
+    capsys.readouterr()
+    code = main(["lock", "--check", "--json"])
+    return code, json.loads(capsys.readouterr().out)["weights"]
+
+
+def test_check_by_download_where_the_server_gives_no_digest(
+        weights: dict[str, bytes], server: GitHubStandIn,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    good = next(iter(weights))
+    assert _lock(capsys, good)[0] == 0
+    code, files = _check(capsys)
+    assert code == 0 and [(f["state"], f["how"]) for f in files] == [("ok", "download")]
+    server.add_static("/weights/good.pth", b"other bytes")
+    code, files = _check(capsys)
+    assert code == 1 and files[0]["state"] == "changed"
+    assert files[0]["now_sha256"] == hashlib.sha256(b"other bytes").hexdigest()
+    assert "safehub lock --upgrade" in str(files[0]["fix"])
+
+
+@pytest.mark.parametrize("header", ["Repr-Digest", "Digest", "x-amz-checksum-sha256"])
+def test_check_by_header_where_the_server_gives_a_digest(
+        header: str, weights: dict[str, bytes], server: GitHubStandIn,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    good = next(iter(weights))
+    assert _lock(capsys, good)[0] == 0
+
+    def said(data: bytes) -> str:
+        b64 = base64.b64encode(hashlib.sha256(data).digest()).decode()
+        return {"Repr-Digest": f"sha-256=:{b64}:", "Digest": f"SHA-256={b64}",
+                "x-amz-checksum-sha256": b64}[header]
+
+    def head(digest_of: bytes) -> Reply:
+        return Reply(200, weights[good], ((header, said(digest_of)),))  # HEAD: no body
+
+    with server.intercept(lambda r: r.method == "HEAD" and r.path == "/weights/good.pth",
+                          head(weights[good])):
+        server.clear_log()
+        code, files = _check(capsys)
+        assert code == 0 and [(f["state"], f["how"]) for f in files] == [("ok", "header")]
+        assert not [r for r in server.requests_log if r.method == "GET" and
+                    r.path == "/weights/good.pth"]  # nothing downloaded
+    with server.intercept(lambda r: r.method == "HEAD" and r.path == "/weights/good.pth",
+                          head(b"something else")):
+        code, files = _check(capsys)
+        assert code == 1 and files[0]["state"] == "changed" and files[0]["how"] == "header"
+
+
+def _hub_pin(commit: str) -> WeightPin:
+    data = b"safetensors bytes"
+    return WeightPin("hf://acme/tiny@main/model.safetensors", hashlib.sha256(data).hexdigest(),
+                     len(data), commit)
+
+
+def test_check_asks_the_hub_for_its_lfs_digest_and_whether_the_revision_moved(
+        weights: dict[str, bytes], server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import dataclasses
+
+    good = next(iter(weights))
+    assert _lock(capsys, good)[0] == 0
+    commit = "c" * 40
+    pin = _hub_pin(commit)
+    lock = Lockfile.load(Path("safehub.lock"))
+    entry = lock.entries[SPEC]
+    lock.put(dataclasses.replace(entry, weights=(pin,)))
+    lock.save()
+    endpoint = server.api_url.rsplit("/api", 1)[0] + "/hf"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    resolve = "/hf/acme/tiny/resolve/main/model.safetensors"
+
+    def hub(etag: str, at: str) -> Reply:
+        return Reply(302, b"", (("Location", f"{endpoint}/cdn/x"), ("X-Repo-Commit", at),
+                                ("X-Linked-Etag", f'"{etag}"'),
+                                ("X-Linked-Size", str(pin.size))))
+
+    with server.intercept(resolve, hub(pin.sha256, commit)):
+        code, files = _check(capsys)
+    assert code == 0 and [(f["state"], f["how"]) for f in files] == [("ok", "header")]
+    with server.intercept(resolve, hub(pin.sha256, "d" * 40)):
+        code, files = _check(capsys)
+    assert code == 1 and files[0]["state"] == "moved" and files[0]["now_commit"] == "d" * 40
+    with server.intercept(resolve, hub("e" * 64, commit)):
+        code, files = _check(capsys)
+    assert code == 1 and files[0]["state"] == "changed"
+    capsys.readouterr()
+    with server.intercept(resolve, hub("e" * 64, commit)):
+        assert main(["lock", "--check"]) == 1
+    assert "CHANGED hf://acme/tiny@main/model.safetensors" in capsys.readouterr().out
