@@ -368,8 +368,8 @@ def test_the_lockfiles_commit_pins_the_revision_on_a_fresh_machine(
     lock = isolated / "safehub.lock"
     key = "hf://acme/tiny@main/model.safetensors"
     text = lock.read_text()
-    assert key in text
-    lock.write_text(text.replace(f'url = "{key}"', f'url = "{key}"\ncommit = "{old}"'))
+    assert f'url = "{key}"' in text and f'commit = "{old}"' in text  # `lock` carries both
+    assert "size = " in text
     next(isolated.rglob("weights/pins.json")).unlink()  # another machine: no records,
     for p in _cache(isolated).rglob("*"):  # no Hub cache
         if p.is_symlink():

@@ -70,7 +70,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
         spec = RepoSpec.parse(text)
         old = lockfile.get(spec)
         if old is not None and not upgrade:
-            lockfile.put(old.with_pins(pins.for_repo(spec.key)))
+            lockfile.put(old.with_pins(_pins(pins, spec.key)))
             changes.append(LockChange(old.spec, old.commit, "kept"))
             continue
         passed = pipeline.steps(hub.context, spec, _LOCK)
@@ -82,7 +82,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
                           tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
         if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
             entry = dataclasses.replace(entry, weights=old.weights, oci=old.oci)
-        entry = entry.with_pins(pins.for_repo(spec.key))
+        entry = entry.with_pins(_pins(pins, spec.key))
         change = "added" if old is None else (
             "unchanged" if old.commit == entry.commit else "upgraded")
         lockfile.put(entry)
@@ -207,10 +207,17 @@ def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = N
                               "[[repo.weights]] entry and lock again"))
         held[pin.url] = pin
     lockfile.put(dataclasses.replace(entry, weights=tuple(held[u] for u in sorted(held)))
-                 .with_pins(records.for_repo(repo)))
+                 .with_pins(_pins(records, repo)))
     lockfile.save()
     hub.forget_lockfile()
     return changes, EntrypointFetches(key, entrypoint, pins, tuple(fetched))
+
+
+def _pins(records: WeightPins, repo: str) -> dict[str, WeightPin]:
+    """The user's pins of the files ``repo``'s code fetched, as lockfile pins (a Hub
+    file's commit and every file's size carried over)."""
+    return {url: _pin(url, seen) for url in records.for_repo(repo)
+            if (seen := records.get(url)) is not None}
 
 
 def _pin(url: str, seen: Mapping[str, Any]) -> WeightPin:

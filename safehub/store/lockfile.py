@@ -99,11 +99,11 @@ class LockEntry:
     def repo_key(self) -> str:
         return self.spec.partition(":")[0]
 
-    def with_pins(self, seen: Mapping[str, str]) -> LockEntry:
-        """This entry with the weights ``seen`` (URL -> sha256) pinned too; a URL it pins
+    def with_pins(self, seen: Mapping[str, WeightPin]) -> LockEntry:
+        """This entry with the files ``seen`` (URL -> pin) pinned too; a URL it pins
         already keeps its pin."""
         known = {w.url for w in self.weights}
-        new = tuple(WeightPin(url, sha) for url, sha in sorted(seen.items()) if url not in known)
+        new = tuple(pin for url, pin in sorted(seen.items()) if url not in known)
         return replace(self, weights=(*self.weights, *new)) if new else self
 
 
