@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from safehub._internal import fixes, gcpause
-from safehub.errors import HubconfError, OfflineError, PinError, RepoMovedError, SpecError
+from safehub.errors import (HubconfError, NoHubconfError, OfflineError, PinError, RepoMovedError,
+                            SpecError)
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
 from safehub.run import environment, guards, runtime, torchhub
@@ -310,11 +311,14 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         if repr(str(prepared.path)) not in e.message:
             raise
         r = prepared.resolved
-        raise HubconfError(
-            e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "
-                              f"{r.commit[:12]}"),
-            fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
-                          "to see its entrypoints")) from e
+        named = e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at {r.commit[:12]}")
+        if isinstance(e, NoHubconfError):  # listing its entrypoints would fail the same
+            raise NoHubconfError(named, fix=fixes.say(
+                f"check the ref: it resolved to {r.proof}, commit {r.commit[:12]}, whose root "
+                "has no hubconf.py (a repo may add it in a later tag or keep it on another "
+                "branch; torch.hub loads only hubconf.py at the repo root)")) from e
+        raise HubconfError(named, fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
+                                                "to see its entrypoints")) from e
 
 
 # -- loads the repo's own code asks for -----------------------------------------------------

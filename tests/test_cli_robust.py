@@ -93,7 +93,7 @@ CASES = [
     C("load {spec} tiny --kwargs '{{\"n\": NaN}}' --trust", 1, "raised TypeError"),
     C("load {spec} tiny --kwargs '{{\"nope\": 1}}' --trust", 1, "safehub help"),
     C("load a/b/c tiny", 2, "exactly one '/'"),
-    C("load ../../etc tiny", 2, "exactly one '/'"),
+    C("load ../../etc tiny", 2, "a folder path"),
     C("load acme/models:.. tiny", 2, "invalid ref"),
     C("load 'acme/models:v1.0 ' tiny", 2, "spec"),
     C("load 'acme/mödels' tiny", 2, "spec"),
@@ -524,7 +524,7 @@ def test_version_and_every_help(capsys: pytest.CaptureFixture[str]) -> None:
     from safehub.cli import COMMANDS
 
     assert main(["--version"]) == 0
-    assert capsys.readouterr().out == f"safehub {__version__}\n"
+    assert capsys.readouterr().out.startswith(f"safehub {__version__} (Python ")
     for name in ["", *COMMANDS, "fetch", "policy", "cache ls", "cache verify", "cache clear"]:
         assert main([*name.split(), "--help"]) == 0, name
         out = capsys.readouterr().out

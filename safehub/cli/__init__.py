@@ -1,6 +1,7 @@
 """The ``safehub`` command: a thin layer that parses, calls the library and prints.
 
-Exit codes: 0 ok, 1 refused or failed, 2 usage error. No traceback ever reaches a user:
+Exit codes: 0 ok, 1 refused or failed, 2 usage error; ``check`` exits 3 when the network failed
+before anything decided (not a verdict: ask again). No traceback ever reaches a user:
 every failure is one line of what failed and one of the fix (``--json``: one JSON object,
 for errors too). ``SAFEHUB_DEBUG=1`` shows the traceback of an unexpected error.
 """
@@ -21,7 +22,7 @@ from safehub._internal import fixes
 from safehub._internal.text import error as _error_text
 from safehub._internal.text import printable
 from safehub.cli import admin, fleet, text
-from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE
+from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE
 from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
@@ -167,7 +168,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     line = command_line(args)
     _emit(args, {**report.to_json(), "fix": fixes.render(report.fix, "cli", command_line=line)
                  if report.fix else None}, text.check(report, line))
-    return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
+    return {"load": EXIT_OK, "unknown": EXIT_UNDECIDED}.get(report.outcome, EXIT_REFUSED)
 
 
 def _cmd_trust(args: argparse.Namespace) -> int:
@@ -347,6 +348,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _main(argv: list[str]) -> int:
+    if not argv:  # a usage error (argparse's 2) whose fix is the three commands to start with
+        return _fail(False, "usage", "no COMMAND given (usage: safehub COMMAND [options]; "
+                     "`safehub --help` lists every command)", fixes.either(
+                         fixes.run("safehub demo", "to see every check on a loopback hub, "
+                                   "no network"),
+                         fixes.run("safehub check owner/repo:v1.0", "to ask whether a repo "
+                                   "would load, and why"),
+                         fixes.run("safehub load owner/repo:v1.0 ENTRYPOINT", "to load one, "
+                                   "as torch.hub.load does")), EXIT_USAGE)
+    if argv == ["--version"]:
+        text.out(text.versions())
+        return EXIT_OK
     words = argv[:argv.index("--")] if "--" in argv else argv
     wants_json = "--json" in words
     try:

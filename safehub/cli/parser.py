@@ -242,7 +242,8 @@ def _loading(add: _Adder) -> None:
     hlp.add_argument("entrypoint", type=_entrypoint,
                      help="a callable in the repo's hubconf.py")
 
-    check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no)",
+    check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no, 3 unknown: the "
+                "network failed)",
                 "Decide on SPEC as a load would (policy, pin, provenance, consent) without "
                 "downloading the archive or running any code. With --entrypoint, hubconf.py's "
                 "syntax tree says whether it defines it.", "json", "cache", "lockfile")

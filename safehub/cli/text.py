@@ -133,7 +133,9 @@ def detach_stdout() -> None:
 
 
 def check(report: Any, line: fixes.CommandLine | None = None) -> str:
-    rows = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
+    why = (f"not a verdict: the network failed before anything decided: {report.why}"
+           if report.outcome == "unknown" else report.why)
+    rows = [f"{report.spec}: {report.outcome.upper()} ({why})"]
     if report.commit:
         rows.append(f"  commit   {report.commit}  ({report.proof})")
     if report.digest:
@@ -292,3 +294,25 @@ def confined_failure(code: int, ruleset: Any) -> str:
             "  fix: if the job needs more, add it to writes, exec or connect_ports in the "
             "[confine] table of your policy file (see `safehub docs confine`; "
             "`safehub run --confine --dry-run -- COMMAND` shows what is granted)\n")
+
+
+#: The packages whose versions ``safehub --version`` shows beside safehub's own.
+_PACKAGES = ("torch", "sigstore", "model-signing", "requests")
+
+
+def versions() -> str:
+    """``safehub --version``: safehub's version, then each package it works with and its
+    version (or that it is not installed), one a line, read from the installed metadata
+    (nothing is imported)."""
+    from importlib import metadata
+
+    from safehub import __version__
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return "\n".join([f"safehub {__version__} (Python {sys.version.split()[0]})",
+                      *(f"  {p} {version(p)}" for p in _PACKAGES)])

@@ -1,0 +1,94 @@
+"""The command line's first steps: ``safehub`` alone, ``--version``, ``check`` when the
+network fails, a folder named where a repo goes, ``cache ls``/``cache clear``, ``trust
+--list``, shell completion and cosign's option names. Each as a newcomer meets it: what the
+command prints, and its exit code."""
+
+from __future__ import annotations
+
+import json
+from importlib import metadata
+
+import pytest
+
+from safehub.cli import main
+from tests.conftest import HubRepo
+from tests.helpers_load import cli
+from tests.support.server import GitHubStandIn
+
+
+def test_safehub_alone_is_a_usage_error_that_names_three_commands(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = cli(capsys)
+    assert (code, out) == (2, "")  # argparse's exit code for a usage error
+    lines = err.splitlines()
+    assert lines[0].startswith("safehub: usage error: no COMMAND given (usage: safehub COMMAND")
+    commands = [line.strip() for line in lines if line.startswith("      ")]
+    assert commands == ["safehub demo", "safehub check owner/repo:v1.0",
+                        "safehub load owner/repo:v1.0 ENTRYPOINT"]
+
+
+def test_version_names_the_packages_safehub_works_with(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import safehub
+
+    code, out, _ = cli(capsys, "--version")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith(f"safehub {safehub.__version__} (Python ")
+    for package, line in zip(("torch", "sigstore", "model-signing", "requests"), lines[1:],
+                             strict=True):
+        try:
+            assert line == f"  {package} {metadata.version(package)}"
+        except metadata.PackageNotFoundError:
+            assert line == f"  {package} not installed"
+
+
+# -- check: a network failure is not a verdict ------------------------------------------------
+
+@pytest.mark.parametrize("failure", ["down", "5xx", "rate-limited"])
+def test_check_says_unknown_with_exit_3_when_the_network_fails(
+        hub_repo: HubRepo, server: GitHubStandIn, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch, failure: str) -> None:
+    if failure == "down":
+        port = server.port
+        server.stop()
+        monkeypatch.setenv("SAFEHUB_GITHUB_API_URL", f"https://localhost:{port}/api/v3")
+    elif failure == "5xx":
+        server.fail_next(50, 502)
+    else:
+        server.rate_limit(True)
+    code, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json")
+    report = json.loads(out)
+    assert (code, report["outcome"]) == (3, "unknown"), report
+    assert report["fix"]  # what to do (the network's fix), still
+    code, out, _ = cli(capsys, "check", "acme/models:v1.0")
+    assert code == 3 and out.startswith("acme/models:v1.0: UNKNOWN (not a verdict: the network "
+                                        "failed before anything decided: ")
+
+
+def test_check_still_refuses_what_is_not_there_and_allows_what_is(
+        hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "check", "acme/models:v9", "--json")
+    assert (code, json.loads(out)["outcome"]) == (1, "refuse")  # a 404 is an answer
+    cli(capsys, "trust", "acme/models:v1.0")
+    assert cli(capsys, "check", "acme/models:v1.0")[0] == 0
+
+
+# -- a folder where a repo goes -----------------------------------------------------------------
+
+@pytest.mark.parametrize("folder", ["./localhub", "../hub", "/srv/hub", "~/hub", "."])
+def test_a_folder_path_is_told_to_use_source_local(
+        capsys: pytest.CaptureFixture[str], folder: str) -> None:
+    code, _, err = cli(capsys, "load", folder, "tiny")
+    assert code == 2 and "a folder path, not owner/name[:ref]" in err
+    assert "add --source 'local' to the command" in err
+
+
+def test_the_fix_for_a_folder_path_works(tmp_path, capsys: pytest.CaptureFixture[str],  # type: ignore[no-untyped-def]
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("torch")
+    hub = tmp_path / "work" / "localhub"
+    hub.mkdir()
+    (hub / "hubconf.py").write_text("def tiny():\n    return 'tiny'\n")
+    code, _, err = cli(capsys, "load", "./localhub", "tiny")
+    assert code == 2 and "--source 'local'" in err
+    assert main(["load", "./localhub", "tiny", "--source", "local"]) == 0
