@@ -28,8 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from safehub._internal import fixes, gcpause
-from safehub.errors import (HubconfError, NoHubconfError, OfflineError, PinError, RepoMovedError,
-                            SpecError)
+from safehub.errors import (
+    HubconfError,
+    NoHubconfError,
+    OfflineError,
+    PinError,
+    RepoMovedError,
+    SpecError,
+)
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
 from safehub.run import environment, guards, runtime, torchhub

@@ -9,7 +9,8 @@ from typing import Any, NoReturn
 
 from safehub.cli import text
 
-__all__ = ["DATA", "EXIT_OK", "EXIT_REFUSED", "EXIT_UNDECIDED", "EXIT_USAGE", "Parser", "Usage", "emit", "hub"]
+__all__ = ["DATA", "EXIT_OK", "EXIT_REFUSED", "EXIT_UNDECIDED", "EXIT_USAGE", "Parser", "Usage",
+           "emit", "hub"]
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
