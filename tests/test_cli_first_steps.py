@@ -92,3 +92,19 @@ def test_the_fix_for_a_folder_path_works(tmp_path, capsys: pytest.CaptureFixture
     code, _, err = cli(capsys, "load", "./localhub", "tiny")
     assert code == 2 and "--source 'local'" in err
     assert main(["load", "./localhub", "tiny", "--source", "local"]) == 0
+
+
+# -- offline: refused, without announcing a download first ---------------------------------------
+
+def test_an_offline_load_says_no_download_before_refusing(
+        hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    import safehub
+
+    assert cli(capsys, "load", "acme/models:v1.0", "tiny", "--trust")[0] == 0
+    assert cli(capsys, "cache", "clear", hub_repo.sha)[0] == 0  # the tree, gone
+    with pytest.raises(safehub.OfflineError):  # the ref's answer is remembered, the tree not
+        safehub.Hub(offline=True).load("acme/models:v1.0", "tiny", trust_repo=True)
+    assert "downloading" not in capsys.readouterr().err
+    code, _, err = cli(capsys, "load", "acme/models:v1.0", "tiny", "--trust")  # honest case
+    assert code == 0 and "safehub: downloading acme/models@" in err
