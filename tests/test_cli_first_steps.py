@@ -5,6 +5,7 @@ command prints, and its exit code."""
 
 from __future__ import annotations
 
+import io
 import json
 from importlib import metadata
 
@@ -108,3 +109,76 @@ def test_an_offline_load_says_no_download_before_refusing(
     assert "downloading" not in capsys.readouterr().err
     code, _, err = cli(capsys, "load", "acme/models:v1.0", "tiny", "--trust")  # honest case
     assert code == 0 and "safehub: downloading acme/models@" in err
+
+
+# -- cache ls and cache clear, as hf cache scan / delete -----------------------------------------
+
+class _Terminal(io.StringIO):
+    """A stdin that is a terminal, with the answer typed."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def test_cache_ls_shows_size_and_last_load(hub_repo: HubRepo,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("torch")
+    v1 = hub_repo.sha
+    hub_repo.commit({"extra.txt": "x" * 3000})
+    hub_repo.tag("v2")
+    assert cli(capsys, "load", "acme/models:v1.0", "tiny", "--trust")[0] == 0
+    assert cli(capsys, "prefetch", "acme/models:v2")[0] == 0  # fetched, never loaded
+    _, out, _ = cli(capsys, "cache", "ls", "--json")
+    entries = {e["commit"]: e for e in json.loads(out)["entries"]}
+    assert entries[v1]["last_used"].startswith("20") and entries[hub_repo.sha]["last_used"] == ""
+    assert entries[hub_repo.sha]["bytes"] > entries[v1]["bytes"]
+    _code, out, _ = cli(capsys, "cache", "ls")
+    header, *rows = out.splitlines()[1:]
+    assert header.split() == ["COMMIT", "REPO", "SPECS", "FILES", "SIZE", "LAST", "LOAD",
+                              "DIGEST", "LEVEL"]
+    row = {line.split()[0]: line for line in rows}
+    assert " KiB " in row[hub_repo.sha[:12]] and " - " in row[hub_repo.sha[:12]]
+    assert f" {entries[v1]['last_used'][:10]} " in row[v1[:12]]
+    assert out.splitlines()[-1].startswith("2 cached trees, ")
+
+
+def _cached(capsys: pytest.CaptureFixture[str]) -> int:
+    return len(json.loads(cli(capsys, "cache", "ls", "--json")[1])["entries"])
+
+
+def _fill(capsys: pytest.CaptureFixture[str]) -> int:
+    assert cli(capsys, "prefetch", "acme/models:v1.0")[0] == 0
+    return _cached(capsys)
+
+
+def test_cache_clear_of_everything_is_refused_without_a_terminal_and_says_what(
+        hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _fill(capsys) == 1
+    code, _out, err = cli(capsys, "cache", "clear")  # pytest's stdin is no terminal
+    assert code == 1 and f"acme/models@{hub_repo.sha[:12]}" in err
+    assert "\n      safehub cache clear --yes\n" in err
+    assert _cached(capsys) == 1  # nothing removed
+    assert cli(capsys, "cache", "clear", "--yes")[0] == 0  # the fix, as printed
+    assert json.loads(cli(capsys, "cache", "ls", "--json")[1])["entries"] == []
+    assert cli(capsys, "cache", "clear")[0] == 0  # an empty cache: nothing to ask
+
+
+@pytest.mark.parametrize(("answer", "kept"), [("y\n", 0), ("n\n", 1), ("", 1)])
+def test_cache_clear_asks_on_a_terminal(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str],
+                                        monkeypatch: pytest.MonkeyPatch, answer: str,
+                                        kept: int) -> None:
+    assert _fill(capsys) == 1
+    monkeypatch.setattr("sys.stdin", _Terminal(answer))
+    code, _out, err = cli(capsys, "cache", "clear")
+    assert code == 0 and "Remove them all? [y/N]" in err
+    assert _cached(capsys) == kept
+
+
+def test_cache_clear_never_asks_in_ci(hub_repo: HubRepo, capsys: pytest.CaptureFixture[str],
+                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    assert _fill(capsys) == 1
+    monkeypatch.setattr("sys.stdin", _Terminal("y\n"))
+    monkeypatch.setenv("CI", "true")
+    assert cli(capsys, "cache", "clear")[0] == 1 and _cached(capsys) == 1
+    assert cli(capsys, "cache", "clear", hub_repo.sha[:8])[0] == 0  # named: no question
+    assert _cached(capsys) == 0

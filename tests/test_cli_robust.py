@@ -540,7 +540,7 @@ def test_every_success_with_json_is_one_json_value(
                     "sign adir --key priv.pem", "policy show", "policy validate deny.toml",
                     "cache ls --cache-dir adir", "cache ls --cache-dir holds/x",
                     "policy init --path new.toml", "cache ls", "cache verify", "untrust {spec}",
-                    "cache clear", "docs", "docs policy", "lock --check"]:
+                    "cache clear --yes", "docs", "docs policy", "lock --check"]:
         words = shlex.split(command.format(spec="acme/models:v1.0"))
         assert main([*words, "--json"]) == 0, command
         json.loads(capsys.readouterr().out)  # exactly one JSON value, nothing else

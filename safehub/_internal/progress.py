@@ -16,12 +16,13 @@ from collections.abc import Callable
 
 from safehub._internal.text import printable
 
-__all__ = ["terminal_progress"]
+__all__ = ["size", "terminal_progress"]
 
 _WIDTH = 20  # the bar's cells
 
 
-def _size(n: float) -> str:
+def size(n: float) -> str:
+    """``n`` bytes in the largest unit that keeps it at least 1 (B, KiB, MiB, GiB)."""
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
@@ -37,13 +38,13 @@ class _Bar:
 
     def line(self, done: int, total: int | None, elapsed: float) -> str:
         """The bar's text after ``done`` bytes of ``total`` in ``elapsed`` seconds."""
-        rate = f"{_size(done / elapsed)}/s" if elapsed > 0 else ""
+        rate = f"{size(done / elapsed)}/s" if elapsed > 0 else ""
         if total:
             filled = _WIDTH * min(done, total) // total
             bar = "[" + "#" * filled + "." * (_WIDTH - filled) + "]"
-            shown = f"{bar} {_size(done)} of {_size(total)} {100 * min(done, total) // total}%"
+            shown = f"{bar} {size(done)} of {size(total)} {100 * min(done, total) // total}%"
         else:
-            shown = _size(done)
+            shown = size(done)
         return f"{self.label}: {shown} {rate}".rstrip()
 
     def __call__(self, done: int, total: int | None) -> None:

@@ -284,6 +284,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         _emit(args, {"cache": str(hub.cache.root), "ok": ok,
                      "entries": [r.to_json() for r in checks]}, text.cache_checks(checks))
         return EXIT_OK if ok else EXIT_REFUSED
+    if not args.commit and not args.yes and not admin.clear_all_agreed(hub, args):
+        _emit(args, {"cleared": None, "removed": []}, "nothing removed")
+        return EXIT_OK
     removed = operations.cache_clear(hub, args.commit)
     _emit(args, {"cleared": args.commit or "all", "removed": removed},
           text.lines([f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} "

@@ -8,6 +8,7 @@ import contextlib
 import os
 import shlex
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,11 @@ from safehub._internal import fixes
 from safehub._internal.text import printable
 from safehub.cli import text
 from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
-from safehub.errors import PolicyError, SafehubError
+from safehub.errors import CacheError, PolicyError, SafehubError
 from safehub.run import environment
 
-__all__ = ["FLAVOURS", "demo", "docs", "environment_hook", "policy_init", "policy_show",
-           "policy_validate"]
+__all__ = ["FLAVOURS", "can_ask", "clear_all_agreed", "confirm", "demo", "docs",
+           "environment_hook", "policy_init", "policy_show", "policy_validate"]
 
 #: ``policy init --for F``: (starter file in policies/, the role of the file it writes)
 FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
@@ -162,27 +163,35 @@ def _refuses(body: str, target: Path) -> str:
     return "; ".join(said) + final
 
 
-def _confirmed(target: Path, refuses: str) -> bool:
-    """Ask on a terminal (never in CI or without one) whether to write ``target``."""
+def can_ask() -> bool:
+    """Whether a person can be asked: a terminal, and not CI, ``SAFEHUB_NONINTERACTIVE=1``
+    or a policy's ``noninteractive = true`` (an unreadable policy or variable: never)."""
     from safehub.config import noninteractive
     from safehub.policy import load_policy
 
     try:
-        never = noninteractive(load_policy(), os.environ)
-    except SafehubError:  # a policy or variable that cannot be read: never ask
-        never = True
-    if never:
+        return not noninteractive(load_policy(), os.environ)
+    except SafehubError:
         return False
-    sys.stderr.write(text.lines([
-        f"safehub: this writes {target}, the machine-wide policy: every load by every user "
-        f"of this machine obeys it from then on. It refuses {refuses}.",
-        f"Write {target}? [y/N] "]))
+
+
+def confirm(said: Sequence[str], question: str) -> bool:
+    """Say ``said`` and ask ``question`` on the terminal: whether the answer is yes (call
+    only where :func:`can_ask`)."""
+    sys.stderr.write(text.lines([*said, f"{question} [y/N] "]))
     sys.stderr.flush()
     try:
         answer = sys.stdin.readline()
     except (OSError, ValueError, KeyboardInterrupt):
         return False
     return answer.strip().lower() in ("y", "yes")
+
+
+def _confirmed(target: Path, refuses: str) -> bool:
+    """Ask on a terminal (never in CI or without one) whether to write ``target``."""
+    return can_ask() and confirm([
+        f"safehub: this writes {target}, the machine-wide policy: every load by every user "
+        f"of this machine obeys it from then on. It refuses {refuses}."], f"Write {target}?")
 
 
 def policy_init(args: argparse.Namespace) -> int:
@@ -272,3 +281,28 @@ def demo(args: argparse.Namespace) -> int:
     from safehub.demo import run_demo
 
     return EXIT_OK if run_demo() else EXIT_REFUSED
+
+
+def clear_all_agreed(hub: Any, args: argparse.Namespace) -> bool:
+    """``cache clear`` with no commit removes every cached tree: asked on a terminal (as
+    ``hf cache delete``); without one (a CI job, a script) refused unless ``--yes``, so a
+    job neither hangs on a question nor empties a shared cache by accident. An empty cache
+    needs no answer."""
+    from safehub import operations
+
+    rows = operations.cache_entries(hub)
+    if not rows:
+        return True
+    what = (f"{len(rows)} cached tree{'s' if len(rows) != 1 else ''} "
+            f"({text.size(sum(r.bytes for r in rows))}) in {hub.cache.root}: "
+            + ", ".join(f"{r.repo or '(unknown)'}@{r.commit[:12]}" for r in rows[:5])
+            + (f" and {len(rows) - 5} more" if len(rows) > 5 else ""))
+    if can_ask() and not args.json:
+        return confirm([f"safehub: this removes {what}; loads fetch and verify them "
+                              "again"], "Remove them all?")
+    raise CacheError(f"cache clear with no commit removes every cached tree, {what}; "
+                     "nobody can be asked here (no terminal, or CI)",
+                     fix=fixes.either(fixes.run("safehub cache clear --yes", "to remove them "
+                                                "all"),
+                                      fixes.say("name the commits to remove instead (`safehub "
+                                                "cache ls` lists them)")))

@@ -363,12 +363,15 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     cache = sub.add_parser("cache", help="list, re-hash or clear the cache")
     csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION",
                                 parser_class=parser_class)
-    add("ls", "list cached commits", "", "json", "cache", parent=csub, key="cache")
+    add("ls", "list cached commits: size, last load (your audit log's), lockfile specs", "",
+        "json", "cache", parent=csub, key="cache")
     for name, what in (("verify", "re-hash cached trees fully"),
                        ("clear", "remove cached trees")):
         action = add(name, what, "", "json", "cache", parent=csub, key="cache")
         action.add_argument("commit", nargs="*", type=_commit_prefix,
                             help="commit sha prefixes (default: all)")
+    action.add_argument("--yes", action="store_true", help="with no commit: clear them all "
+                        "without asking (asked on a terminal; refused without one)")
 
     for verb, what in (("install", "write"), ("uninstall", "remove")):
         hook = add(verb, f"{what} the environment hook (--environment)",

@@ -198,15 +198,27 @@ def cache_rows(rows: Sequence[Any], root: object, chosen_by: str = "") -> str:
     where = f"cache {root}" + (f" ({chosen_by})" if chosen_by else "")
     if not rows:
         return lines([f"{where}: empty"])
-    table: list[list[str]] = [["COMMIT", "REPO", "SPECS", "FILES", "DIGEST", "LEVEL"]]
+    table: list[list[str]] = [["COMMIT", "REPO", "SPECS", "FILES", "SIZE", "LAST LOAD",
+                               "DIGEST", "LEVEL"]]
     table += [[printable(cell) for cell in (  # escaped first: the widths are as shown
         r.commit[:12], r.repo or ",".join(r.repos) or "(unknown)", ",".join(r.specs) or "-",
-        str(r.files), r.digest[:23], r.level)] for r in rows]
+        str(r.files), size(r.bytes), r.last_used.replace("T", " ").rstrip("Z")[:16] or "-",
+        r.digest[:23], r.level)] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    shown = ["  ".join(cell.rjust(w) if i == 3 else cell.ljust(w)
+    shown = ["  ".join(cell.rjust(w) if i in (3, 4) else cell.ljust(w)
                        for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
              for row in table]
-    return lines([f"{where}:", *shown])
+    total = sum(r.bytes for r in rows)
+    return lines([f"{where}:", *shown, f"{len(rows)} cached tree{'s' if len(rows) != 1 else ''}"
+                  f", {size(total)}; LAST LOAD: the last load in your audit log (UTC), - if "
+                  "none (prefetched, or another user's); SPECS: the lockfile's"])
+
+
+def size(n: int) -> str:
+    """``n`` bytes as a person reads them: ``12.3 MiB``."""
+    from safehub._internal.progress import size as shown
+
+    return shown(n)
 
 
 def cache_checks(results: Sequence[Any]) -> str:
