@@ -182,3 +182,24 @@ def test_cache_clear_never_asks_in_ci(hub_repo: HubRepo, capsys: pytest.CaptureF
     assert cli(capsys, "cache", "clear")[0] == 1 and _cached(capsys) == 1
     assert cli(capsys, "cache", "clear", hub_repo.sha[:8])[0] == 0  # named: no question
     assert _cached(capsys) == 0
+
+
+# -- trust --list -------------------------------------------------------------------------------
+
+def test_trust_list_shows_what_was_trusted_and_untrust_forgets_it(
+        make_hub_repo, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    first, second = make_hub_repo("acme", "models"), make_hub_repo("Other", "Hub")
+    code, out, _ = cli(capsys, "trust", "--list")
+    assert code == 0 and out.startswith("0 trusted commits")
+    assert cli(capsys, "trust", "acme/models:v1.0")[0] == 0
+    assert cli(capsys, "trust", "Other/Hub:v1.0")[0] == 0
+    listed = json.loads(cli(capsys, "trust", "--list", "--json")[1])["consents"]
+    assert [(c["repo"], c["commit"]) for c in listed] == [
+        ("acme/models", first.sha), ("other/hub", second.sha)]
+    assert all(c["how"] and c["at"] and c["digest"].startswith("sha256:") for c in listed)
+    code, out, _ = cli(capsys, "trust", "--list", "other/hub")
+    assert code == 0 and out.splitlines()[0].startswith(f"other/hub  {second.sha}  sha256:")
+    assert cli(capsys, "untrust", "acme/models")[0] == 0
+    assert [c["repo"] for c in json.loads(cli(capsys, "trust", "--list", "--json")[1])[
+        "consents"]] == ["other/hub"]
+    assert cli(capsys, "trust")[0] == 2  # neither a spec nor --list: a usage error

@@ -172,6 +172,10 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_trust(args: argparse.Namespace) -> int:
+    if args.list:
+        return admin.trusted(_hub(args), args)
+    if args.spec is None:
+        raise _Usage("the following arguments are required: spec (or --list)", args.prog)
     prepared = _hub(args).trust(args.spec, force_reload=args.force_reload)
     r = prepared.resolved
     data = {"repo": r.spec.key, "ref": r.ref, "commit": r.commit, "digest": prepared.tree.digest}

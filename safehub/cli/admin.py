@@ -20,7 +20,7 @@ from safehub.errors import CacheError, PolicyError, SafehubError
 from safehub.run import environment
 
 __all__ = ["FLAVOURS", "can_ask", "clear_all_agreed", "confirm", "demo", "docs",
-           "environment_hook", "policy_init", "policy_show", "policy_validate"]
+           "environment_hook", "policy_init", "policy_show", "policy_validate", "trusted"]
 
 #: ``policy init --for F``: (starter file in policies/, the role of the file it writes)
 FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
@@ -306,3 +306,22 @@ def clear_all_agreed(hub: Any, args: argparse.Namespace) -> bool:
                                                 "all"),
                                       fixes.say("name the commits to remove instead (`safehub "
                                                 "cache ls` lists them)")))
+
+
+def trusted(hub: Any, args: argparse.Namespace) -> int:
+    """``safehub trust --list``: the consents recorded on this machine (those of SPEC's
+    repo, if given), repo by repo; nothing is fetched."""
+    from safehub.spec import RepoSpec
+
+    consents = hub.consents
+    if args.spec is not None:
+        keys = [RepoSpec.parse(args.spec).key]
+    else:  # one file per repo: <owner>/<name>.json, named by the repo's key
+        keys = sorted(f"{p.parent.name}/{p.stem}" for p in consents.root.glob("*/*.json"))
+    rows = [c for key in keys for c in consents.list(key)]
+    emit(args, {"consents": [{"repo": c.repo, "commit": c.commit, "digest": c.digest,
+                              "how": c.how, "at": c.at} for c in rows]},
+         text.lines([f"{c.repo}  {c.commit}  {c.digest[:23]}  {c.at}  ({c.how})" for c in rows]
+                    + [f"{len(rows)} trusted commit{'s' if len(rows) != 1 else ''} in "
+                       f"{consents.root} (`safehub untrust SPEC` forgets one)"]))
+    return EXIT_OK

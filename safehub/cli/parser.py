@@ -99,7 +99,7 @@ JSON_FIELDS: dict[str, str] = {
     "check": "spec, repo, entrypoint, policy_files, outcome, why, fix, error, ref, commit, "
              "proof, policy, reasons, requirements, violations, cached, digest, "
              "entrypoint_found, entrypoint_note, signature",
-    "trust": "repo, ref, commit, digest",
+    "trust": "repo, ref, commit, digest | --list: consents",
     "untrust": "removed",
     "lock": "lockfile, changes | --check: lockfile, ok, entries",
     "prefetch": "cache, mirror, entries, [--oci] published",
@@ -259,7 +259,9 @@ def _pinning(add: _Adder) -> None:
                 "Record consent for (repo, commit, content digest) where the policy lets users "
                 "decide; a policy denial or requirement still wins.", "json", "cache",
                 "lockfile", "reload")
-    trust.add_argument("spec", help=spec_help)
+    trust.add_argument("spec", nargs="?", help=spec_help)
+    trust.add_argument("--list", action="store_true", help="list what was trusted on this "
+                       "machine (of SPEC's repo, if given), fetching nothing")
     untrust = add("untrust", "forget consent for a repo (all its commits, or one)",
                   "", "json", "cache", "lockfile")
     untrust.add_argument("spec", help="owner/name (every commit) or owner/name:ref (one)")
