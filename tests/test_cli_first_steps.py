@@ -203,3 +203,15 @@ def test_trust_list_shows_what_was_trusted_and_untrust_forgets_it(
     assert [c["repo"] for c in json.loads(cli(capsys, "trust", "--list", "--json")[1])[
         "consents"]] == ["other/hub"]
     assert cli(capsys, "trust")[0] == 2  # neither a spec nor --list: a usage error
+
+
+# -- a misspelt repo is named as such, not as a missing ref ---------------------------------------
+
+def test_a_repo_that_does_not_exist_is_not_reported_as_a_missing_ref(
+        hub_repo: HubRepo, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = cli(capsys, "load", "acme/modles:v1.0", "tiny", "--trust")
+    assert code == 1 and "repo acme/modles does not exist at " in err
+    assert "branch or tag" not in err and "GITHUB_TOKEN" in err
+    code, _, err = cli(capsys, "load", "acme/models:v1.1", "tiny", "--trust")
+    assert code == 1 and "acme/models has no branch or tag named 'v1.1'" in err
+    assert "the repo exists" in err
