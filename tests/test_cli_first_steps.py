@@ -215,3 +215,29 @@ def test_a_repo_that_does_not_exist_is_not_reported_as_a_missing_ref(
     code, _, err = cli(capsys, "load", "acme/models:v1.1", "tiny", "--trust")
     assert code == 1 and "acme/models has no branch or tag named 'v1.1'" in err
     assert "the repo exists" in err
+
+
+# -- policy validate: where the file is wrong, and the key meant ----------------------------------
+
+def test_policy_validate_points_at_the_toml_error_instead_of_itself(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "p.toml"
+    bad.write_text('[safehub]\nunknown_repos = "deny"\n[[allow]\nrepo = "x/y"\n')
+    code, out, _ = cli(capsys, "policy", "validate", str(bad))
+    fix = out.split("  fix: ", 1)[1]
+    assert code == 1 and f"edit {bad} at line 3, column 8" in fix
+    assert "policy validate" not in fix
+    bad.write_text('[safehub]\nunknown_repos = "deny"\n[[allow]]\nrepo = "x/y"\n')  # fixed
+    assert cli(capsys, "policy", "validate", str(bad))[0] == 0
+
+
+def test_a_misspelt_policy_key_is_named_with_the_key_meant(
+        tmp_path, capsys: pytest.CaptureFixture[str]) -> None:  # type: ignore[no-untyped-def]
+    bad = tmp_path / "p.toml"
+    bad.write_text('[safehub]\nofline = true\n[[allow]]\nrepo = "x/y"\nsignatur = "required"\n'
+                   'zzz = 1\n')
+    code, out, _ = cli(capsys, "policy", "validate", str(bad))
+    assert code == 1
+    assert "allow[0].signatur: unknown key (did you mean 'signature'?)" in out
+    assert "safehub.ofline: unknown key (did you mean 'offline'?)" in out
+    assert "zzz: unknown key; allowed keys" in out  # nothing close: no guess

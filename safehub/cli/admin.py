@@ -92,6 +92,17 @@ def policy_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REFUSED
 
 
+def _toml_position(error: PolicyError) -> str:
+    """``line 2, column 8`` where TOML could not be parsed, as the parser said it; empty
+    for any other error."""
+    import re
+
+    said = str(error.__cause__) if error.__cause__ is not None else ""
+    found = re.search(r"\(at line (\d+), column (\d+)\)", said) if "TOML" in str(
+        type(error.__cause__).__name__) else None
+    return f"line {found.group(1)}, column {found.group(2)}" if found else ""
+
+
 def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
     where = ("in force" if r["in_force"] else
              "not in force: safehub does not read it where it is")
@@ -107,6 +118,11 @@ def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
 
 
 def _validate_fix(name: str, in_force: bool, error: PolicyError) -> fixes.Fix:
+    if not error.faults and (at := _toml_position(error)):  # the place, not this command
+        return fixes.say(f"edit {name} at {at}: the TOML there does not parse (tables are "
+                         "[safehub] or [[allow]] lines, values key = \"text\")"
+                         + ("; until it parses no repo loads on this machine (fail closed)"
+                            if in_force else ""))
     if not error.faults:  # it could not be read at all: the reader's own fix
         return error.fix or fixes.say("fix the file")
     fix = "edit the file: each fault above names the key and what it takes"
