@@ -300,7 +300,8 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
         prepared.resolved.location, prepared.decision, prepared.tree,
         mode=ctx.settings.runtime,
-        own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path))
+        own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path),
+        noticed=ctx.settings.data_dir)
     weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
     # The repo's code may call torch.hub after its load returns (model.forward, its
     # threads): those calls keep this load's routing.

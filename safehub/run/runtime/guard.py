@@ -147,8 +147,10 @@ class RuntimeGuard:
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), verified_ns: int | None = None,
                  tree_ident: tuple[int, int] | None = None,
-                 own: OwnWork | Callable[[], OwnWork] | None = None) -> None:
+                 own: OwnWork | Callable[[], OwnWork] | None = None,
+                 first_time: Callable[[str], bool] | None = None) -> None:
         self.rules = rules
+        self._first_time = first_time  # a notice is new for the user: said (guards.once)
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
@@ -230,8 +232,9 @@ class RuntimeGuard:
             if self.rules.shadowing == "warn" or s.own_distribution:
                 why = ("its own distribution" if s.own_distribution and
                        self.rules.shadowing != "warn" else 'shadowing = "warn"')
-                warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for the "
-                     f"whole process ({why})")
+                if not self._first_time or self._first_time(f"shadowing {self.repo} {s.name}"):
+                    warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for "
+                         f"the whole process ({why}); said once for this repo and module")
                 continue
             what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
             self._refuse_now(
