@@ -253,6 +253,8 @@ CASES = [
     C("verify signed --identity x --issuer y --trust-config nosuch", 2, "no such file"),
     C("verify signed --identity x --issuer y --trust-config adir", 2, "is a folder"),
     C("verify signed --identity x --issuer y", 1, "made with a key"),
+    C("verify adir --certificate-identity x", 2, "--issuer"),  # cosign's names: the same
+    C("verify signed --certificate-identity x --certificate-oidc-issuer y", 1, "made with a key"),
     C("verify {spec} --key pub.pem", 1, "safehub sign"),
     C("verify acme/nosuch --key pub.pem", 1, "acme/nosuch"),
     # -- sign --------------------------------------------------------------------------------

@@ -321,8 +321,11 @@ def _signing(add: _Adder) -> None:
     verify.add_argument("target", help="a folder with model.sig, or " + spec_help)
     verify.add_argument("--key", action="append", default=[], metavar="PEM", type=_file,
                         help="a public key whose signature counts (repeatable)")
-    verify.add_argument("--identity", help="keyless signer identity (exact or glob)")
-    verify.add_argument("--issuer", help="OIDC issuer of the keyless signer")
+    verify.add_argument("--identity", "--certificate-identity", metavar="IDENTITY",
+                        help="keyless signer identity (exact or glob; cosign's name for it "
+                        "works too)")
+    verify.add_argument("--issuer", "--certificate-oidc-issuer", metavar="URL",
+                        help="OIDC issuer of the keyless signer (or cosign's name for it)")
     verify.add_argument("--trust-config", metavar="JSON", type=_file,
                         help="Sigstore ClientTrustConfig for a private Sigstore")
     sign = add("sign", "sign a folder with an EC key (OpenSSF Model Signing)", "", "json")
