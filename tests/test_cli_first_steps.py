@@ -241,3 +241,14 @@ def test_a_misspelt_policy_key_is_named_with_the_key_meant(
     assert "allow[0].signatur: unknown key (did you mean 'signature'?)" in out
     assert "safehub.ofline: unknown key (did you mean 'offline'?)" in out
     assert "zzz: unknown key; allowed keys" in out  # nothing close: no guess
+
+
+def test_docs_env_says_what_each_variable_does_not_that_it_is_itself(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = cli(capsys, "docs", "env")
+    rows = [line.split(" | ") for line in out.splitlines() if line.startswith("| `")]
+    assert code == 0 and len(rows) > 10
+    for first, _, meaning in rows:
+        name = first.strip("| ")  # `SAFEHUB_CACHE_DIR`
+        assert f"as {name}" not in meaning and f"as {name[:-1]}=" not in meaning, name
+        assert meaning.strip(" |"), name

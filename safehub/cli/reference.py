@@ -17,9 +17,27 @@ def environment() -> str:
             "Each `[safehub]` policy key named here sets the same thing in a policy file; the "
             "environment wins unless that file is `final = true`.", "",
             "| variable | policy key | meaning |", "|---|---|---|"]
-    rows += [f"| `{v.name}` | {f'`{v.policy_key}`' if v.policy_key else '-'} | {v.meaning} |"
-             for v in declared()]
+    rows += [f"| `{v.name}` | {f'`{v.policy_key}`' if v.policy_key else '-'} | "
+             f"{_own_words(v.name, v.meaning)} |" for v in declared()]
     return "\n".join(rows)
+
+
+def _own_words(name: str, meaning: str) -> str:
+    """A policy key's meaning said for its variable: without "as ``NAME``", which there
+    would name the variable itself.
+
+    >>> _own_words("SAFEHUB_OFFLINE", "as `SAFEHUB_OFFLINE=1`: safehub opens no socket")
+    '`1`: safehub opens no socket'
+    >>> _own_words("SAFEHUB_CACHE_DIR", "cache root, as `SAFEHUB_CACHE_DIR`")
+    'cache root'
+    >>> _own_words("CI", "never prompt, as `SAFEHUB_NONINTERACTIVE=1`")
+    'never prompt, as `SAFEHUB_NONINTERACTIVE=1`'
+    """
+    import re
+
+    said = re.sub(rf"^as `{re.escape(name)}=1`: ", "`1`: ", meaning)
+    said = re.sub(rf"[,;]? as `{re.escape(name)}(=1)?`", "", said)
+    return said.strip()
 
 
 def commands() -> str:
