@@ -46,8 +46,9 @@ class Cache:
 
     def __init__(self, root: Path, *, lock_timeout: float = 600.0,
                  relocate: str = "point SAFEHUB_CACHE_DIR at a folder you can write",
-                 frozen: bool = False) -> None:
+                 frozen: bool = False, kept_by: str = "") -> None:
         self.root = root
+        self.kept_by = kept_by  # a lasting setting naming root: made only where its folder is
         self.frozen = frozen
         """Read-only to this process: a job under ``safehub run --confine`` (the kernel
         refuses its writes here); a miss is fetched by ``safehub run`` itself."""
@@ -96,6 +97,7 @@ class Cache:
                 hint="load what it holds (a lockfile with SAFEHUB_OFFLINE=1), or add to it "
                 "as its owner: safehub prefetch --read-only --cache-dir "
                 f"{shlex.quote(str(self.root))} SPEC")
+        _refuse_orphan(self.root, self.kept_by, self.relocate)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -325,3 +327,22 @@ class Cache:
                     out.setdefault(commit, []).append(key)
         return out
 
+
+def _refuse_orphan(root: Path, kept_by: str, relocate: str) -> None:
+    """A cache ``root`` named by a lasting setting (``kept_by``: ``SAFEHUB_CACHE_DIR``, a
+    policy's ``cache_dir``) whose folder is gone is not made again with its parents: that
+    folder was removed (a stopped ``safehub demo --serve``'s) or is not mounted. A deleted
+    cache folder whose folder is there is made again, quietly."""
+    parent = root.parent
+    if kept_by and not os.path.lexists(root) and not parent.is_dir():
+        from safehub._internal import fixes
+
+        raise CacheError(
+            f"the cache {str(root)!r} ({kept_by}) is in a folder that does not "
+            f"exist, {str(parent)!r}: removed since the setting was made (a stopped "
+            "`safehub demo --serve`'s), or a share that is not mounted; safehub does not "
+            "make it again", fix=fixes.either(
+                fixes.say(f"unset {kept_by} (then the user cache dir is used), or "
+                          "point it at a folder that exists")
+                if kept_by == "SAFEHUB_CACHE_DIR" else fixes.say(relocate),
+                fixes.run(f"mkdir -p {shlex.quote(str(parent))}", "if it belongs there")))
