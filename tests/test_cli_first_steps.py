@@ -252,3 +252,34 @@ def test_docs_env_says_what_each_variable_does_not_that_it_is_itself(
         name = first.strip("| ")  # `SAFEHUB_CACHE_DIR`
         assert f"as {name}" not in meaning and f"as {name[:-1]}=" not in meaning, name
         assert meaning.strip(" |"), name
+
+
+# -- shell completion, made from the parser -------------------------------------------------------
+
+@pytest.mark.parametrize(("typed", "offered"), [
+    ("safehub lo", ["load", "lock"]),
+    ("safehub cache ", ["ls", "verify", "clear"]),
+    ("safehub cache clear --", ["--help", "--json", "--cache-dir", "--yes"]),
+    ("safehub load acme/models:v1.0 tiny --tr", ["--trust"]),
+    ("safehub verify . --certificate-", ["--certificate-identity", "--certificate-oidc-issuer"]),
+    ("safehub completion ", ["bash", "--help"]),
+])
+def test_bash_completion_offers_what_the_parser_takes(
+        capsys: pytest.CaptureFixture[str], tmp_path, typed: str,  # type: ignore[no-untyped-def]
+        offered: list[str]) -> None:
+    import shutil
+    import subprocess
+
+    bash = shutil.which("bash")
+    if bash is None:
+        pytest.skip("no bash here")
+    code, script, _ = cli(capsys, "completion", "bash")
+    assert code == 0
+    (tmp_path / "complete.sh").write_text(script)
+    words = typed.split(" ")
+    probe = (f"source {tmp_path / 'complete.sh'}\n"
+             f"COMP_WORDS=({' '.join(repr(w) for w in words)}); COMP_CWORD={len(words) - 1}\n"
+             "_safehub; printf '%s\\n' \"${COMPREPLY[@]}\"\n")
+    out = subprocess.run([bash, "--norc", "-c", probe], capture_output=True, text=True,
+                         check=True).stdout
+    assert out.split() == offered, out

@@ -322,6 +322,8 @@ CASES = [
     C("run -- adir", 127, "adir", json=False),
     C("run -- ./empty", 126, "empty", json=False),
     C("demo extra", 2, "safehub demo --help"),
+    C("completion", 2, "shell"),
+    C("completion fish", 2, "invalid choice"),
     C("docs nosuch", 2, "pages:"),
     C("docs ../README", 2, "pages:"),
     C("docs ''", 2, "pages:"),

@@ -451,6 +451,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "oci export": fleet.cmd_oci_export, "oci import": fleet.cmd_oci_import,
     "policy show": admin.policy_show, "policy validate": admin.policy_validate,
     "policy init": admin.policy_init, "cache": _cmd_cache, "run": _cmd_run,
-    "demo": admin.demo, "docs": admin.docs, "install": admin.environment_hook,
+    "demo": admin.demo, "docs": admin.docs, "completion": admin.completion,
+    "install": admin.environment_hook,
     "uninstall": admin.environment_hook,
 }

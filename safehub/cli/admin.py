@@ -19,7 +19,7 @@ from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
 from safehub.errors import CacheError, PolicyError, SafehubError
 from safehub.run import environment
 
-__all__ = ["FLAVOURS", "can_ask", "clear_all_agreed", "confirm", "demo", "docs",
+__all__ = ["FLAVOURS", "can_ask", "clear_all_agreed", "completion", "confirm", "demo", "docs",
            "environment_hook", "policy_init", "policy_show", "policy_validate", "trusted"]
 
 #: ``policy init --for F``: (starter file in policies/, the role of the file it writes)
@@ -151,6 +151,18 @@ def init_target(flavour: str) -> Path:
 
     origin = FLAVOURS[flavour][1]
     return next(c.path for c in searched() if c.origin == origin)
+
+
+def init_description() -> str:
+    """The paths ``policy init`` may write, as they are on this machine."""
+    return ("Write a commented starter policy, never over an existing file:\n"
+            f"  --for admin  {init_target('admin')}: the machine-wide (site) policy, a strict "
+            "organisation's; every load by every user obeys it, so it is written only with "
+            "--yes or after you confirm on a terminal (else it is printed, with the command "
+            "that installs it)\n"
+            f"  --for team   {init_target('team')}: your user policy (an allowlist)\n"
+            f"  --for ci     {init_target('ci')}: the project's policy for a CI job\n"
+            "  --path FILE  anywhere else instead")
 
 
 def _machine_wide(target: Path) -> bool:
@@ -340,4 +352,12 @@ def trusted(hub: Any, args: argparse.Namespace) -> int:
          text.lines([f"{c.repo}  {c.commit}  {c.digest[:23]}  {c.at}  ({c.how})" for c in rows]
                     + [f"{len(rows)} trusted commit{'s' if len(rows) != 1 else ''} in "
                        f"{consents.root} (`safehub untrust SPEC` forgets one)"]))
+    return EXIT_OK
+
+
+def completion(args: argparse.Namespace) -> int:
+    """``safehub completion bash``: the completion script, made from the parser."""
+    from safehub.cli.reference import completion as script
+
+    text.out(script(args.shell).rstrip("\n"))
     return EXIT_OK

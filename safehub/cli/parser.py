@@ -340,6 +340,7 @@ def _signing(add: _Adder) -> None:
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
            parser_class: type[argparse.ArgumentParser]) -> None:
+    from safehub.cli.admin import init_description
 
     policy = sub.add_parser("policy", help="show, check or start policy files",
                             description="Policy files decide what may load on this machine.")
@@ -357,7 +358,7 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                           "is a project's: only the keys a project may set, paths inside "
                           "its folder)")
     init = add("init", "write a commented starter policy (never overwrites)",
-               _init_description(), "json", parent=psub, key="policy init")
+               init_description(), "json", parent=psub, key="policy init")
     init.add_argument("--for", dest="flavour", choices=sorted(
         ("admin", "team", "ci")), default="team", help="which starter (default: team)")
     init.add_argument("--path", type=_file_to_be,
@@ -432,6 +433,11 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     demo.add_argument("--serve", action="store_true",
                       help="serve the demo's repos until Ctrl-C, for trying commands")
     demo.add_argument("--port", type=_port, help="with --serve: the port (default: any free)")
+    completion = add("completion", "print a shell completion script made from this parser",
+                     'Add to ~/.bashrc: eval "$(safehub completion bash)" (zsh: run '
+                     "`autoload -U bashcompinit && bashcompinit` first)")
+    completion.add_argument("shell", choices=["bash"], help="the shell (bash; zsh through "
+                            "its bashcompinit)")
     docs = add("docs", "print a page of safehub's documentation", "", "json")
     docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...; "
                       "env: every environment variable; cli: every command and option")
@@ -441,20 +447,6 @@ def _port(value: str) -> int:
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (1 to 65535)")
     return int(value)
-
-
-def _init_description() -> str:
-    """The paths ``policy init`` may write, as they are on this machine."""
-    from safehub.cli.admin import init_target
-
-    return ("Write a commented starter policy, never over an existing file:\n"
-            f"  --for admin  {init_target('admin')}: the machine-wide (site) policy, a strict "
-            "organisation's; every load by every user obeys it, so it is written only with "
-            "--yes or after you confirm on a terminal (else it is printed, with the command "
-            "that installs it)\n"
-            f"  --for team   {init_target('team')}: your user policy (an allowlist)\n"
-            f"  --for ci     {init_target('ci')}: the project's policy for a CI job\n"
-            "  --path FILE  anywhere else instead")
 
 
 def command_line(args: argparse.Namespace) -> CommandLine:
