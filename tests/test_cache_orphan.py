@@ -1,8 +1,7 @@
 """A cache root named by a setting that outlives a run (``SAFEHUB_CACHE_DIR``, a policy's
-``cache_dir``) whose folder is gone (a stopped ``safehub demo --serve`` removed it, or a
-share is not mounted) is not made again with its parents: the command says so, with the
-fix. A deleted cache folder whose folder is there is made again, quietly; so is one named
-on the command line or in code (the intent is fresh)."""
+``cache_dir``) inside the folder of a ``safehub demo --serve`` that has stopped (its export
+lines live on in the shell) is not made again: the command says so, with the fix. Any other
+missing cache folder is made, with its folders (a deleted one too, quietly)."""
 
 from __future__ import annotations
 
@@ -10,15 +9,16 @@ from pathlib import Path
 
 import pytest
 
+from safehub.store.cache.store import DEMO_PREFIX
 from tests.conftest import HubRepo
 from tests.helpers_load import cli
 
 
 @pytest.mark.parametrize("by", ["variable", "policy"])
-def test_a_lasting_setting_whose_folder_is_gone_is_refused_not_remade(
+def test_a_stopped_demos_cache_is_refused_not_remade(
         hub_repo: HubRepo, tmp_path: Path, isolated: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch, by: str) -> None:
-    gone = tmp_path / "safehub-demo-serve-x"
+    gone = tmp_path / f"{DEMO_PREFIX}x1y2"
     cache = gone / "cache"
     if by == "variable":
         monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(cache))
@@ -28,11 +28,19 @@ def test_a_lasting_setting_whose_folder_is_gone_is_refused_not_remade(
         policy.write_text(f"[safehub]\ncache_dir = '{cache}'\n")
     for words in (("check", "acme/models:v1.0"), ("prefetch", "acme/models:v1.0")):
         code, out, err = cli(capsys, *words)
-        assert code == 1 and "in a folder that does not exist" in out + err
+        assert code == 1 and "demo --serve` that has stopped" in out + err
         assert not gone.exists()  # nothing made
     assert ("unset SAFEHUB_CACHE_DIR" in err) == (by == "variable")
-    assert f"mkdir -p {gone}" in err
-    gone.mkdir()  # the second fix, as printed
+    if by == "variable":
+        monkeypatch.delenv("SAFEHUB_CACHE_DIR")  # the fix, as printed
+        assert cli(capsys, "prefetch", "acme/models:v1.0")[0] == 0
+
+
+def test_a_new_nested_cache_folder_is_made_with_its_folders(
+        hub_repo: HubRepo, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = tmp_path / "runner-temp" / "safehub" / "cache"  # a CI job's fresh setting
+    monkeypatch.setenv("SAFEHUB_CACHE_DIR", str(cache))
     assert cli(capsys, "prefetch", "acme/models:v1.0")[0] == 0 and cache.is_dir()
 
 

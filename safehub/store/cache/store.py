@@ -36,7 +36,7 @@ from safehub.store.cache.integrity import tamper
 from safehub.store.cache.records import FORMAT, LEVELS, RepoRecord, Verdict
 from safehub.store.cache.tree import CachedTree, write_entry
 
-__all__ = ["Cache"]
+__all__ = ["DEMO_PREFIX", "Cache"]
 
 _LAYOUT = "v1"
 _SEALED = "SEALED"
@@ -48,7 +48,7 @@ class Cache:
                  relocate: str = "point SAFEHUB_CACHE_DIR at a folder you can write",
                  frozen: bool = False, kept_by: str = "") -> None:
         self.root = root
-        self.kept_by = kept_by  # a lasting setting naming root: made only where its folder is
+        self.kept_by = kept_by  # a lasting setting naming root (see _refuse_orphan)
         self.frozen = frozen
         """Read-only to this process: a job under ``safehub run --confine`` (the kernel
         refuses its writes here); a miss is fetched by ``safehub run`` itself."""
@@ -97,7 +97,7 @@ class Cache:
                 hint="load what it holds (a lockfile with SAFEHUB_OFFLINE=1), or add to it "
                 "as its owner: safehub prefetch --read-only --cache-dir "
                 f"{shlex.quote(str(self.root))} SPEC")
-        _refuse_orphan(self.root, self.kept_by, self.relocate)
+        _refuse_orphan(self.root, self.kept_by)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -328,21 +328,28 @@ class Cache:
         return out
 
 
-def _refuse_orphan(root: Path, kept_by: str, relocate: str) -> None:
-    """A cache ``root`` named by a lasting setting (``kept_by``: ``SAFEHUB_CACHE_DIR``, a
-    policy's ``cache_dir``) whose folder is gone is not made again with its parents: that
-    folder was removed (a stopped ``safehub demo --serve``'s) or is not mounted. A deleted
-    cache folder whose folder is there is made again, quietly."""
-    parent = root.parent
-    if kept_by and not os.path.lexists(root) and not parent.is_dir():
-        from safehub._internal import fixes
+#: The folder ``safehub demo --serve`` keeps its cache, policy and keys in, removed when it
+#: stops (while the export lines that name it may live on in a shell).
+DEMO_PREFIX = "safehub-demo-serve-"
 
-        raise CacheError(
-            f"the cache {str(root)!r} ({kept_by}) is in a folder that does not "
-            f"exist, {str(parent)!r}: removed since the setting was made (a stopped "
-            "`safehub demo --serve`'s), or a share that is not mounted; safehub does not "
-            "make it again", fix=fixes.either(
-                fixes.say(f"unset {kept_by} (then the user cache dir is used), or "
-                          "point it at a folder that exists")
-                if kept_by == "SAFEHUB_CACHE_DIR" else fixes.say(relocate),
-                fixes.run(f"mkdir -p {shlex.quote(str(parent))}", "if it belongs there")))
+
+def _refuse_orphan(root: Path, kept_by: str) -> None:
+    """A cache ``root`` named by a lasting setting (``kept_by``: ``SAFEHUB_CACHE_DIR``, a
+    policy's ``cache_dir``) inside a stopped ``safehub demo --serve``'s folder is not made
+    again: the setting is a leftover of the demo's export lines. Any other missing root is
+    made, with its folders (a deleted cache folder too, quietly)."""
+    if not kept_by or os.path.lexists(root):
+        return
+    missing = root
+    while not os.path.lexists(missing.parent) and missing.parent != missing:
+        missing = missing.parent
+        if missing.name.startswith(DEMO_PREFIX):
+            from safehub._internal import fixes
+
+            raise CacheError(
+                f"the cache {str(root)!r} ({kept_by}) is in {str(missing)!r}, the folder of a "
+                "`safehub demo --serve` that has stopped and removed it; safehub does not make "
+                "it again", fix=fixes.say(
+                    f"unset {kept_by} (then the user cache dir is used); the demo's stop "
+                    "message names every variable to unset" if kept_by == "SAFEHUB_CACHE_DIR"
+                    else f"remove the cache_dir the demo's folder names ({kept_by})"))
