@@ -283,3 +283,10 @@ def test_bash_completion_offers_what_the_parser_takes(
     out = subprocess.run([bash, "--norc", "-c", probe], capture_output=True, text=True,
                          check=True).stdout
     assert out.split() == offered, out
+
+
+def test_check_refuses_on_a_servers_own_answer(hub_repo: HubRepo, server: GitHubStandIn,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    server.fail_next(50, 403)  # forbidden, no rate limit: an answer, not a failure
+    code, out, _ = cli(capsys, "check", "acme/models:v1.0", "--json")
+    assert (code, json.loads(out)["outcome"]) == (1, "refuse")

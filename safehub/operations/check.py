@@ -146,10 +146,23 @@ _NO_HUBCONF = " has no hubconf.py at its root (not a torch.hub repo there)"
 
 def undecided(error: SafehubError) -> bool:
     """Whether ``error`` leaves the question open: the network failed on the way (a host
-    that cannot be reached, a spent rate limit, a server error), so neither the policy nor
-    the repo said no, and asking again later may answer it. A 404 (no such repo or ref)
-    and offline mode (a load would fail the same) are answers."""
-    return isinstance(error, FetchError) and not isinstance(error, NotFoundError | OfflineError)
+    that cannot be reached, a spent rate limit, server errors or cut answers until safehub
+    gave up), so neither the policy nor the repo said no, and asking again later may answer
+    it. Any other answer of the server (404: no such repo or ref; 401, 403) and offline mode
+    (a load would fail the same) decide."""
+    from safehub.errors import RateLimitError, UnreachableError
+    from safehub.sources.transport import HTTPError
+
+    if isinstance(error, RateLimitError | UnreachableError):
+        return True
+    if not isinstance(error, FetchError) or isinstance(error, NotFoundError | OfflineError):
+        return False
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, HTTPError):
+            return False  # the server's own answer
+        cause = cause.__cause__
+    return True
 
 
 def _oci_pinned(ctx: Context, commit: str) -> bool:
