@@ -60,7 +60,9 @@ class Context:
         self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout,
                            relocate=s.how_to_set("cache_dir", _RELOCATE),
                            frozen=confined is not None and bool(confined.refuses(
-                               "write", os.path.realpath(s.cache_dir))))
+                               "write", os.path.realpath(s.cache_dir))),
+                           kept_by=s.cache_source if s.cache_source == "SAFEHUB_CACHE_DIR"
+                           or s.cache_source.startswith("cache_dir in ") else "")
         self.consents = ConsentStore(s.data_dir)
         self.verified = VerifiedRecords(s.data_dir)
         audit = s.audit_path

@@ -21,7 +21,8 @@ Families, one per kind of failure a caller may want to handle apart:
   :class:`NotFoundError`, :class:`RateLimitError`, :class:`OfflineError`,
   :class:`UnreachableError`.
 * :class:`CacheError` -- the cache directory cannot be used.
-* :class:`HubconfError` -- the repo has no ``hubconf.py`` or not the entrypoint asked for.
+* :class:`HubconfError` -- the repo has no ``hubconf.py`` (:class:`NoHubconfError`, also a
+  ``FileNotFoundError`` as in torch) or not the entrypoint asked for.
 * :class:`RuntimeGuardError` -- while hubconf code ran, the runtime guard refused an action.
 """
 
@@ -39,6 +40,7 @@ __all__ = [
     "FetchError",
     "HubconfError",
     "IntegrityError",
+    "NoHubconfError",
     "NotFoundError",
     "OfflineError",
     "PinError",
@@ -183,6 +185,11 @@ class CacheError(SafehubError):
 
 class HubconfError(SafehubError, RuntimeError):
     """The repo has no ``hubconf.py``, or no callable entrypoint of that name."""
+
+
+class NoHubconfError(HubconfError, FileNotFoundError):
+    """The repo has no ``hubconf.py`` at its root at that commit (a ``FileNotFoundError``
+    too, as torch.hub raises for it)."""
 
 
 class RuntimeGuardError(SafehubError):

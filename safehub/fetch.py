@@ -166,7 +166,7 @@ class TreeFetcher:
 
         spec, commit = resolved.spec, resolved.commit
         zip_path = stage / "archive.zip"
-        if verbose:
+        if verbose and not self.settings.offline:  # offline, the fetch is refused instead
             where = self.cache.commit_dir(commit) / "tree"
             sys.stderr.write(printable(f"safehub: downloading {resolved.url_name}@"
                                        f"{commit[:12]} to {where}") + "\n")

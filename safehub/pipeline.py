@@ -28,7 +28,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from safehub._internal import fixes, gcpause
-from safehub.errors import HubconfError, OfflineError, PinError, RepoMovedError, SpecError
+from safehub.errors import (
+    HubconfError,
+    NoHubconfError,
+    OfflineError,
+    PinError,
+    RepoMovedError,
+    SpecError,
+)
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
 from safehub.run import environment, guards, hfhub, runtime, torchhub
@@ -293,7 +300,8 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
         prepared.resolved.location, prepared.decision, prepared.tree,
         mode=ctx.settings.runtime,
-        own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path))
+        own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path),
+        noticed=ctx.settings.data_dir)
     weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
     weights.blobs = ctx.snapshot_weights(prepared.lock.entry if prepared.lock else None)
     # The repo's code may call torch.hub after its load returns (model.forward, its
@@ -312,11 +320,14 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         if repr(str(prepared.path)) not in e.message:
             raise
         r = prepared.resolved
-        raise HubconfError(
-            e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at "
-                              f"{r.commit[:12]}"),
-            fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
-                          "to see its entrypoints")) from e
+        named = e.message.replace(repr(str(prepared.path)), f"{r.spec.repo} at {r.commit[:12]}")
+        if isinstance(e, NoHubconfError):  # listing its entrypoints would fail the same
+            raise NoHubconfError(named, fix=fixes.say(
+                f"check the ref: it resolved to {r.proof}, commit {r.commit[:12]}, whose root "
+                "has no hubconf.py (a repo may add it in a later tag or keep it on another "
+                "branch; torch.hub loads only hubconf.py at the repo root)")) from e
+        raise HubconfError(named, fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
+                                                "to see its entrypoints")) from e
 
 
 # -- loads the repo's own code asks for -----------------------------------------------------

@@ -107,10 +107,11 @@ def resolve_online(source: Source, spec: RepoSpec) -> Resolved:
             what = "tag" if kind == "tags" else "branch"
             return Resolved(spec, ref, target.commit, source.commit_tree(spec, target.commit),
                             f"{what} {name} of {spec.repo}", full_ref=f"refs/{kind}/{name}")
+    source.repo_info(spec)  # a repo that does not answer is named as such, not its ref
     raise NotFoundError(
-        f"{spec.repo} has no branch or tag named {ref!r} (or the repo does not exist)",
-        fix=fixes.say("check the ref and the repo name; a commit is named by its hex sha; "
-                      "for a private repo set GITHUB_TOKEN"))
+        f"{spec.repo} has no branch or tag named {ref!r}",
+        fix=fixes.say("check the ref (the repo exists): a branch or tag name as the repo "
+                      "spells it, or a commit's hex sha"))
 
 
 def _prove(source: Source, spec: RepoSpec, sha: str, asked: str) -> Resolved:

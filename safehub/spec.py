@@ -173,6 +173,11 @@ class RepoSpec:
         if (meant := _from_url(text)) is not None:
             raise SpecError(f"invalid repo spec {text!r}: a URL, not owner/name[:ref]",
                             fix=fixes.say(f"write it as {meant!r} (owner/name[:ref])"))
+        if text.startswith(("./", "../", "/", "~")) or text in (".", ".."):
+            raise SpecError(f"invalid repo spec {text!r}: a folder path, not owner/name[:ref]",
+                            fix=fixes.noted(fixes.call("source", "'local'", "load"),
+                                            "to load a folder on this machine (your own code, "
+                                            "as torch.hub does): "))
         repo, sep, ref = text.partition(":")
         parts = repo.split("/")
         if len(parts) != 2:

@@ -46,7 +46,7 @@ def test_load_and_cache_commands(hub_repo: HubRepo, capsys: pytest.CaptureFixtur
     assert "no cached commit starts with dead" in capsys.readouterr().err
     assert main(["cache", "clear", hub_repo.sha[:6]]) == 0
     assert capsys.readouterr().out.splitlines()[1:] == [f"  {hub_repo.sha}"]
-    assert main(["cache", "clear"]) == 0
+    assert main(["cache", "clear", "--yes"]) == 0
     assert "removed 0 cached trees" in capsys.readouterr().out
     assert main(["cache", "ls", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["entries"] == []

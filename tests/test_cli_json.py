@@ -71,7 +71,7 @@ def test_every_command_prints_one_object_with_its_fields(
     emitted(capsys, "docs", "docs")
     emitted(capsys, "docs", "docs", "env")
     emitted(capsys, "untrust", "untrust", hub_repo.spec)
-    emitted(capsys, "cache clear", "cache", "clear")
+    emitted(capsys, "cache clear", "cache", "clear", "--yes")
     emitted(capsys, "load", "load", spec, "tiny", code=1)  # an error: one object too
 
 

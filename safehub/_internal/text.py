@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from safehub._internal.fixes import CommandLine, Fix
 
-__all__ = ["REFUSED", "error", "printable"]
+__all__ = ["REFUSED", "did_you_mean", "error", "printable"]
 
 REFUSED = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Cn"})
 """The Unicode general categories :func:`printable` never lets through."""
@@ -130,3 +130,18 @@ def error(message: str, fix: Fix | None = None, details: Sequence[str] = (), *,
 
         lines.append(f"  fix: {render(fix, surface, printable, command_line=command_line)}")
     return "\n".join(lines)
+
+
+def did_you_mean(word: str, choices: Sequence[str] | frozenset[str]) -> str:
+    """``" (did you mean 'tiny'?)"`` when ``word`` looks like a misspelling of one of
+    ``choices`` (the standard library's :func:`difflib.get_close_matches`), else ``""``.
+
+    >>> did_you_mean("tiny_mpl", ["tiny_mlp", "echo"])
+    " (did you mean 'tiny_mlp'?)"
+    >>> did_you_mean("resnet", ["echo"])
+    ''
+    """
+    import difflib
+
+    close = difflib.get_close_matches(word, sorted(choices), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,6 +1,7 @@
 """The ``safehub`` command: a thin layer that parses, calls the library and prints.
 
-Exit codes: 0 ok, 1 refused or failed, 2 usage error. No traceback ever reaches a user:
+Exit codes: 0 ok, 1 refused or failed, 2 usage error; ``check`` exits 3 when the network failed
+before anything decided (not a verdict: ask again). No traceback ever reaches a user:
 every failure is one line of what failed and one of the fix (``--json``: one JSON object,
 for errors too). ``SAFEHUB_DEBUG=1`` shows the traceback of an unexpected error.
 """
@@ -20,7 +21,7 @@ from safehub._internal import fixes
 from safehub._internal.text import error as _error_text
 from safehub._internal.text import printable
 from safehub.cli import admin, fleet, text
-from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_USAGE, specs_from
+from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, specs_from
 from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
 from safehub.cli.common import emit as _emit
@@ -148,10 +149,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     line = command_line(args)
     _emit(args, {**report.to_json(), "fix": fixes.render(report.fix, "cli", command_line=line)
                  if report.fix else None}, text.check(report, line))
-    return EXIT_OK if report.outcome == "load" else EXIT_REFUSED
+    return {"load": EXIT_OK, "unknown": EXIT_UNDECIDED}.get(report.outcome, EXIT_REFUSED)
 
 
 def _cmd_trust(args: argparse.Namespace) -> int:
+    if args.list:
+        return admin.trusted(_hub(args), args)
+    if args.spec is None:
+        raise _Usage("the following arguments are required: spec (or --list)", args.prog)
     prepared = _hub(args).trust(args.spec, force_reload=args.force_reload)
     r = prepared.resolved
     data = {"repo": r.spec.key, "ref": r.ref, "commit": r.commit, "digest": prepared.tree.digest}
@@ -289,6 +294,9 @@ def _cmd_cache(args: argparse.Namespace) -> int:
         _emit(args, {"cache": str(hub.cache.root), "ok": ok,
                      "entries": [r.to_json() for r in checks]}, text.cache_checks(checks))
         return EXIT_OK if ok else EXIT_REFUSED
+    if not args.commit and not args.yes and not admin.clear_all_agreed(hub, args):
+        _emit(args, {"cleared": None, "removed": []}, "nothing removed")
+        return EXIT_OK
     removed = operations.cache_clear(hub, args.commit)
     _emit(args, {"cleared": args.commit or "all", "removed": removed},
           text.lines([f"removed {len(removed)} cached tree{'s' if len(removed) != 1 else ''} "
@@ -353,6 +361,18 @@ def _parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _main(argv: list[str]) -> int:
+    if not argv:  # a usage error (argparse's 2) whose fix is the three commands to start with
+        return _fail(False, "usage", "no COMMAND given (usage: safehub COMMAND [options]; "
+                     "`safehub --help` lists every command)", fixes.either(
+                         fixes.run("safehub demo", "to see every check on a loopback hub, "
+                                   "no network"),
+                         fixes.run("safehub check owner/repo:v1.0", "to ask whether a repo "
+                                   "would load, and why"),
+                         fixes.run("safehub load owner/repo:v1.0 ENTRYPOINT", "to load one, "
+                                   "as torch.hub.load does")), EXIT_USAGE)
+    if argv == ["--version"]:
+        text.out(text.versions())
+        return EXIT_OK
     words = argv[:argv.index("--")] if "--" in argv else argv
     wants_json = "--json" in words
     try:
@@ -437,6 +457,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "oci export": fleet.cmd_oci_export, "oci import": fleet.cmd_oci_import,
     "policy show": admin.policy_show, "policy validate": admin.policy_validate,
     "policy init": admin.policy_init, "cache": _cmd_cache, "run": _cmd_run,
-    "demo": admin.demo, "docs": admin.docs, "install": admin.environment_hook,
+    "demo": admin.demo, "docs": admin.docs, "completion": admin.completion,
+    "install": admin.environment_hook,
     "uninstall": admin.environment_hook,
 }

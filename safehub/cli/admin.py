@@ -8,7 +8,7 @@ import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +16,11 @@ from safehub._internal import fixes
 from safehub._internal.text import printable
 from safehub.cli import text
 from safehub.cli.common import DATA, EXIT_OK, EXIT_REFUSED, Usage, emit, hub
-from safehub.errors import PolicyError, SafehubError
+from safehub.errors import CacheError, PolicyError, SafehubError
 from safehub.run import environment
 
-__all__ = ["FLAVOURS", "demo", "docs", "environment_hook", "policy_init", "policy_show",
-           "policy_validate"]
+__all__ = ["FLAVOURS", "can_ask", "clear_all_agreed", "completion", "confirm", "demo", "docs",
+           "environment_hook", "policy_init", "policy_show", "policy_validate", "trusted"]
 
 #: ``policy init --for F``: (starter file in policies/, the role of the file it writes)
 FLAVOURS = {"admin": ("strict-org.toml", "site"), "team": ("team-allowlist.toml", "user"),
@@ -93,6 +93,17 @@ def policy_validate(args: argparse.Namespace) -> int:
     return EXIT_OK if ok else EXIT_REFUSED
 
 
+def _toml_position(error: PolicyError) -> str:
+    """``line 2, column 8`` where TOML could not be parsed, as the parser said it; empty
+    for any other error."""
+    import re
+
+    said = str(error.__cause__) if error.__cause__ is not None else ""
+    found = re.search(r"\(at line (\d+), column (\d+)\)", said) if "TOML" in str(
+        type(error.__cause__).__name__) else None
+    return f"line {found.group(1)}, column {found.group(2)}" if found else ""
+
+
 def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
     where = ("in force" if r["in_force"] else
              "not in force: safehub does not read it where it is")
@@ -108,6 +119,11 @@ def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
 
 
 def _validate_fix(name: str, in_force: bool, error: PolicyError) -> fixes.Fix:
+    if not error.faults and (at := _toml_position(error)):  # the place, not this command
+        return fixes.say(f"edit {name} at {at}: the TOML there does not parse (tables are "
+                         "[safehub] or [[allow]] lines, values key = \"text\")"
+                         + ("; until it parses no repo loads on this machine (fail closed)"
+                            if in_force else ""))
     if not error.faults:  # it could not be read at all: the reader's own fix
         return error.fix or fixes.say("fix the file")
     fix = "edit the file: each fault above names the key and what it takes"
@@ -138,6 +154,18 @@ def init_target(flavour: str) -> Path:
     return next(c.path for c in searched() if c.origin == origin)
 
 
+def init_description() -> str:
+    """The paths ``policy init`` may write, as they are on this machine."""
+    return ("Write a commented starter policy, never over an existing file:\n"
+            f"  --for admin  {init_target('admin')}: the machine-wide (site) policy, a strict "
+            "organisation's; every load by every user obeys it, so it is written only with "
+            "--yes or after you confirm on a terminal (else it is printed, with the command "
+            "that installs it)\n"
+            f"  --for team   {init_target('team')}: your user policy (an allowlist)\n"
+            f"  --for ci     {init_target('ci')}: the project's policy for a CI job\n"
+            "  --path FILE  anywhere else instead")
+
+
 def _machine_wide(target: Path) -> bool:
     from safehub.policy import searched
 
@@ -164,27 +192,35 @@ def _refuses(body: str, target: Path) -> str:
     return "; ".join(said) + final
 
 
-def _confirmed(target: Path, refuses: str) -> bool:
-    """Ask on a terminal (never in CI or without one) whether to write ``target``."""
+def can_ask() -> bool:
+    """Whether a person can be asked: a terminal, and not CI, ``SAFEHUB_NONINTERACTIVE=1``
+    or a policy's ``noninteractive = true`` (an unreadable policy or variable: never)."""
     from safehub.config import noninteractive
     from safehub.policy import load_policy
 
     try:
-        never = noninteractive(load_policy(), os.environ)
-    except SafehubError:  # a policy or variable that cannot be read: never ask
-        never = True
-    if never:
+        return not noninteractive(load_policy(), os.environ)
+    except SafehubError:
         return False
-    sys.stderr.write(text.lines([
-        f"safehub: this writes {target}, the machine-wide policy: every load by every user "
-        f"of this machine obeys it from then on. It refuses {refuses}.",
-        f"Write {target}? [y/N] "]))
+
+
+def confirm(said: Sequence[str], question: str) -> bool:
+    """Say ``said`` and ask ``question`` on the terminal: whether the answer is yes (call
+    only where :func:`can_ask`)."""
+    sys.stderr.write(text.lines([*said, f"{question} [y/N] "]))
     sys.stderr.flush()
     try:
         answer = sys.stdin.readline()
     except (OSError, ValueError, KeyboardInterrupt):
         return False
     return answer.strip().lower() in ("y", "yes")
+
+
+def _confirmed(target: Path, refuses: str) -> bool:
+    """Ask on a terminal (never in CI or without one) whether to write ``target``."""
+    return can_ask() and confirm([
+        f"safehub: this writes {target}, the machine-wide policy: every load by every user "
+        f"of this machine obeys it from then on. It refuses {refuses}."], f"Write {target}?")
 
 
 def policy_init(args: argparse.Namespace) -> int:
@@ -277,3 +313,55 @@ def demo(args: argparse.Namespace) -> int:
     from safehub.demo import run_demo
 
     return EXIT_OK if run_demo() else EXIT_REFUSED
+
+
+def clear_all_agreed(hub: Any, args: argparse.Namespace) -> bool:
+    """``cache clear`` with no commit removes every cached tree: asked on a terminal (as
+    ``hf cache delete``); without one (a CI job, a script) refused unless ``--yes``, so a
+    job neither hangs on a question nor empties a shared cache by accident. An empty cache
+    needs no answer."""
+    from safehub import operations
+
+    rows = operations.cache_entries(hub)
+    if not rows:
+        return True
+    what = (f"{len(rows)} cached tree{'s' if len(rows) != 1 else ''} "
+            f"({text.size(sum(r.bytes for r in rows))}) in {hub.cache.root}: "
+            + ", ".join(f"{r.repo or '(unknown)'}@{r.commit[:12]}" for r in rows[:5])
+            + (f" and {len(rows) - 5} more" if len(rows) > 5 else ""))
+    if can_ask() and not args.json:
+        return confirm([f"safehub: this removes {what}; loads fetch and verify them "
+                              "again"], "Remove them all?")
+    raise CacheError(f"cache clear with no commit removes every cached tree, {what}; "
+                     "nobody can be asked here (no terminal, or CI)",
+                     fix=fixes.either(fixes.run("safehub cache clear --yes", "to remove them "
+                                                "all"),
+                                      fixes.say("name the commits to remove instead (`safehub "
+                                                "cache ls` lists them)")))
+
+
+def trusted(hub: Any, args: argparse.Namespace) -> int:
+    """``safehub trust --list``: the consents recorded on this machine (those of SPEC's
+    repo, if given), repo by repo; nothing is fetched."""
+    from safehub.spec import RepoSpec
+
+    consents = hub.consents
+    if args.spec is not None:
+        keys = [RepoSpec.parse(args.spec).key]
+    else:  # one file per repo: <owner>/<name>.json, named by the repo's key
+        keys = sorted(f"{p.parent.name}/{p.stem}" for p in consents.root.glob("*/*.json"))
+    rows = [c for key in keys for c in consents.list(key)]
+    emit(args, {"consents": [{"repo": c.repo, "commit": c.commit, "digest": c.digest,
+                              "how": c.how, "at": c.at} for c in rows]},
+         text.lines([f"{c.repo}  {c.commit}  {c.digest[:23]}  {c.at}  ({c.how})" for c in rows]
+                    + [f"{len(rows)} trusted commit{'s' if len(rows) != 1 else ''} in "
+                       f"{consents.root} (`safehub untrust SPEC` forgets one)"]))
+    return EXIT_OK
+
+
+def completion(args: argparse.Namespace) -> int:
+    """``safehub completion bash``: the completion script, made from the parser."""
+    from safehub.cli.reference import completion as script
+
+    text.out(script(args.shell).rstrip("\n"))
+    return EXIT_OK

@@ -11,12 +11,15 @@ from safehub._internal import fixes
 from safehub.cli import text
 from safehub.errors import SpecError
 
-__all__ = ["DATA", "EXIT_OK", "EXIT_REFUSED", "EXIT_USAGE", "Parser", "Usage", "emit", "hub",
-           "specs_from"]
+__all__ = ["DATA", "EXIT_OK", "EXIT_REFUSED", "EXIT_UNDECIDED", "EXIT_USAGE", "Parser", "Usage",
+           "emit", "hub", "specs_from"]
 
 EXIT_OK = 0
 EXIT_REFUSED = 1
 EXIT_USAGE = 2
+EXIT_UNDECIDED = 3
+"""``safehub check`` could not decide: the network failed before the policy or the repo
+answered (not a refusal; ask again)."""
 DATA = Path(__file__).parents[1] / "_data"
 
 

@@ -99,7 +99,7 @@ JSON_FIELDS: dict[str, str] = {
     "check": "spec, repo, entrypoint, policy_files, outcome, why, fix, error, ref, commit, "
              "proof, policy, reasons, requirements, violations, cached, digest, "
              "entrypoint_found, entrypoint_note, signature",
-    "trust": "repo, ref, commit, digest",
+    "trust": "repo, ref, commit, digest | --list: consents",
     "untrust": "removed",
     "lock": "lockfile, changes, [--entrypoint] fetched | --check: lockfile, ok, entries, "
             "weights",
@@ -244,7 +244,8 @@ def _loading(add: _Adder) -> None:
     hlp.add_argument("entrypoint", type=_entrypoint,
                      help="a callable in the repo's hubconf.py")
 
-    check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no)",
+    check = add("check", "dry run: would SPEC load, and why (exit 0 yes, 1 no, 3 unknown: the "
+                "network failed)",
                 "Decide on SPEC as a load would (policy, pin, provenance, consent) without "
                 "downloading the archive or running any code. With --entrypoint, hubconf.py's "
                 "syntax tree says whether it defines it.", "json", "cache", "lockfile")
@@ -260,7 +261,9 @@ def _pinning(add: _Adder) -> None:
                 "Record consent for (repo, commit, content digest) where the policy lets users "
                 "decide; a policy denial or requirement still wins.", "json", "cache",
                 "lockfile", "reload")
-    trust.add_argument("spec", help=spec_help)
+    trust.add_argument("spec", nargs="?", help=spec_help)
+    trust.add_argument("--list", action="store_true", help="list what was trusted on this "
+                       "machine (of SPEC's repo, if given), fetching nothing")
     untrust = add("untrust", "forget consent for a repo (all its commits, or one)",
                   "", "json", "cache", "lockfile")
     untrust.add_argument("spec", help="owner/name (every commit) or owner/name:ref (one)")
@@ -329,8 +332,11 @@ def _signing(add: _Adder) -> None:
     verify.add_argument("target", help="a folder with model.sig, or " + spec_help)
     verify.add_argument("--key", action="append", default=[], metavar="PEM", type=_file,
                         help="a public key whose signature counts (repeatable)")
-    verify.add_argument("--identity", help="keyless signer identity (exact or glob)")
-    verify.add_argument("--issuer", help="OIDC issuer of the keyless signer")
+    verify.add_argument("--identity", "--certificate-identity", metavar="IDENTITY",
+                        help="keyless signer identity (exact or glob; cosign's name for it "
+                        "works too)")
+    verify.add_argument("--issuer", "--certificate-oidc-issuer", metavar="URL",
+                        help="OIDC issuer of the keyless signer (or cosign's name for it)")
     verify.add_argument("--trust-config", metavar="JSON", type=_file,
                         help="Sigstore ClientTrustConfig for a private Sigstore")
     sign = add("sign", "sign a folder with an EC key (OpenSSF Model Signing)", "", "json")
@@ -345,6 +351,7 @@ def _signing(add: _Adder) -> None:
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
            parser_class: type[argparse.ArgumentParser]) -> None:
+    from safehub.cli.admin import init_description
 
     policy = sub.add_parser("policy", help="show, check or start policy files",
                             description="Policy files decide what may load on this machine.")
@@ -362,7 +369,7 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                           "is a project's: only the keys a project may set, paths inside "
                           "its folder)")
     init = add("init", "write a commented starter policy (never overwrites)",
-               _init_description(), "json", parent=psub, key="policy init")
+               init_description(), "json", parent=psub, key="policy init")
     init.add_argument("--for", dest="flavour", choices=sorted(
         ("admin", "team", "ci")), default="team", help="which starter (default: team)")
     init.add_argument("--path", type=_file_to_be,
@@ -373,12 +380,15 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     cache = sub.add_parser("cache", help="list, re-hash or clear the cache")
     csub = cache.add_subparsers(dest="cache_command", required=True, metavar="ACTION",
                                 parser_class=parser_class)
-    add("ls", "list cached commits", "", "json", "cache", parent=csub, key="cache")
+    add("ls", "list cached commits: size, last load (your audit log's), lockfile specs", "",
+        "json", "cache", parent=csub, key="cache")
     for name, what in (("verify", "re-hash cached trees fully"),
                        ("clear", "remove cached trees")):
         action = add(name, what, "", "json", "cache", parent=csub, key="cache")
         action.add_argument("commit", nargs="*", type=_commit_prefix,
                             help="commit sha prefixes (default: all)")
+    action.add_argument("--yes", action="store_true", help="with no commit: clear them all "
+                        "without asking (asked on a terminal; refused without one)")
 
     for verb, what in (("install", "write"), ("uninstall", "remove")):
         hook = add(verb, f"{what} the environment hook (--environment)",
@@ -434,6 +444,11 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     demo.add_argument("--serve", action="store_true",
                       help="serve the demo's repos until Ctrl-C, for trying commands")
     demo.add_argument("--port", type=_port, help="with --serve: the port (default: any free)")
+    completion = add("completion", "print a shell completion script made from this parser",
+                     'Add to ~/.bashrc: eval "$(safehub completion bash)" (zsh: run '
+                     "`autoload -U bashcompinit && bashcompinit` first)")
+    completion.add_argument("shell", choices=["bash"], help="the shell (bash; zsh through "
+                            "its bashcompinit)")
     docs = add("docs", "print a page of safehub's documentation", "", "json")
     docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...; "
                       "env: every environment variable; cli: every command and option")
@@ -443,20 +458,6 @@ def _port(value: str) -> int:
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise argparse.ArgumentTypeError(f"{value!r} is not a TCP port (1 to 65535)")
     return int(value)
-
-
-def _init_description() -> str:
-    """The paths ``policy init`` may write, as they are on this machine."""
-    from safehub.cli.admin import init_target
-
-    return ("Write a commented starter policy, never over an existing file:\n"
-            f"  --for admin  {init_target('admin')}: the machine-wide (site) policy, a strict "
-            "organisation's; every load by every user obeys it, so it is written only with "
-            "--yes or after you confirm on a terminal (else it is printed, with the command "
-            "that installs it)\n"
-            f"  --for team   {init_target('team')}: your user policy (an allowlist)\n"
-            f"  --for ci     {init_target('ci')}: the project's policy for a CI job\n"
-            "  --path FILE  anywhere else instead")
 
 
 def command_line(args: argparse.Namespace) -> CommandLine:

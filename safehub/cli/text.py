@@ -133,7 +133,9 @@ def detach_stdout() -> None:
 
 
 def check(report: Any, line: fixes.CommandLine | None = None) -> str:
-    rows = [f"{report.spec}: {report.outcome.upper()} ({report.why})"]
+    why = (f"not a verdict: the network failed before anything decided: {report.why}"
+           if report.outcome == "unknown" else report.why)
+    rows = [f"{report.spec}: {report.outcome.upper()} ({why})"]
     if report.commit:
         rows.append(f"  commit   {report.commit}  ({report.proof})")
     if report.digest:
@@ -222,15 +224,27 @@ def cache_rows(rows: Sequence[Any], root: object, chosen_by: str = "") -> str:
     where = f"cache {root}" + (f" ({chosen_by})" if chosen_by else "")
     if not rows:
         return lines([f"{where}: empty"])
-    table: list[list[str]] = [["COMMIT", "REPO", "SPECS", "FILES", "DIGEST", "LEVEL"]]
+    table: list[list[str]] = [["COMMIT", "REPO", "SPECS", "FILES", "SIZE", "LAST LOAD",
+                               "DIGEST", "LEVEL"]]
     table += [[printable(cell) for cell in (  # escaped first: the widths are as shown
         r.commit[:12], r.repo or ",".join(r.repos) or "(unknown)", ",".join(r.specs) or "-",
-        str(r.files), r.digest[:23], r.level)] for r in rows]
+        str(r.files), size(r.bytes), r.last_used.replace("T", " ").rstrip("Z")[:16] or "-",
+        r.digest[:23], r.level)] for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
-    shown = ["  ".join(cell.rjust(w) if i == 3 else cell.ljust(w)
+    shown = ["  ".join(cell.rjust(w) if i in (3, 4) else cell.ljust(w)
                        for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
              for row in table]
-    return lines([f"{where}:", *shown])
+    total = sum(r.bytes for r in rows)
+    return lines([f"{where}:", *shown, f"{len(rows)} cached tree{'s' if len(rows) != 1 else ''}"
+                  f", {size(total)}; LAST LOAD: the last load in your audit log (UTC), - if "
+                  "none (prefetched, or another user's); SPECS: the lockfile's"])
+
+
+def size(n: int) -> str:
+    """``n`` bytes as a person reads them: ``12.3 MiB``."""
+    from safehub._internal.progress import size as shown
+
+    return shown(n)
 
 
 def cache_checks(results: Sequence[Any]) -> str:
@@ -318,3 +332,25 @@ def confined_failure(code: int, ruleset: Any) -> str:
             "  fix: if the job needs more, add it to writes, exec or connect_ports in the "
             "[confine] table of your policy file (see `safehub docs confine`; "
             "`safehub run --confine --dry-run -- COMMAND` shows what is granted)\n")
+
+
+#: The packages whose versions ``safehub --version`` shows beside safehub's own.
+_PACKAGES = ("torch", "sigstore", "model-signing", "requests")
+
+
+def versions() -> str:
+    """``safehub --version``: safehub's version, then each package it works with and its
+    version (or that it is not installed), one a line, read from the installed metadata
+    (nothing is imported)."""
+    from importlib import metadata
+
+    from safehub import __version__
+
+    def version(package: str) -> str:
+        try:
+            return metadata.version(package)
+        except metadata.PackageNotFoundError:
+            return "not installed"
+
+    return "\n".join([f"safehub {__version__} (Python {sys.version.split()[0]})",
+                      *(f"  {p} {version(p)}" for p in _PACKAGES)])

@@ -161,10 +161,11 @@ def serving(port: int = 0, folder: Path | None = None) -> Iterator[Served]:
     """Build the demo's repos and serve them on 127.0.0.1:``port`` (0: any free port)
     while the ``with`` block runs."""
     from safehub.demo.server import DemoGitHub, git
+    from safehub.store.cache.store import DEMO_PREFIX
 
     with contextlib.ExitStack() as stack:
         root = folder or Path(stack.enter_context(
-            tempfile.TemporaryDirectory(prefix="safehub-demo-serve-")))
+            tempfile.TemporaryDirectory(prefix=DEMO_PREFIX)))
         server = stack.enter_context(DemoGitHub(root, port=port))
         repos = _make_repos(root, server.port)
         signed, key = _signed_repo(root, _EXAMPLE)

@@ -112,6 +112,9 @@ class CacheEntryInfo(Report):
     """The repo it was verified for (its name as the load, lock or prefetch wrote it)."""
     specs: list[str] = dataclasses.field(default_factory=list)
     """The lockfile's specs pinned to this commit, where the lockfile is known."""
+    last_used: str = ""
+    """When it was last loaded, as the audit log of this user says (UTC, ISO 8601; empty:
+    no load there, such as a tree only prefetched)."""
 
 
 def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
@@ -125,6 +128,7 @@ def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
     for pinned in (lockfile.entries.values() if lockfile is not None else ()):
         specs.setdefault(pinned.commit, []).append(pinned.spec)
     out = []
+    used = last_loads(hub.settings.audit_path)
     for entry in hub.cache.entries():
         v = entry.verdict()
         named = repos.get(v.commit, [])
@@ -132,8 +136,38 @@ def cache_entries(hub: Hub) -> list[CacheEntryInfo]:
                                   v.level, len(v.files), sum(f.size for f in v.files),
                                   list(v.unverified), str(entry.path),
                                   repo=v.source or (named[0] if named else ""),
-                                  specs=sorted(specs.get(v.commit, []))))
+                                  specs=sorted(specs.get(v.commit, [])),
+                                  last_used=used.get(v.commit, "")))
     return out
+
+
+#: The audit decisions that ran a commit's code (a load, list or help that went ahead).
+_RAN = frozenset({"allow", "consent", "trust_repo", "prompt-yes", "warn"})
+_TAIL = 8 << 20  # how much of the end of the audit log cache ls reads
+
+
+def last_loads(log: Path) -> dict[str, str]:
+    """Commit to the time of its last load in the audit log ``log`` (its last
+    :data:`_TAIL` bytes; a log that cannot be read says nothing)."""
+    import json
+
+    try:
+        with open(log, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _TAIL))
+            tail = f.read()
+    except OSError:
+        return {}
+    last: dict[str, str] = {}
+    for line in tail.splitlines():
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue  # the first, cut line; or one that is not JSON
+        if isinstance(record, dict) and record.get("decision") in _RAN and \
+                isinstance(record.get("commit"), str) and isinstance(record.get("time"), str):
+            last[record["commit"]] = max(last.get(record["commit"], ""), record["time"])
+    return last
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from safehub import pipeline
 from safehub._internal import fixes
 from safehub.admission import Admitted
-from safehub.errors import PolicyDenied, SafehubError
+from safehub.errors import FetchError, NotFoundError, OfflineError, PolicyDenied, SafehubError
 from safehub.operations.common import Report
 from safehub.spec import RepoSpec
 from safehub.verify.signatures.signers import SignerSet
@@ -31,7 +31,8 @@ class CheckReport(Report):
     repo: str
     entrypoint: str | None
     policy_files: list[str]
-    outcome: str  # load, prompt, refuse, or conditional (on a signature not yet checked)
+    outcome: str  # load, prompt, refuse, conditional (on a signature not yet checked), or
+    # unknown (the network failed before anything decided: :func:`undecided`)
     why: str
     fix: fixes.Fix | None = None
     error: str | None = None
@@ -61,7 +62,9 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     ``outcome`` is ``load`` (allowed, or this content was trusted), ``prompt`` (a terminal
     user would be asked), ``refuse`` (with ``error`` and ``fix``), or ``conditional``: the
     policy requires a signature and the tree is not cached, so it could not be checked
-    (``fix`` fetches the tree; a cached tree's signature is verified as a load would).
+    (``fix`` fetches the tree; a cached tree's signature is verified as a load would), or
+    ``unknown``: the network failed before the policy or the repo answered (``error`` says
+    how; not a verdict, ask again).
     The load's own steps run as a dry run (:func:`safehub.pipeline.steps`).
     """
     ctx = hub.context
@@ -72,7 +75,8 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         passed = pipeline.steps(ctx, spec, pipeline.Plan(entrypoint, fetch=False,
                                                          dry_run=True, gate=True))
     except SafehubError as e:  # a refusal before the signature (offline: the load's fix)
-        return CheckReport(**base, outcome="refuse", why=e.message, fix=e.fix,
+        return CheckReport(**base, outcome="unknown" if undecided(e) else "refuse",
+                           why=e.message, fix=e.fix,
                            error=type(e).__name__,
                            policy="deny" if isinstance(e, PolicyDenied) else None,
                            reasons=list(e.reasons) if isinstance(e, PolicyDenied) else [])
@@ -89,7 +93,11 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     decision, wanted = passed.decision, admitted.decision.requirements.signature
     found, note = _entrypoint(ctx, admitted, entry, entrypoint)
     fix: fixes.Fix | None
-    if found is False:
+    if found is False and note.endswith(_NO_HUBCONF):
+        outcome, why, fix = "refuse", note, fixes.say(
+            f"check the ref: it resolved to {r.proof}, commit {r.commit[:12]}, whose root has "
+            "no hubconf.py (a repo may add it in a later tag or keep it on another branch)")
+    elif found is False:
         outcome, why, fix = "refuse", note, fixes.say(f"safehub list {spec.repo}:{r.commit}")
     elif entry is None and ctx.settings.offline:
         outcome = "refuse"
@@ -133,6 +141,30 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
         entrypoint_note=note if found is not False else "", signature=signed.status)
 
 
+_NO_HUBCONF = " has no hubconf.py at its root (not a torch.hub repo there)"
+
+
+def undecided(error: SafehubError) -> bool:
+    """Whether ``error`` leaves the question open: the network failed on the way (a host
+    that cannot be reached, a spent rate limit, server errors or cut answers until safehub
+    gave up), so neither the policy nor the repo said no, and asking again later may answer
+    it. Any other answer of the server (404: no such repo or ref; 401, 403) and offline mode
+    (a load would fail the same) decide."""
+    from safehub.errors import RateLimitError, UnreachableError
+    from safehub.sources.transport import HTTPError
+
+    if isinstance(error, RateLimitError | UnreachableError):
+        return True
+    if not isinstance(error, FetchError) or isinstance(error, NotFoundError | OfflineError):
+        return False
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, HTTPError):
+            return False  # the server's own answer
+        cause = cause.__cause__
+    return True
+
+
 def _oci_pinned(ctx: Context, commit: str) -> bool:
     """Whether a lockfile entry pins ``commit``'s snapshot by ``oci`` digest (what a load
     through ``SAFEHUB_OCI`` needs)."""
@@ -167,6 +199,7 @@ def _entrypoint(ctx: Context, admitted: Admitted, entry: Any,
     """Whether hubconf.py defines ``entrypoint``, read without running any of it: from the
     cached tree, or fetched by blob id from the commit's tree."""
     from safehub._internal.hubconf_ast import entrypoints_of
+    from safehub._internal.text import did_you_mean
 
     if entrypoint is None:
         return None, ""
@@ -180,7 +213,7 @@ def _entrypoint(ctx: Context, admitted: Admitted, entry: Any,
     except (SafehubError, OSError) as e:
         return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {e}"
     if source is None:
-        return False, f"{r.spec.repo} at {r.commit[:12]} has no hubconf.py (not a hub repo)"
+        return False, f"{r.spec.repo} at {r.commit[:12]}{_NO_HUBCONF}"
     found = entrypoints_of(source.decode("utf-8", "replace"))
     if entrypoint in found.names:
         return True, ""
@@ -188,5 +221,5 @@ def _entrypoint(ctx: Context, admitted: Admitted, entry: Any,
         return None, f"cannot tell whether hubconf.py defines {entrypoint!r}: {found.why}"
     listed = ", ".join(sorted(found.names)) or "none"
     return False, (f"hubconf.py of {r.spec.repo} at {r.commit[:12]} has no entrypoint "
-                   f"{entrypoint!r} (read from its syntax tree, nothing ran); it defines: "
-                   f"{listed}")
+                   f"{entrypoint!r}{did_you_mean(entrypoint, found.names)} (read from its "
+                   f"syntax tree, nothing ran); it defines: {listed}")

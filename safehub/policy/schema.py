@@ -21,6 +21,7 @@ from typing import Any
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import within
+from safehub._internal.text import did_you_mean
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS, TABLE_NAMES, Key
 from safehub.policy.values import Fault, PathList, PathValue, Tables
@@ -112,8 +113,8 @@ def _table(scope: str, raw: Any, where: str, faults: _Faults,
         key = keys.get(name)
         here = f"{where}.{name}"
         if key is None:
-            faults.add(here, f"unknown key; allowed keys in {TABLE_NAMES[scope]}: "
-                       + ", ".join(keys))
+            faults.add(here, f"unknown key{did_you_mean(name, list(keys))}; allowed keys "
+                       f"in {TABLE_NAMES[scope]}: " + ", ".join(keys))
             ok = False
             continue
         try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Callable
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
     from safehub.store.cache import CachedTree
     from safehub.store.lockfile import LockEntry
 
-__all__ = ["own_work", "runtime_guard", "weights_guard"]
+__all__ = ["once", "own_work", "runtime_guard", "weights_guard"]
 
 
 def _user_policy() -> Path:
@@ -31,10 +32,11 @@ def _user_policy() -> Path:
 
 
 def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
-                  mode: str, own: OwnWork | Callable[[], OwnWork] | None = None
-                  ) -> RuntimeGuard:
+                  mode: str, own: OwnWork | Callable[[], OwnWork] | None = None,
+                  noticed: Path | None = None) -> RuntimeGuard:
     """The runtime guard for one load: the policy's runtime keys, merged; ``own``: what
-    safehub's own work may do while it pauses the guard (:func:`own_work`)."""
+    safehub's own work may do while it pauses the guard (:func:`own_work`); ``noticed``:
+    the user data dir where a notice said once per user is recorded (:func:`once`)."""
     reqs = decision.requirements
     user_policy = str(_user_policy())
     network, programs, writes = reqs.runtime.merged(mode)
@@ -48,7 +50,35 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         user_policy=user_policy,
         repo_key=spec.key)
     return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, verified_ns=tree.verified_ns,
-                        tree_ident=tree.ident, own=own)
+                        tree_ident=tree.ident, own=own,
+                        first_time=once(noticed) if noticed is not None else None)
+
+
+def once(data_dir: Path) -> Callable[[str], bool]:
+    """Whether a notice (a warning that says something true the user need not act on each
+    time, such as a repo's module shadowing its own installed distribution) is new for this
+    user: recorded in ``<data_dir>/notices.json`` when first said. Best effort: a record
+    that cannot be read or written says the notice again, and two processes at once may
+    both say it."""
+    from safehub._internal.fsutil import read_json, write_json
+    from safehub.run.runtime import own_work
+
+    path = data_dir / "notices.json"
+
+    def first_time(key: str) -> bool:
+        with own_work():  # safehub's record, even while a repo's code is being guarded
+            try:
+                said = read_json(path)
+            except (OSError, ValueError, RecursionError):
+                said = []
+            said = [k for k in said if isinstance(k, str)] if isinstance(said, list) else []
+            if key in said:
+                return False
+            with contextlib.suppress(OSError):
+                write_json(path, [*said, key], mode=0o600)
+        return True
+
+    return first_time
 
 
 def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWork:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
-from safehub.errors import HubconfError, SafehubError
+from safehub.errors import HubconfError, NoHubconfError, SafehubError
 
 __all__ = [
     "ROUTED",
@@ -251,8 +251,8 @@ _LIST_THEM = fixes.noted(fixes.either(fixes.run("safehub list SPEC"), fixes.call
 def _require_hubconf(repo_dir: Path) -> Path:
     hubconf = repo_dir / "hubconf.py"
     if not hubconf.is_file():
-        raise HubconfError(
-            f"{str(repo_dir)!r} has no hubconf.py, so it is not a torch.hub repo",
+        raise NoHubconfError(
+            f"{str(repo_dir)!r} has no hubconf.py at its root, so it is not a torch.hub repo",
             fix=fixes.say("check the repo and ref; torch.hub needs hubconf.py at the repo root"),
         )
     return hubconf
@@ -293,11 +293,23 @@ def call_entrypoint(repo_dir: Path, model: str, args: tuple[Any, ...],
             return load(str(repo_dir), model, *args, source="local", trust_repo=True, **kwargs)
         except RuntimeError as e:
             if str(e) == f"Cannot find callable {model} in hubconf":
-                raise HubconfError(
-                    f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
-                    fix=_LIST_THEM,
-                ) from e
+                raise _no_entrypoint(repo_dir, model) from e
             raise
+
+
+def _no_entrypoint(repo_dir: Path, model: str) -> HubconfError:
+    """``model`` is not a callable of hubconf.py: which names it does define (read from
+    its syntax tree), and the one meant if ``model`` looks like a misspelling of one."""
+    from safehub._internal.hubconf_ast import entrypoints_of
+    from safehub._internal.text import did_you_mean
+
+    try:
+        found = entrypoints_of((repo_dir / "hubconf.py").read_text("utf-8", "replace")).names
+    except OSError:
+        found = frozenset()
+    defined = f"; it defines: {', '.join(sorted(found))}" if found else ""
+    return HubconfError(f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint "
+                        f"{model!r}{did_you_mean(model, found)}{defined}", fix=_LIST_THEM)
 
 
 def _import_hubconf(repo_dir: Path) -> types.ModuleType:
@@ -340,10 +352,7 @@ def described(repo_dir: Path, model: str) -> tuple[str, str | None]:
         raise RuntimeError(f"Missing dependencies: {', '.join(missing)}")
     func = getattr(module, model, None) if isinstance(model, str) else None
     if func is None or not callable(func):
-        raise HubconfError(
-            f"hubconf.py of {str(repo_dir)!r} has no callable entrypoint {model!r}",
-            fix=_LIST_THEM,
-        )
+        raise _no_entrypoint(repo_dir, model)
     try:
         line = f"{model}{inspect.signature(func)}"
     except (ValueError, TypeError):  # a callable with no signature to show

@@ -159,9 +159,10 @@ class GitHub:
         try:
             data = self._json(spec, "", f"repo {spec.repo}")
         except NotFoundError as e:
-            raise NotFoundError(f"repo {spec.repo} not found at {self.api}",
-                                fix=fixes.say("check the spelling; for a private repo set "
-                                              "GITHUB_TOKEN")
+            raise NotFoundError(f"repo {spec.repo} does not exist at {self.api} (or it is "
+                                "private and no token with access to it was sent)",
+                                fix=fixes.say("check the owner and repo name; for a private "
+                                              "repo set GITHUB_TOKEN")
                                 ) from e
         branch, name = _field(data, "default_branch"), _field(data, "full_name")
         if not isinstance(branch, str) or not branch or not isinstance(name, str):

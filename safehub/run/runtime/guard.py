@@ -148,8 +148,10 @@ class RuntimeGuard:
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), verified_ns: int | None = None,
                  tree_ident: tuple[int, int] | None = None,
-                 own: OwnWork | Callable[[], OwnWork] | None = None) -> None:
+                 own: OwnWork | Callable[[], OwnWork] | None = None,
+                 first_time: Callable[[str], bool] | None = None) -> None:
         self.rules = rules
+        self._first_time = first_time  # a notice is new for the user: said (guards.once)
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
@@ -231,9 +233,11 @@ class RuntimeGuard:
             if self.rules.shadowing == "warn" or s.own_distribution:
                 why = ("its own distribution" if s.own_distribution and
                        self.rules.shadowing != "warn" else 'shadowing = "warn"')
-                if hygiene.first_warning(self.repo, s):
-                    warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} "
-                         f"for the whole process ({why})")
+                said = f"shadowing {self.repo} {s.name}"
+                if hygiene.first_warning(self.repo, s) and (
+                        not self._first_time or self._first_time(said)):
+                    warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for "
+                         f"the whole process ({why}); said once for this repo and module")
                 continue
             what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
             self._refuse_now(

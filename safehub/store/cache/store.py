@@ -37,7 +37,7 @@ from safehub.store.cache.integrity import tamper
 from safehub.store.cache.records import FORMAT, LEVELS, RepoRecord, Verdict
 from safehub.store.cache.tree import CachedTree, write_entry
 
-__all__ = ["Cache"]
+__all__ = ["DEMO_PREFIX", "Cache"]
 
 _LAYOUT = "v1"
 _SEALED = "SEALED"
@@ -47,8 +47,9 @@ class Cache:
 
     def __init__(self, root: Path, *, lock_timeout: float = 600.0,
                  relocate: str = "point SAFEHUB_CACHE_DIR at a folder you can write",
-                 frozen: bool = False) -> None:
+                 frozen: bool = False, kept_by: str = "") -> None:
         self.root = root
+        self.kept_by = kept_by  # a lasting setting naming root (see _refuse_orphan)
         self.frozen = frozen
         """Read-only to this process: a job under ``safehub run --confine`` (the kernel
         refuses its writes here); a miss is fetched by ``safehub run`` itself."""
@@ -99,6 +100,7 @@ class Cache:
                     fixes.run("safehub prefetch --read-only --cache-dir "
                               f"{shlex.quote(str(self.root))} SPEC",
                               "as its owner, to add to it")))
+        _refuse_orphan(self.root, self.kept_by)
         try:
             path.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -335,3 +337,29 @@ class Cache:
                     out.setdefault(commit, []).append(key)
         return out
 
+
+#: The folder ``safehub demo --serve`` keeps its cache, policy and keys in, removed when it
+#: stops (while the export lines that name it may live on in a shell).
+DEMO_PREFIX = "safehub-demo-serve-"
+
+
+def _refuse_orphan(root: Path, kept_by: str) -> None:
+    """A cache ``root`` named by a lasting setting (``kept_by``: ``SAFEHUB_CACHE_DIR``, a
+    policy's ``cache_dir``) inside a stopped ``safehub demo --serve``'s folder is not made
+    again: the setting is a leftover of the demo's export lines. Any other missing root is
+    made, with its folders (a deleted cache folder too, quietly)."""
+    if not kept_by or os.path.lexists(root):
+        return
+    missing = root
+    while not os.path.lexists(missing.parent) and missing.parent != missing:
+        missing = missing.parent
+        if missing.name.startswith(DEMO_PREFIX):
+            from safehub._internal import fixes
+
+            raise CacheError(
+                f"the cache {str(root)!r} ({kept_by}) is in {str(missing)!r}, the folder of a "
+                "`safehub demo --serve` that has stopped and removed it; safehub does not make "
+                "it again", fix=fixes.say(
+                    f"unset {kept_by} (then the user cache dir is used); the demo's stop "
+                    "message names every variable to unset" if kept_by == "SAFEHUB_CACHE_DIR"
+                    else f"remove the cache_dir the demo's folder names ({kept_by})"))
