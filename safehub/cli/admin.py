@@ -363,5 +363,5 @@ def completion(args: argparse.Namespace) -> int:
     """``safehub completion bash``: the completion script, made from the parser."""
     from safehub.cli.reference import completion as script
 
-    text.out(script(args.shell).rstrip("\n"))
+    text.out(script(args.shell, args.root_parser).rstrip("\n"))
     return EXIT_OK

@@ -68,17 +68,12 @@ def _verbs(parser: argparse.ArgumentParser, prefix: str = ""
     return found
 
 
-def completion(shell: str) -> str:
+def completion(shell: str, root: argparse.ArgumentParser) -> str:
     """A completion script for ``shell`` (bash; zsh through its ``bashcompinit``), made
     from the parser: each command's subcommands, or its options, for the words typed so far
     (the words after a command's own are its arguments; files are completed for them)."""
-    from safehub.cli import COMMANDS
-    from safehub.cli.common import Parser
-    from safehub.cli.parser import build
-
     if shell != "bash":  # pragma: no cover - the parser allows bash only
         raise ValueError(shell)
-    root = build(Parser, COMMANDS)
     cases = [f'        "") words="{_words(root)}" ;;']
     for path, parser in sorted(_parsers(root), key=lambda p: -len(p[0])):
         nested = any(isinstance(a, argparse._SubParsersAction) for a in parser._actions)

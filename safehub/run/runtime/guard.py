@@ -231,13 +231,10 @@ class RuntimeGuard:
             if not s.takes_effect or s.name in self.rules.shadows:
                 continue
             if self.rules.shadowing == "warn" or s.own_distribution:
-                why = ("its own distribution" if s.own_distribution and
-                       self.rules.shadowing != "warn" else 'shadowing = "warn"')
-                said = f"shadowing {self.repo} {s.name}"
-                if hygiene.first_warning(self.repo, s) and (
-                        not self._first_time or self._first_time(said)):
-                    warn(f"{self.repo}: its module {s.name} ({s.path}) shadows {s.shadows} for "
-                         f"the whole process ({why}); said once for this repo and module")
+                once = f"shadowing {self.repo} {s.name}"  # per user where the load has one
+                if (self._first_time(once) if self._first_time
+                        else hygiene.first_warning(self.repo, s)):
+                    warn(_said_once(self.repo, s, self.rules.shadowing))
                 continue
             what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
             self._refuse_now(
@@ -448,3 +445,11 @@ _ACTION = {"write": "write", "lookup": "network", "connect": "network", "process
 
 def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:
     return value if isinstance(value, tuple) else ()
+
+
+def _said_once(repo: str, s: hygiene.Shadow, shadowing: str) -> str:
+    """The warning of a shadow that is allowed (said once per repo and module)."""
+    why = ("its own distribution" if s.own_distribution and shadowing != "warn"
+           else 'shadowing = "warn"')
+    return (f"{repo}: its module {s.name} ({s.path}) shadows {s.shadows} for the whole "
+            f"process ({why}); said once for this repo and module")
