@@ -15,7 +15,16 @@ repo's code bound them before the load:
   lockfile's or the user's pin is an :class:`IntegrityError` and is deleted before torch
   loads it;
 * ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
-  every matching policy rule says ``weights_only = false``.
+  every matching policy rule says ``weights_only = false``;
+* locked mode (``SAFEHUB_LOCKED=1``, ``locked = true``, ``--locked``): a URL the lockfile
+  entry does not pin is a :class:`PinError` before any byte is fetched, and nothing is
+  pinned on first use;
+* ``weights_format``: a file that is not safetensors (:mod:`safehub.verify.checkpoint`)
+  is refused where a matching rule allows only safetensors, before anything loads it; a
+  safetensors file whose header lies about the file is an :class:`IntegrityError`;
+* a download is hashed as it is written (no second read); a file found in torch's
+  checkpoint folder whose stat identity is the one recorded when it was checked is not
+  read again.
 
 Code that fetches with other libraries is not covered: safehub does not sandbox a repo
 it has decided to trust (see docs/threat-model.md).
@@ -38,9 +47,10 @@ from safehub._internal.globs import Glob
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
-from safehub.errors import IntegrityError, PolicyDenied
+from safehub.errors import IntegrityError, PinError, PolicyDenied
 from safehub.spec import plain_text
 from safehub.store.records import WeightPins
+from safehub.verify.checkpoint import PICKLE, SAFETENSORS, CheckpointError, file_kind
 
 if TYPE_CHECKING:
     from safehub.sources.transport import Transport
@@ -76,10 +86,45 @@ class WeightsGuard:
     user's new pins into that entry)."""
     fetched: Callable[[str], None] | None = None
     """Told each URL safehub downloads for the repo (the runtime report's ``fetched``)."""
+    locked_mode: str = ""
+    """Where locked mode was switched on ("": off): every URL must be pinned in ``locked``
+    (the lockfile's), and no new pin is recorded."""
+    entrypoint: str | None = None
+    """The entrypoint being loaded (the ``safehub lock --entrypoint`` a fix names)."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """The lockfile's size of each pinned URL that has one: a download stops past it."""
+    formats: frozenset[str] = frozenset((SAFETENSORS, PICKLE))
+    """The checkpoint formats every matching rule's ``weights_format`` allows."""
+    format_rules: tuple[tuple[str, str], ...] = ()
+    """(policy file, table) of each rule that narrows ``weights_format``."""
 
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
-        will read and send it (:func:`~safehub._internal.urls.read_url`)."""
+        will read and send it (:func:`~safehub._internal.urls.read_url`), and in locked
+        mode unless the lockfile pins it; nothing has been fetched yet."""
+        self._require_pin(url)
+        self._check_patterns(url)
+
+    def _require_pin(self, url: str) -> None:
+        """Locked mode: ``url`` must be pinned in the lockfile entry (a PinError names the
+        ``safehub lock`` command that pins what the entrypoint fetches)."""
+        if not self.locked_mode or url in self.locked:
+            return
+        import shlex
+
+        spec = self.locked_spec or self.repo_key or self.repo
+        where = (f"the lockfile entry {spec!r} does not pin it" if self.locked_spec
+                 else f"{spec} is not locked")
+        raise PinError(
+            f"hubconf.py of {self.repo} tried to fetch {url}, but {where} (locked mode: "
+            f"{self.locked_mode}); nothing was fetched",
+            fix=fixes.run(f"safehub lock {shlex.quote(spec)} --entrypoint "
+                          f"{self.entrypoint or 'ENTRYPOINT'}",
+                          "to pin every file that entrypoint fetches, then review the "
+                          "lockfile's change"))
+
+    def _check_patterns(self, url: str) -> None:
+        """``url`` against the policy's weights patterns (a redirect hop too)."""
         try:
             hop = read_url(url, http=True)  # http only where no pattern is set (torch's)
         except UrlError as e:
@@ -112,25 +157,29 @@ class WeightsGuard:
                     fixes.change(path, table, [f"weights = [{wanted}]"]),
                                                             "if the repo should download it: "))
 
-    def _sha256(self, url: str, path: Path) -> str:
-        st = path.stat()
+    def check_file(self, url: str, path: Path, *, sha256: str | None = None) -> None:
+        """Refuse (and delete) the file at ``path`` unless it is the pinned one, of a format
+        the policy allows, with a truthful header if it is safetensors; then record it.
+        ``sha256``: its digest, taken as it was downloaded (else it is hashed here, unless
+        its stat identity is the one recorded when it was last checked: then nothing of it
+        is read)."""
+        self._require_pin(url)  # a caller that fetched without asking check_url first
         seen = self.records.get(url) if self.records is not None else None
-        if seen and seen.get("file") == str(path) and seen.get("stat") == _stat_key(st):
-            return str(seen["sha256"])
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        return h.hexdigest()
+        known = seen if sha256 is None and _same_file(seen, path) else None
+        digest = sha256 or (str(known["sha256"]) if known else _sha256_of(path))
+        kind = self._verify(url, path, digest, seen, known)
+        from safehub.run.runtime import own_work
 
-    def check_file(self, url: str, path: Path) -> None:
-        """Hash the whole file; refuse (and delete) it if it is not the pinned one."""
-        digest = self._sha256(url, path)
-        seen = self.records.get(url) if self.records is not None else None
+        with own_work():  # safehub's own records, written while the repo's code runs
+            self._record(url, path, digest, seen, kind)
+
+    def _verify(self, url: str, path: Path, digest: str, seen: dict[str, Any] | None,
+                known: dict[str, Any] | None = None) -> str:
+        """The pin, the format rule and a safetensors header, for the file at ``path`` of
+        sha256 ``digest``; a refused file is deleted. Returns its format."""
         pinned = self.locked.get(url) or (str(seen["sha256"]) if seen else None)
         if pinned is not None and pinned != digest:
-            with contextlib.suppress(OSError):
-                path.unlink()
+            _delete(path)
             raise IntegrityError(
                 f"the weights from {url} have sha256 {digest}, but {pinned} was pinned "
                 f"({'in the lockfile' if url in self.locked else 'when first downloaded'}); "
@@ -138,14 +187,49 @@ class WeightsGuard:
                 fix=fixes.say("if the publisher really replaced the file, remove the pin (the "
                               "lockfile's [[repo.weights]] entry) and load again"),
             )
-        from safehub.run.runtime import own_work
+        kind = str(known.get("format", "")) if known else ""
+        if kind not in (SAFETENSORS, PICKLE):  # not recorded yet: read its header
+            try:
+                kind = file_kind(str(path), named=_named_safetensors(url, path))
+            except CheckpointError as e:
+                _delete(path)
+                raise IntegrityError(
+                    f"the weights from {url} claim to be safetensors, but {e}; the file "
+                    f"{path} was deleted before anything loaded it",
+                    fix=fixes.say("the file is damaged or forged: ask its publisher for an "
+                                  "intact one")) from None
+            except OSError as e:
+                raise IntegrityError(f"the weights from {url} at {path} cannot be read ({e})",
+                                     fix=fixes.say("check the file's permissions")) from e
+        if kind not in self.formats:
+            _delete(path)
+            path_, table = (self.format_rules[0] if self.format_rules
+                            else ("your policy", ""))
+            raise PolicyDenied(
+                f"the weights from {url} are a pickle checkpoint (torch's format), but the "
+                f"policy allows only {', '.join(sorted(self.formats))} for {self.repo} "
+                f"({path_}{' ' + table if table else ''}: weights_format); the file {path} "
+                "was deleted before anything deserialised it",
+                fix=fixes.either(
+                    fixes.say("ask the repo to publish safetensors weights"),
+                    fixes.noted(fixes.change(path_, table,
+                                             ['weights_format = ["safetensors", "pickle"]']),
+                                "if pickles from this repo are acceptable: ")))
+        return kind
 
-        with own_work():  # safehub's own records, written while the repo's code runs
-            if self.records is not None:
-                self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
-                                 repo=self.repo_key)
-                if pinned is None:
-                    self._say_pinned(url, digest)
+    def _record(self, url: str, path: Path, digest: str, seen: dict[str, Any] | None,
+                kind: str) -> None:
+        """Remember the file's digest, format and stat identity; a new URL is pinned here,
+        never in locked mode (no trust on first use)."""
+        if self.records is None:
+            return
+        pinned = url in self.locked or seen is not None
+        if self.locked_mode and url not in self.locked:
+            return
+        self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
+                         repo=self.repo_key, kind=kind)
+        if not pinned:
+            self._say_pinned(url, digest)
 
     def _say_pinned(self, url: str, digest: str) -> None:
         """A new pin went to the user's records, never the lockfile (a load does not change
@@ -172,7 +256,7 @@ class WeightsGuard:
     def _hop(self, url: str) -> None:
         """Every redirect hop is held to the patterns, as the first URL is."""
         try:
-            self.check_url(url)
+            self._check_patterns(url)
         except PolicyDenied as e:
             raise PolicyDenied(f"{e.message} (reached by a redirect)", fix=e.fix) from None
         self._tell(url)
@@ -193,9 +277,9 @@ class WeightsGuard:
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
             self._tell(url)
             _original("download_url_to_file")(url, dst, hash_prefix, progress)
+            self.check_file(url, target)
         else:
             self._fetch(url, target, hash_prefix, progress)
-        self.check_file(url, target)
 
     def _writable_here(self, url: str, folder: Path) -> None:
         """In a confined job, a download into a folder the kernel holds read-only (torch's
@@ -223,21 +307,23 @@ class WeightsGuard:
                                    suffix=".partial")
         try:
             # safehub's own work: the transport made (its modules imported) and the download
-            with os.fdopen(fd, "wb") as out, own_work():
+            with os.fdopen(fd, "wb", buffering=0) as raw, own_work():
+                out = _Hashing(raw)  # hashed as it is written: the file is not read back
                 self.transport().download(
-                    url, out, what=f"weights {url}", max_bytes=self.max_bytes,
+                    url, out, what=f"weights {url}",  # type: ignore[arg-type]
+                    max_bytes=min(self.max_bytes, self.sizes.get(url, self.max_bytes)),
                     allow=self._hop if self.patterns else self._tell,
                     progress=terminal_progress(url) if progress else None,
                     accept="*/*")
-            if hash_prefix is not None:
-                h = hashlib.sha256()
-                with open(tmp, "rb") as f:
-                    while chunk := f.read(1 << 20):
-                        h.update(chunk)
-                if not h.hexdigest().startswith(hash_prefix):
-                    raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
-                                       f'"{h.hexdigest()}")')  # as torch.hub raises it
+                digest = out.hexdigest()
+            if hash_prefix is not None and not digest.startswith(hash_prefix):
+                raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
+                                   f'"{digest}")')  # as torch.hub raises it
+            seen = self.records.get(url) if self.records is not None else None
+            kind = self._verify(url, Path(tmp), digest, seen)  # before torch's folder has it
             os.replace(tmp, target)
+            with own_work():
+                self._record(url, target, digest, seen, kind)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -262,6 +348,69 @@ class WeightsGuard:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
                                                       check_hash, file_name, weights_only)
+
+
+class _Hashing:
+    """A file being downloaded into, hashed as it is written (the transport rewinds it to
+    the start on a retry, and the hash starts over)."""
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        self._hash = hashlib.sha256()
+
+    def write(self, chunk: bytes) -> int:
+        self._hash.update(chunk)
+        written: int = self._out.write(chunk)
+        return written
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if (offset, whence) != (0, 0):
+            import io
+
+            raise io.UnsupportedOperation("a hashed download only starts over")
+        self._hash = hashlib.sha256()
+        moved: int = self._out.seek(0)
+        return moved
+
+    def truncate(self, size: int | None = None) -> int:
+        cut: int = self._out.truncate(size)
+        return cut
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def hexdigest(self) -> str:
+        return self._hash.hexdigest()
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buffer = bytearray(1 << 20)
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def _same_file(seen: dict[str, Any] | None, path: Path) -> bool:
+    """Whether ``path`` is the file recorded in ``seen``, unchanged since (its stat
+    identity: size, mtime, ctime and inode, which no write leaves as they were)."""
+    if not seen or seen.get("file") != str(path):
+        return False
+    try:
+        return seen.get("stat") == _stat_key(path.stat())
+    except OSError:
+        return False
+
+
+def _named_safetensors(url: str, path: Path) -> bool:
+    return path.name.endswith(".safetensors") or urlparse(url).path.endswith(".safetensors")
+
+
+def _delete(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def _text(value: object, name: str) -> str:

@@ -265,14 +265,15 @@ class WeightPins:
         return None
 
     def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]],
-            repo: str = "") -> None:
-        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it)."""
+            repo: str = "", kind: str = "") -> None:
+        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it;
+        ``kind``: its checkpoint format, as checked, kept with the file's stat identity)."""
         data = self._all()
         with contextlib.suppress(OSError):
             old = data.get(url)
             repos = sorted({*(_repos(old)), *([repo] if repo else [])})
             entry = {"sha256": sha256, "file": str(path), "stat": stat_key(path),
-                     "repos": repos}
+                     "repos": repos, **({"format": kind} if kind else {})}
             if old == entry:
                 return
             data[url] = entry
