@@ -40,8 +40,8 @@ from safehub.policy.values import (
     Version,
 )
 
-__all__ = ["KEYS", "LAYERS", "WEIGHT_FORMATS", "Choice", "Fault", "Key", "ValueType", "layers_table",
-           "markdown_table"]
+__all__ = ["KEYS", "LAYERS", "WEIGHT_FORMATS", "Choice", "Fault", "Key", "ValueType",
+           "layers_table", "markdown_table"]
 
 
 # -- the declaration --------------------------------------------------------------------------

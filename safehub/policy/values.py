@@ -17,10 +17,9 @@ from safehub._internal.hosts import HostPattern
 from safehub._internal.ocirefs import split_place
 from safehub._internal.programs import check_entry
 
-__all__ = ["Bool", "Choice", "Choices", "Fault", "GlobValue", "Globs", "Hosts", "HttpsUrl", "OciPlaces",
-           "PathList", "PathValue", "Ports", "ProgramList", "Programs", "Tables", "Text",
-           "ValueType",
-           "Version"]
+__all__ = ["Bool", "Choice", "Choices", "Fault", "GlobValue", "Globs", "Hosts", "HttpsUrl",
+           "OciPlaces", "PathList", "PathValue", "Ports", "ProgramList", "Programs", "Tables",
+           "Text", "ValueType", "Version"]
 
 
 class Fault(ValueError):

@@ -42,7 +42,7 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         mode=mode,  # type: ignore[arg-type]
         network=network, subprocess=programs, writes=writes,
         weights_hosts=hosts_of_urls(reqs.runtime.weights_patterns()),
-        shadowing=reqs.runtime.shadowing,
+        shadowing=reqs.runtime.shadowing, pickles="pickle" in reqs.weights_format,
         source="; ".join(reqs.runtime.rules) or "the policy",
         edit=reqs.runtime.edit if reqs.runtime.edit[1] else (user_policy, ""),
         user_policy=user_policy,
