@@ -33,7 +33,8 @@ from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
 from safehub.run import environment, guards, runtime, torchhub
 from safehub.spec import RepoSpec, plain_text
-from safehub.trust import Subject, Verdict, check_trust_repo
+from safehub.store.records import WeightPins
+from safehub.trust import Subject, Verdict, check_trust_repo, pinned_weights
 from safehub.verify.signatures.check import SignatureStatus
 
 if TYPE_CHECKING:
@@ -274,7 +275,9 @@ def trust(ctx: Context, admitted: Admitted, tree: CachedTree | None,
     decision = signature.weighed(admitted.decision)
     r = admitted.resolved
     subject = Subject(r.spec.repo, r.spec.key, r.ref, r.commit,
-                      tree.digest if tree is not None else "", signature.status)
+                      tree.digest if tree is not None else "", signature.status,
+                      pinned_weights(admitted.lock.entry if admitted.lock else None,
+                                     WeightPins(ctx.settings.data_dir), r.spec.key))
     if plan.dry_run:
         return Trusted(decision, verdict=ctx.trust.verdict(subject, decision, "check"))
     return Trusted(decision, ctx.trust.decide(subject, decision, plan.trust_repo,
