@@ -309,12 +309,15 @@ class WeightsGuard:
             # safehub's own work: the transport made (its modules imported) and the download
             with os.fdopen(fd, "wb", buffering=0) as raw, own_work():
                 out = _Hashing(raw)  # hashed as it is written: the file is not read back
-                self.transport().download(
-                    url, out, what=f"weights {url}",  # type: ignore[arg-type]
-                    max_bytes=min(self.max_bytes, self.sizes.get(url, self.max_bytes)),
-                    allow=self._hop if self.patterns else self._tell,
-                    progress=terminal_progress(url) if progress else None,
-                    accept="*/*")
+                try:
+                    self.transport().download(
+                        url, out, what=f"weights {url}",  # type: ignore[arg-type]
+                        max_bytes=min(self.max_bytes, self.sizes.get(url, self.max_bytes)),
+                        allow=self._hop if self.patterns else self._tell,
+                        progress=terminal_progress(url) if progress else None,
+                        accept="*/*")
+                finally:
+                    out.close()
                 digest = out.hexdigest()
             if hash_prefix is not None and not digest.startswith(hash_prefix):
                 raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
@@ -351,15 +354,34 @@ class WeightsGuard:
 
 
 class _Hashing:
-    """A file being downloaded into, hashed as it is written (the transport rewinds it to
-    the start on a retry, and the hash starts over)."""
+    """A file being downloaded into, hashed as it is written: by a thread of its own, so
+    that SHA-256 (which releases the interpreter lock) runs beside the network's reads
+    instead of after each (the chunks are immutable ``bytes``; at most ``_AHEAD`` wait).
+    The transport rewinds the file to its start on a retry, and the hash starts over."""
+
+    _AHEAD = 64
 
     def __init__(self, out: Any) -> None:
         self._out = out
+        self._start()
+
+    def _start(self) -> None:
+        import queue
+        import threading
+
         self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self._AHEAD)
+        self._thread = threading.Thread(target=_hash_chunks, args=(self._hash, self._queue),
+                                        name="safehub-sha256", daemon=True)
+        self._thread.start()
+
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
 
     def write(self, chunk: bytes) -> int:
-        self._hash.update(chunk)
+        self._queue.put(chunk if type(chunk) is bytes else bytes(chunk))
         written: int = self._out.write(chunk)
         return written
 
@@ -368,7 +390,8 @@ class _Hashing:
             import io
 
             raise io.UnsupportedOperation("a hashed download only starts over")
-        self._hash = hashlib.sha256()
+        self._stop()
+        self._start()
         moved: int = self._out.seek(0)
         return moved
 
@@ -379,8 +402,18 @@ class _Hashing:
     def flush(self) -> None:
         self._out.flush()
 
+    def close(self) -> None:
+        """End the hashing thread (the download ended, or failed)."""
+        self._stop()
+
     def hexdigest(self) -> str:
+        self._stop()
         return self._hash.hexdigest()
+
+
+def _hash_chunks(h: Any, chunks: Any) -> None:
+    while (chunk := chunks.get()) is not None:
+        h.update(chunk)
 
 
 def _sha256_of(path: Path) -> str:
