@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     size = (1024 if args.gib else args.mb) * 1024 * 1024
     import torch.hub
-
     from _loopback import home_env
+
     from tests.support import make_tls
 
     work = Path(tempfile.mkdtemp(prefix="bench-weights-", dir=args.dir))
