@@ -179,3 +179,17 @@ def test_safehub_run_locked_passes_locked_mode_to_the_job(
     code = "import os, sys; sys.exit(0 if os.environ.get('SAFEHUB_LOCKED') == '1' else 3)"
     assert main(["run", "--locked", "--", sys.executable, "-c", code]) == 0
     assert main(["run", "--", sys.executable, "-c", code]) == 3
+
+
+def test_check_says_what_a_locked_load_would_do(
+        weights: str, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SAFEHUB_LOCKED", "1")
+    assert main(["check", "acme/weighted:v1.0", "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["error"] == "PinError" and "not locked" in report["why"]
+    monkeypatch.delenv("SAFEHUB_LOCKED")
+    assert main(["lock", "acme/weighted:v1.0"]) == 0
+    monkeypatch.setenv("SAFEHUB_LOCKED", "1")
+    capsys.readouterr()
+    assert main(["check", "acme/weighted:v1.0", "--json"]) == 0

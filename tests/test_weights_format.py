@@ -241,3 +241,14 @@ def test_the_header_check_reads_real_safetensors_files() -> None:
     assert read_kind(io.BytesIO(pickled), len(pickled)) == PICKLE
     with pytest.raises(CheckpointError):
         read_kind(io.BytesIO(pickled), len(pickled), named=True)
+
+
+def test_a_warn_mode_file_only_warns_about_its_format_rule(
+        host: str, server: GitHubStandIn, isolated: Path) -> None:
+    server.add_static("/w/model.pth", _pickle_bytes())
+    policy(isolated, "[safehub]\nmode = 'warn'\n[[allow]]\nrepo = 'acme/models'\n"
+           f"weights = ['{host}/w/*']\nweights_format = ['safetensors']\n")
+    with pytest.warns(UserWarning, match="mode = 'warn', allowed"):
+        state = safehub.load("acme/models:v1.0", "state", f"{host}/w/model.pth",
+                             verbose=False)
+    assert list(state) == ["w"]

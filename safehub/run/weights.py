@@ -202,14 +202,18 @@ class WeightsGuard:
                 raise IntegrityError(f"the weights from {url} at {path} cannot be read ({e})",
                                      fix=fixes.say("check the file's permissions")) from e
         if kind not in self.formats:
-            _delete(path)
             path_, table = (self.format_rules[0] if self.format_rules
                             else ("your policy", ""))
+            message = (f"the weights from {url} are a pickle checkpoint (torch's format), but "
+                       f"the policy allows only {', '.join(sorted(self.formats)) or 'none'} "
+                       f"for {self.repo} ({path_}{' ' + table if table else ''}: "
+                       "weights_format)")
+            if self.warn_only:
+                warn(f"{message} (mode = 'warn', allowed)")
+                return kind
+            _delete(path)
             raise PolicyDenied(
-                f"the weights from {url} are a pickle checkpoint (torch's format), but the "
-                f"policy allows only {', '.join(sorted(self.formats))} for {self.repo} "
-                f"({path_}{' ' + table if table else ''}: weights_format); the file {path} "
-                "was deleted before anything deserialised it",
+                f"{message}; the file {path} was deleted before anything deserialised it",
                 fix=fixes.either(
                     fixes.say("ask the repo to publish safetensors weights"),
                     fixes.noted(fixes.change(path_, table,
