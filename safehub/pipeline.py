@@ -291,7 +291,8 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     weights = guards.weights_guard(
         prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
         data_dir=ctx.settings.data_dir, transport=ctx.weights_transport,
-        locked=ctx.locked_mode(), entrypoint=seen.outcome.entrypoint)
+        locked=ctx.locked_mode(), entrypoint=seen.outcome.entrypoint,
+        bound=_bound_weights(ctx, prepared))
     handlers = {**weights.handlers(),
                 **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
@@ -319,6 +320,16 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
                               f"{r.commit[:12]}"),
             fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
                           "to see its entrypoints")) from e
+
+
+def _bound_weights(ctx: Context, prepared: Prepared) -> dict[str, str]:
+    """The weights the consent this load runs on binds (URL -> sha256; none where the
+    policy, ``trust_repo`` or a fresh answer let it run)."""
+    if prepared.trusted_by != "consent":
+        return {}
+    r = prepared.resolved
+    found = ctx.consents.find(r.spec.key, r.commit, prepared.tree.digest)
+    return dict(found.weights) if found is not None else {}
 
 
 # -- loads the repo's own code asks for -----------------------------------------------------

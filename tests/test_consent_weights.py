@@ -143,3 +143,35 @@ def test_a_changed_weights_pin_asks_again_on_a_terminal(
     child.close()
     out = str(child.before)
     assert ("LOADED 2.0" in out) if reply == "y" else ("REFUSED" in out)
+
+
+def test_a_file_whose_removed_pin_the_consent_still_binds_must_be_that_file(
+        server: GitHubStandIn, make_hub_repo, isolated: Path,  # type: ignore[no-untyped-def]
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The user removes their own pin (to take the publisher's new file): the consent still
+    names the old digest, so the new file is refused before torch loads it, and the fix
+    (trust again) lets the next load pin and bind the new one."""
+    pytest.importorskip("torch")
+    monkeypatch.setenv("CI", "true")
+    old, new = _checkpoint(1.0), _checkpoint(2.0)
+    server.add_static("/weights/w.pth", old)
+    make_hub_repo("acme", "weighted", {"hubconf.py": WEIGHTED})
+    url = f"{server.api_url.rsplit('/api', 1)[0]}/weights/w.pth"
+    assert main(["trust", SPEC]) == 0
+    safehub.load(SPEC, "weighted", url, verbose=False)
+    safehub.load(SPEC, "weighted", url, verbose=False)  # the pin joins the consent
+    pins = next((isolated / "data").rglob("weights/pins.json"))
+    pins.write_text("{}")  # the user's own pin removed
+    for f in isolated.rglob("w.pth"):
+        f.unlink()
+    server.add_static("/weights/w.pth", new)
+    with pytest.raises(UntrustedRepoError, match=hashlib.sha256(old).hexdigest()) as err:
+        safehub.load(SPEC, "weighted", url, verbose=False)
+    assert not list(isolated.rglob("w.pth"))
+    command = err.value.fix.command  # type: ignore[union-attr]
+    assert command == f"safehub trust {SPEC}"
+    assert main(command.split()[1:]) == 0
+    assert safehub.load(SPEC, "weighted", url, verbose=False)["w"].item() == 2.0
+    assert safehub.load(SPEC, "weighted", url, verbose=False)["w"].item() == 2.0
+    assert json.loads(_consent_file(isolated).read_text())["consents"][0]["weights"] == {
+        url: hashlib.sha256(new).hexdigest()}

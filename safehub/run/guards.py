@@ -86,10 +86,12 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
                   data_dir: Path, transport: Callable[[], Transport], locked: str = "",
-                  entrypoint: str | None = None) -> WeightsGuard:
+                  entrypoint: str | None = None,
+                  bound: dict[str, str] | None = None) -> WeightsGuard:
     """The weights guard for one load: the policy's patterns and formats, the lockfile's
     pins; ``transport`` makes the transport of its downloads (called on the first one);
-    ``locked``: where locked mode was switched on ("": off)."""
+    ``locked``: where locked mode was switched on ("": off); ``bound``: the weights the
+    consent this load runs on binds."""
     reqs = decision.requirements
     pins = lock.weights if lock is not None else ()
     return WeightsGuard(
@@ -99,4 +101,5 @@ def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
         records=WeightPins(data_dir), repo_key=spec.key, transport=transport,
         locked_spec=lock.spec if lock is not None else None, locked_mode=locked,
         entrypoint=entrypoint, sizes={w.url: w.size for w in pins if w.size is not None},
-        formats=reqs.weights_format, format_rules=reqs.weights_format_rules)
+        formats=reqs.weights_format, format_rules=reqs.weights_format_rules,
+        bound=dict(bound or {}), spec_asked=str(spec))

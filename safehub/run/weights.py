@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -47,7 +48,7 @@ from safehub._internal.globs import Glob
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
-from safehub.errors import IntegrityError, PinError, PolicyDenied
+from safehub.errors import IntegrityError, PinError, PolicyDenied, UntrustedRepoError
 from safehub.spec import plain_text
 from safehub.store.records import WeightPins
 from safehub.verify.checkpoint import PICKLE, SAFETENSORS, CheckpointError, file_kind
@@ -97,6 +98,11 @@ class WeightsGuard:
     """The checkpoint formats every matching rule's ``weights_format`` allows."""
     format_rules: tuple[tuple[str, str], ...] = ()
     """(policy file, table) of each rule that narrows ``weights_format``."""
+    bound: dict[str, str] = field(default_factory=dict)
+    """The weights the user's consent to this content binds (URL -> sha256): a file of
+    such a URL that no pin holds any more (the user removed theirs) must still be that."""
+    spec_asked: str = ""
+    """The spec as the load asked for it (the ``safehub trust`` a fix names)."""
 
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
@@ -110,8 +116,6 @@ class WeightsGuard:
         ``safehub lock`` command that pins what the entrypoint fetches)."""
         if not self.locked_mode or url in self.locked:
             return
-        import shlex
-
         spec = self.locked_spec or self.repo_key or self.repo
         where = (f"the lockfile entry {spec!r} does not pin it" if self.locked_spec
                  else f"{spec} is not locked")
@@ -187,6 +191,9 @@ class WeightsGuard:
                 fix=fixes.say("if the publisher really replaced the file, remove the pin (the "
                               "lockfile's [[repo.weights]] entry) and load again"),
             )
+        if pinned is None and self.bound.get(url, digest) != digest:
+            _delete(path)
+            raise _not_consented(self, url, digest, path)
         kind = str(known.get("format", "")) if known else ""
         if kind not in (SAFETENSORS, PICKLE):  # not recorded yet: read its header
             try:
@@ -355,6 +362,18 @@ class WeightsGuard:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
                                                       check_hash, file_name, weights_only)
+
+
+def _not_consented(guard: WeightsGuard, url: str, digest: str, path: Path
+                   ) -> UntrustedRepoError:
+    """A file of a URL whose pin was removed, other than the one the consent binds."""
+    return UntrustedRepoError(
+        f"the weights from {url} have sha256 {digest}, but your consent to run "
+        f"{guard.repo} covers {guard.bound[url]} (the pin was removed since); the file "
+        f"{path} was deleted before anything loaded it",
+        fix=fixes.run(f"safehub trust {shlex.quote(guard.spec_asked or guard.repo)}",
+                      "to trust this content with whatever its code fetches next (pinned on "
+                      "first use), then load again"))
 
 
 class _Hashing:
