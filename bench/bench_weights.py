@@ -14,7 +14,10 @@ interpreter's lock), with a throwaway CA both clients trust. Measured, the two a
     miss; torch checks no digest unless the file name carries a prefix): wall and CPU;
   * safehub's: the held path a repo's call is routed to (``WeightsGuard``, through
     safehub's transport), which hashes every byte with SHA-256 as it is written, checks the
-    format (a header read) and records the pin; wall and CPU, and the ratio to torch's;
+    format (a header read), checks the lockfile's pin and records the file's identity;
+    wall and CPU, and the ratio to torch's (``--first-use``: a URL no pin holds, pinned on
+    first use in a record synced to disk, which on ext4 flushes the checkpoint written
+    just before too);
   * hashing alone, on the same file in the page cache: safehub's SHA-256 beside
     ``sha256sum`` (throughput, MB/s);
   * the warm check: a checkpoint already in the folder, its stat identity the recorded
@@ -80,6 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gib", action="store_true", help="a 1 GiB checkpoint")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--dir", help="where the files go (default: a temp dir)")
+    ap.add_argument("--first-use", action="store_true",
+                    help="the URL is new each round (pinned on first use, the record synced "
+                    "to disk) instead of pinned in the lockfile")
     ap.add_argument("--json", help="write the results here")
     args = ap.parse_args(argv)
     size = (1024 if args.gib else args.mb) * 1024 * 1024
@@ -103,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             assert server.stdout is not None
             url = f"https://127.0.0.1:{server.stdout.readline().strip()}/ckpt.pth"
             results = _measure(url, work, served / "ckpt.pth", size, args.rounds, tls.ca_cert,
-                               torch.hub)
+                               torch.hub, locked=not args.first_use)
         finally:
             server.terminate()
             server.wait()
@@ -116,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Path,
-             hub: Any) -> dict[str, Any]:
+             hub: Any, locked: bool = True) -> dict[str, Any]:
     import ssl
     import urllib.request
 
@@ -133,9 +139,11 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
     out.mkdir()
     data = work / "data"
 
+    pinned = {url: weights._sha256_of(source)} if locked else {}
+
     def guard() -> WeightsGuard:
         return WeightsGuard(repo="bench/weights", records=WeightPins(data),
-                            repo_key="bench/weights",
+                            repo_key="bench/weights", locked=pinned,
                             transport=lambda: settings.transport(weights=True))
 
     def torch_download() -> None:
@@ -151,7 +159,8 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
         for name, run in order if i % 2 == 0 else order[::-1]:
             for f in out.iterdir():
                 f.unlink()
-            shutil.rmtree(data, ignore_errors=True)  # a new URL: pinned on first use
+            if not locked:
+                shutil.rmtree(data, ignore_errors=True)  # a new URL: pinned on first use
             runs[name].append(_timed(run))
     hashing: dict[str, list[float]] = {"sha256sum": [], "safehub": []}
     sha256sum = shutil.which("sha256sum")

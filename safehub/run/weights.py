@@ -238,7 +238,7 @@ class WeightsGuard:
         if self.locked_mode and url not in self.locked:
             return
         self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
-                         repo=self.repo_key, kind=kind)
+                         repo=self.repo_key, kind=kind, durable=url not in self.locked)
         if not pinned:
             self._say_pinned(url, digest)
 

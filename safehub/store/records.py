@@ -64,9 +64,9 @@ def _commit_file(root: Path, commit: str) -> Path:
     return root / f"{commit}.json"
 
 
-def _write(path: Path, data: Any, *, required: bool, what: str) -> None:
+def _write(path: Path, data: Any, *, required: bool, what: str, durable: bool = True) -> None:
     try:
-        write_json(path, data, mode=0o600)
+        write_json(path, data, mode=0o600, durable=durable)
     except OSError as e:
         if required:
             raise CacheError(f"cannot record {what} in {str(path)!r} ({e.strerror or e})",
@@ -278,9 +278,11 @@ class WeightPins:
         return None
 
     def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]],
-            repo: str = "", kind: str = "") -> None:
+            repo: str = "", kind: str = "", durable: bool = True) -> None:
         """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it;
-        ``kind``: its checkpoint format, as checked, kept with the file's stat identity)."""
+        ``kind``: its checkpoint format, as checked, kept with the file's stat identity).
+        ``durable=False``: the pin is held elsewhere (the lockfile, or this record
+        already), so a record lost in a crash only costs a re-hash: not synced to disk."""
         data = self._all()
         with contextlib.suppress(OSError):
             old = data.get(url)
@@ -290,12 +292,17 @@ class WeightPins:
             if old == entry:
                 return
             data[url] = entry
-            _write(self.path, data, required=False, what="a weights pin")
+            _write(self.path, data, required=False, what="a weights pin",
+                   durable=durable or old is None or _digest(old) != sha256)
 
     def for_repo(self, repo: str) -> dict[str, str]:
         """URL -> sha256 of the weights ``repo``'s code downloaded (``safehub lock``)."""
         return {url: entry["sha256"] for url, entry in self._all().items()
                 if repo in _repos(entry) and self.get(url) is not None}
+
+
+def _digest(entry: Any) -> Any:
+    return entry.get("sha256") if isinstance(entry, dict) else None
 
 
 def _pins(value: Any) -> dict[str, str]:
