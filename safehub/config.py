@@ -261,6 +261,12 @@ class Settings:
     """``(key, file)`` for each ``[safehub]`` key a ``final = true`` file holds."""
     cache_source: str = "the default: the user cache dir"
     """Which rule chose ``cache_dir`` (``policy show``, ``cache ls``)."""
+    locked: bool = False
+    """Locked mode (``SAFEHUB_LOCKED=1``, ``locked = true``, ``--locked``): whatever a load
+    runs or fetches through a held path must be pinned in the lockfile, and nothing is
+    pinned on first use."""
+    locked_source: Origin = Origin("variable", "SAFEHUB_LOCKED", "SAFEHUB_LOCKED=1")
+    """Where locked mode was switched on (for messages)."""
     oci: tuple[str, ...] = ()
     """Where locked specs load from instead of GitHub (``SAFEHUB_OCI``, ``oci = [...]``):
     ``REGISTRY/REPOSITORY`` or ``oci:DIR`` entries, tried in order."""
@@ -276,6 +282,7 @@ class Settings:
             return resolve_setting(policy, name, env)[0]
 
         offline, offline_source = resolve_setting(policy, "offline", env)
+        locked, locked_source = resolve_setting(policy, "locked", env)
         hosts_raw = value("allowed_hosts") or ()
         if isinstance(hosts_raw, str):
             hosts_raw = hosts_raw.split(",")
@@ -307,6 +314,8 @@ class Settings:
             runtime=str(value("runtime")),
             offline_source=offline_source,
             confine=bool(value("confine")),
+            locked=bool(locked),
+            locked_source=locked_source,
             ignored=ignored_variables(policy, env),
             finals=tuple((name, policy.setting(name).source) for name in KEYS["safehub"]
                          if policy.setting(name).final),
@@ -342,6 +351,8 @@ class Settings:
         """A copy with some fields replaced (``Hub(**overrides)`` uses this)."""
         if changes.get("offline") and "offline_source" not in changes:
             changes["offline_source"] = Origin("hub", "offline=True", "Hub(offline=True)")
+        if changes.get("locked") and "locked_source" not in changes:
+            changes["locked_source"] = Origin("hub", "locked=True", "Hub(locked=True)")
         if changes.get("cache_dir") is not None and "cache_source" not in changes:
             changes["cache_source"] = "Hub(cache_dir=...)"
         return replace(self, **changes)  # type: ignore[arg-type]

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # imported where first used: a warm load needs none of them
     from safehub.sources.github import GitHub
     from safehub.sources.interface import Source
     from safehub.sources.transport import Transport
+    from safehub.spec import RepoSpec
     from safehub.store.lockfile import LockEntry, Lockfile
 
 __all__ = ["Context", "load_lockfile"]
@@ -149,6 +150,23 @@ class Context:
     def forget_lockfile(self, instead: Lockfile | None = None) -> None:
         """Read the lockfile again at the next use (or use ``instead``, unread: --rewrite)."""
         self._lockfile, self._no_lockfile = instead, False
+
+    def locked_mode(self) -> str:
+        """Where locked mode was switched on, as messages say it ("" if it is off)."""
+        s = self.settings
+        return str(s.locked_source) if s.locked else ""
+
+    def unlocked(self, spec: RepoSpec) -> PinError:
+        """The refusal of a spec the lockfile does not pin, where it must (locked mode, the
+        fleet verbs), with the command that pins it."""
+        import shlex
+
+        from safehub._internal import fixes
+        from safehub.store.lockfile import spec_key
+
+        why = f" (locked mode: {self.locked_mode()})" if self.settings.locked else ""
+        return PinError(f"{spec} is not locked in {self.lockfile_path}{why}",
+                        fix=fixes.run(f"safehub lock {shlex.quote(spec_key(spec))}"))
 
     def snapshot_signer(self, manifest: str) -> str:
         """Who signed the OCI snapshot ``manifest`` that a tree came from ("" if no source

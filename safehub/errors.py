@@ -197,9 +197,10 @@ class RuntimeGuardError(SafehubError):
 
     Raised where the action happens (the ``connect``, ``open``, ``Popen``... call fails with
     it), and again when the load ends if the repo's code caught it. ``action`` is one of
-    ``network``, ``process``, ``write``, ``library``, ``module`` or ``guard``; ``target`` is
-    what was refused (host, program, path, library, module name); ``key`` is the policy key
-    that decided (``network``, ``subprocess``, ``writes`` or ``runtime``).
+    ``network``, ``process``, ``write``, ``library``, ``module``, ``pickle`` or ``guard``;
+    ``target`` is what was refused (host, program, path, library, module name, the global a
+    pickle names); ``key`` is the policy key that decided (``network``, ``subprocess``,
+    ``writes``, ``weights_format`` or ``runtime``).
 
     >>> err = RuntimeGuardError("org/repo tried to start curl", action="process",
     ...                         target="curl", repo="org/repo", key="subprocess")

@@ -40,7 +40,8 @@ from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
 from safehub.run import environment, guards, hfhub, runtime, torchhub
 from safehub.spec import RepoSpec, plain_text
-from safehub.trust import Subject, Verdict, check_trust_repo
+from safehub.store.records import WeightPins
+from safehub.trust import Subject, Verdict, check_trust_repo, pinned_weights
 from safehub.verify.signatures.check import SignatureStatus
 
 if TYPE_CHECKING:
@@ -129,8 +130,8 @@ def prepare(ctx: Context, repo: str, *, entrypoint: str | None = None,
     spec = RepoSpec.parse(repo)                                                   # 1. parse
     with Audited(ctx.audit, Outcome.asked(spec, entrypoint)) as seen, runtime.own_work(), \
             gcpause.paused():                                                     # 10. audit
-        return steps(ctx, spec, _load_plan(entrypoint, trust_repo, force_reload, verbose),
-                     seen).prepared()
+        return steps(ctx, spec, _load_plan(ctx, entrypoint, trust_repo, force_reload,
+                                           verbose), seen).prepared()
 
 
 def drop_in(ctx: Context, repo_or_dir: str | os.PathLike[str], source: str,
@@ -145,17 +146,18 @@ def drop_in(ctx: Context, repo_or_dir: str | os.PathLike[str], source: str,
         return _run_local(ctx, Path(target), entrypoint, code)
     check_trust_repo(trust_repo)
     spec = RepoSpec.parse(target)                                                 # 1. parse
-    plan = _load_plan(entrypoint, trust_repo, force_reload, verbose, nested)
+    plan = _load_plan(ctx, entrypoint, trust_repo, force_reload, verbose, nested)
     with Audited(ctx.audit, Outcome.asked(spec, entrypoint)) as seen:            # 10. audit
         with runtime.own_work(), gcpause.paused():  # safehub's own work, nested or not
             prepared = steps(ctx, spec, plan, seen).prepared()                   # 2 to 8
         return run(ctx, prepared, seen, code, nested)                            # 9
 
 
-def _load_plan(entrypoint: str | None, trust_repo: Any, force_reload: bool, verbose: bool,
-               nested: bool = False) -> Plan:
+def _load_plan(ctx: Context, entrypoint: str | None, trust_repo: Any, force_reload: bool,
+               verbose: bool, nested: bool = False) -> Plan:
+    """A load's plan; in locked mode the spec must be in the lockfile (nested ones too)."""
     return Plan(entrypoint, trust_repo=trust_repo, force=force_reload, verbose=verbose,
-                checked_on_open=True, nested=nested)
+                checked_on_open=True, nested=nested, must_be_locked=ctx.settings.locked)
 
 
 def _run_local(ctx: Context, folder: Path, entrypoint: str | None,
@@ -233,13 +235,12 @@ def admit(ctx: Context, spec: RepoSpec, plan: Plan) -> Admitted:
     resolution = plan.resolution
     if plan.force and resolution == "normal":
         resolution = "fresh"
+    if plan.must_be_locked and ctx.admission.locked(spec) is None:  # before any request
+        raise ctx.unlocked(spec)
     admitted = ctx.admission.admit(spec, entrypoint=plan.entrypoint, resolution=resolution,
                                    locked=plan.locked)
     if plan.must_be_locked and admitted.lock is None:
-        from safehub.store.lockfile import spec_key
-
-        raise PinError(f"{spec} is not locked in {ctx.lockfile_path}",
-                       fix=fixes.run(f"safehub lock {spec_key(spec)}"))
+        raise ctx.unlocked(spec)
     return admitted
 
 
@@ -281,7 +282,9 @@ def trust(ctx: Context, admitted: Admitted, tree: CachedTree | None,
     decision = signature.weighed(admitted.decision)
     r = admitted.resolved
     subject = Subject(r.spec.repo, r.spec.key, r.ref, r.commit,
-                      tree.digest if tree is not None else "", signature.status)
+                      tree.digest if tree is not None else "", signature.status,
+                      pinned_weights(admitted.lock.entry if admitted.lock else None,
+                                     WeightPins(ctx.settings.data_dir), r.spec.key))
     if plan.dry_run:
         return Trusted(decision, verdict=ctx.trust.verdict(subject, decision, "check"))
     return Trusted(decision, ctx.trust.decide(subject, decision, plan.trust_repo,
@@ -294,7 +297,9 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     routing; the guard's report is noted for the audit line."""
     weights = guards.weights_guard(
         prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
-        data_dir=ctx.settings.data_dir, transport=ctx.weights_transport)
+        data_dir=ctx.settings.data_dir, transport=ctx.weights_transport,
+        locked=ctx.locked_mode(), entrypoint=seen.outcome.entrypoint,
+        bound=_bound_weights(ctx, prepared))
     handlers = {**weights.handlers(), **hfhub.handlers(weights),
                 **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
@@ -328,6 +333,16 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
                 "branch; torch.hub loads only hubconf.py at the repo root)")) from e
         raise HubconfError(named, fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
                                                 "to see its entrypoints")) from e
+
+
+def _bound_weights(ctx: Context, prepared: Prepared) -> dict[str, str]:
+    """The weights the consent this load runs on binds (URL -> sha256; none where the
+    policy, ``trust_repo`` or a fresh answer let it run)."""
+    if prepared.trusted_by != "consent":
+        return {}
+    r = prepared.resolved
+    found = ctx.consents.find(r.spec.key, r.commit, prepared.tree.digest)
+    return dict(found.weights) if found is not None else {}
 
 
 # -- loads the repo's own code asks for -----------------------------------------------------

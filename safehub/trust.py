@@ -2,7 +2,10 @@
 
 torch.hub remembers that a user trusted a *name*; safehub remembers that they trusted
 *this content*: a consent record is the triple (repo, commit, content digest), kept in
-the user's data dir (:class:`~safehub.store.records.ConsentStore`). New content asks again.
+the user's data dir (:class:`~safehub.store.records.ConsentStore`), with the weights
+pinned for the repo when it was given (the lockfile entry's and the user's own pins). New
+content asks again, and so does a pinned weights file whose pin changed (the prompt names
+the file, the old and the new sha256); a file pinned since is added to the record.
 
 The prompt appears only on a terminal. With ``CI=true``, ``SAFEHUB_NONINTERACTIVE=1`` or
 a stdin that is not a TTY, safehub never calls ``input()``: it refuses at once and says
@@ -11,18 +14,24 @@ how to consent.
 
 from __future__ import annotations
 
+import shlex
 import sys
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from safehub._internal import fixes
 from safehub._internal.text import printable
 from safehub._internal.warn import warn
 from safehub.errors import SpecError, UntrustedRepoError
 from safehub.policy import Decision
-from safehub.store.records import ConsentStore
+from safehub.store.records import ConsentStore, WeightPins
 
-__all__ = ["TRUST_VALUES", "Subject", "Trust", "Verdict", "ask", "check_trust_repo"]
+if TYPE_CHECKING:
+    from safehub.store.lockfile import LockEntry
+
+__all__ = ["TRUST_VALUES", "Subject", "Trust", "Verdict", "ask", "check_trust_repo",
+           "pinned_weights"]
 
 TRUST_VALUES = ("check", True, False, None)
 
@@ -65,6 +74,16 @@ class Subject:
     commit: str
     digest: str
     signature: str
+    weights: Mapping[str, str] = field(default_factory=dict)
+    """The weights pinned for the repo now (URL -> sha256): :func:`pinned_weights`."""
+
+
+def pinned_weights(lock: LockEntry | None, pins: WeightPins, key: str) -> dict[str, str]:
+    """The weights pinned for repo ``key``: the user's own pins, and over them the lockfile
+    entry's (which a load checks first)."""
+    found = pins.for_repo(key)
+    found.update({w.url: w.sha256 for w in (lock.weights if lock is not None else ())})
+    return found
 
 
 @dataclass(frozen=True)
@@ -77,6 +96,10 @@ class Verdict:
     why: str = ""
     error: UntrustedRepoError | None = None
     consent_at: str = ""
+    changed: tuple[tuple[str, str, str], ...] = ()
+    """Pinned weights that changed since consent: (URL, old sha256, new sha256)."""
+    bound: Mapping[str, str] = field(default_factory=dict)
+    """The weights the recorded consent binds (``consent``)."""
 
 
 class Trust:
@@ -113,21 +136,33 @@ class Trust:
         same = [c for c in consents if c.commit == subject.commit
                 and (not subject.digest or c.digest == subject.digest)]
         if same:
-            return Verdict("consent", f"you trusted this content {same[-1].at}",
-                           consent_at=same[-1].at)
+            bound = same[-1].weights
+            changed = tuple((url, bound[url], sha) for url, sha in sorted(subject.weights.items())
+                            if url in bound and bound[url] != sha)
+            if not changed:
+                return Verdict("consent", f"you trusted this content {same[-1].at}",
+                               consent_at=same[-1].at, bound=bound)
+            why = "; ".join(f"the pinned weights {url} changed since you trusted this content "
+                            f"{same[-1].at} (sha256 {old} before, {new} now)"
+                            for url, old, new in changed)
+            asked = self._asking(subject, why, nested, as_asked=True)
+            return Verdict(asked.kind, asked.why, asked.error, changed=changed)
         earlier = [c for c in consents if c.commit != subject.commit]
         if earlier:
             why = (f"you trusted {subject.repo} at {earlier[-1].commit[:12]} before, but this "
                    "is different content")
         return self._asking(subject, why, nested)
 
-    def _asking(self, subject: Subject, why: str, nested: bool) -> Verdict:
+    def _asking(self, subject: Subject, why: str, nested: bool,
+                as_asked: bool = False) -> Verdict:
+        """Ask (a terminal), or the refusal; ``as_asked``: the fix names the spec as it was
+        asked for (its lockfile entry's weights pins are the ones to bind), not the commit."""
         if nested:
             return Verdict("refuse", why, UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}, "
                 f"which a repo's code asked to load: it is not trusted ({why}), and a load "
                 "the repo's code asks for is never prompted for (that code could answer)",
-                fix=self._fix(subject, nested=True)))
+                fix=self._fix(subject, nested=True, as_asked=as_asked)))
         if self.noninteractive and why == _ALWAYS_ASK:
             return Verdict("refuse", why, UntrustedRepoError(
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: "
@@ -147,7 +182,7 @@ class Trust:
                 f"refused to run hubconf.py of {subject.repo} at commit {subject.commit}: it "
                 f"is not trusted ({why}), and nobody can be asked (non-interactive: CI=true, "
                 "SAFEHUB_NONINTERACTIVE=1, noninteractive = true, or no terminal)",
-                fix=self._fix(subject)))
+                fix=self._fix(subject, as_asked=as_asked)))
         return Verdict("ask", why)
 
     def decide(self, subject: Subject, decision: Decision, trust_repo: Any, *,
@@ -163,12 +198,17 @@ class Trust:
                      "trust_repo=True to say so explicitly, or 'check' to be asked")
             else:
                 self.consents.record(subject.key, subject.commit, subject.digest,
-                                     "trust_repo=True")
+                                     "trust_repo=True", subject.weights)
+        if found.kind == "consent" and set(subject.weights) - set(found.bound):
+            # weights pinned since consent join what it binds (a change is asked about)
+            self.consents.record(subject.key, subject.commit, subject.digest, "prompt",
+                                 {**subject.weights, **found.bound})
         if found.kind != "ask":
             return found.kind
-        return self._ask(subject, found.why)
+        return self._ask(subject, found.why, found.changed)
 
-    def _ask(self, subject: Subject, why: str) -> str:
+    def _ask(self, subject: Subject, why: str,
+             changed: tuple[tuple[str, str, str], ...] = ()) -> str:
         lines = [
             f"safehub: {subject.repo} wants to run code on this machine.",
             f"  repo       {subject.repo}",
@@ -176,23 +216,32 @@ class Trust:
             f"  commit     {subject.commit}",
             f"  digest     {subject.digest}",
             f"  signature  {subject.signature or 'not checked (no policy asks for one)'}",
-            f"  why        {why}",
         ]
+        for url, old, new in changed:
+            lines += [f"  weights    {url} changed",
+                      f"    before   sha256 {old}", f"    now      sha256 {new}"]
+        lines.append(f"  why        {why if not changed else 'pinned weights changed'}")
         if not ask(lines, f"Run hubconf.py of {subject.repo} at {subject.commit[:12]}?"):
             declined = UntrustedRepoError(
                 f"you declined to run {subject.repo} at {subject.commit}",
                 fix=fixes.say("nothing ran; answer y to trust this exact content"))
             declined.declined = True
             raise declined
-        self.consents.record(subject.key, subject.commit, subject.digest, "prompt")
+        self.consents.record(subject.key, subject.commit, subject.digest, "prompt",
+                             subject.weights)
         return "prompt-yes"
 
-    def _fix(self, subject: Subject, *, nested: bool = False) -> fixes.Fix:
+    def _fix(self, subject: Subject, *, nested: bool = False,
+             as_asked: bool = False) -> fixes.Fix:
+        """How to consent: ``safehub trust`` (which binds the weights pinned now too),
+        ``trust_repo=True``, or a policy rule."""
         from safehub.policy import user_file
 
         user_policy = user_file()
         return fixes.either(
-            fixes.run(f"safehub trust {subject.repo}:{subject.commit}",
+            fixes.run("safehub trust " + shlex.quote(
+                f"{subject.repo}:{subject.ref if as_asked and subject.ref else subject.commit}"),
                       "once, to trust this exact content (runs nothing)"),
             *(() if nested else (fixes.call("trust_repo", "True", "load"),)),
             fixes.add(user_policy, ["[[allow]]", f'repo = "{subject.key}"']))
+

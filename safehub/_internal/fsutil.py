@@ -41,15 +41,18 @@ def within_any(path: str, folders: Iterable[str]) -> bool:
     return any(within(path, folder) for folder in folders)
 
 
-def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``."""
+def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``;
+    ``durable``: synced to disk first (not for a record whose loss only costs work again:
+    on ext4 a sync also flushes every other file written just before, a large download)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -58,10 +61,11 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644) -> None:
         raise
 
 
-def write_json(path: Path, data: Any, *, mode: int = 0o644) -> None:
-    """Atomically write ``data`` as stable, sorted JSON."""
+def write_json(path: Path, data: Any, *, mode: int = 0o644, durable: bool = True) -> None:
+    """Atomically write ``data`` as stable, sorted JSON (``durable``: see
+    :func:`atomic_write`)."""
     text = json.dumps(data, indent=1, sort_keys=True, separators=(",", ": ")) + "\n"
-    atomic_write(path, text.encode(), mode=mode)
+    atomic_write(path, text.encode(), mode=mode, durable=durable)
 
 
 def read_json(path: Path | str) -> Any:

@@ -323,7 +323,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         return EXIT_OK
     from safehub.operations.job import serve
 
-    code = launch(command, ruleset, broker=serve(hub) if ruleset is not None else None)
+    code = launch(command, ruleset, broker=serve(hub) if ruleset is not None else None,
+                  environment={"SAFEHUB_LOCKED": "1"} if hub.settings.locked else None)
     if ruleset is not None and code not in (0, 130):
         sys.stderr.write(text.confined_failure(code, ruleset))
     if args.json:  # after COMMAND's own output: how it ended

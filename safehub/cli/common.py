@@ -45,6 +45,10 @@ def hub(args: argparse.Namespace) -> Any:
         overrides.update(cache_dir=args.cache_dir, cache_source="--cache-dir")
     if getattr(args, "lockfile", None):
         overrides["lockfile"] = args.lockfile
+    if getattr(args, "locked", False):
+        from safehub.config import Origin
+
+        overrides.update(locked=True, locked_source=Origin("hub", "--locked", "--locked"))
     return Hub(**overrides)
 
 

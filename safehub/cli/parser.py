@@ -145,6 +145,11 @@ def _options(p: argparse.ArgumentParser, *names: str, key: str = "") -> None:
         p.add_argument("--trust", action="store_true",
                        help="trust this exact content if the policy lets users decide "
                        "(trust_repo=True)")
+    if "locked" in names:
+        p.add_argument("--locked", action="store_true",
+                       help="refuse whatever the lockfile does not pin: the code, nested hub "
+                       "repos and every file their code fetches through a held path "
+                       "(SAFEHUB_LOCKED=1)")
     if "reload" in names:
         p.add_argument("--force-reload", action="store_true",
                        help="resolve, fetch and verify again instead of using the cache")
@@ -215,7 +220,7 @@ def _loading(add: _Adder) -> None:
                "Example: safehub load pytorch/vision:v0.19.0 resnet18 --kwargs "
                "'{\"weights\": null}'\nPositional arguments, as a JSON list: "
                "safehub load demo/tiny-hub:v1.0 tiny_mlp --args '[16]'", "json", "cache",
-               "lockfile", "trust", "reload")
+               "lockfile", "trust", "reload", "locked")
     load.add_argument("spec", help=spec_help + "; a folder with --source local")
     load.add_argument("entrypoint", type=_entrypoint,
                       help="a callable in the repo's hubconf.py")
@@ -234,12 +239,13 @@ def _loading(add: _Adder) -> None:
 
     lst = add("list", "list a repo's entrypoints, like torch.hub.list",
               "Check, fetch and verify SPEC, then import its hubconf.py (same rules as a load) "
-              "and print its entrypoints.", "json", "cache", "lockfile", "trust", "reload")
+              "and print its entrypoints.", "json", "cache", "lockfile", "trust", "reload",
+              "locked")
     lst.add_argument("spec", help=spec_help)
     hlp = add("help", "show an entrypoint's docstring, like torch.hub.help",
               "Check, fetch and verify SPEC, then import its hubconf.py (same rules as a load) "
               "and print ENTRYPOINT's docstring.", "json", "cache", "lockfile", "trust",
-              "reload")
+              "reload", "locked")
     hlp.add_argument("spec", help=spec_help)
     hlp.add_argument("entrypoint", type=_entrypoint,
                      help="a callable in the repo's hubconf.py")
@@ -427,7 +433,7 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
               "Landlock holds COMMAND and every process it starts to the policy's [confine] "
               "table: writes only below its folders and safehub's, only its programs, TCP "
               "only to its ports (`safehub docs confine`).\n"
-              "Example: safehub run --confine -- python train.py", "json")
+              "Example: safehub run --confine -- python train.py", "json", "locked")
     run.add_argument("--confine", action="store_true",
                      help="hold COMMAND to the [confine] rules with Landlock (Linux)")
     run.add_argument("--dry-run", action="store_true",

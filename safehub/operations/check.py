@@ -72,8 +72,9 @@ def check(hub: Hub, repo: str, *, entrypoint: str | None = None) -> CheckReport:
     base: dict[str, Any] = {"spec": str(spec), "repo": spec.key, "entrypoint": entrypoint,
                             "policy_files": list(ctx.policy.files)}
     try:
-        passed = pipeline.steps(ctx, spec, pipeline.Plan(entrypoint, fetch=False,
-                                                         dry_run=True, gate=True))
+        passed = pipeline.steps(ctx, spec, pipeline.Plan(
+            entrypoint, fetch=False, dry_run=True, gate=True,
+            must_be_locked=ctx.settings.locked))  # as a load in locked mode
     except SafehubError as e:  # a refusal before the signature (offline: the load's fix)
         return CheckReport(**base, outcome="unknown" if undecided(e) else "refuse",
                            why=e.message, fix=e.fix,

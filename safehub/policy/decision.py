@@ -96,6 +96,10 @@ class Requirements:
     signer_sets: tuple[SignerSet, ...] = ()
     weights: tuple[tuple[Glob, ...], ...] = ()
     weights_only: bool = True
+    weights_format: frozenset[str] = frozenset(("safetensors", "pickle"))
+    """The checkpoint formats every matching rule's ``weights_format`` allows."""
+    weights_format_rules: tuple[tuple[str, str], ...] = ()
+    """(file, table) of each matching rule that narrows ``weights_format``."""
     runtime: RuntimeRequirements = RuntimeRequirements()
     weights_rules: tuple[tuple[str, str], ...] = ()
     """(file, table) of the rule each entry of ``weights`` comes from."""

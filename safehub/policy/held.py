@@ -54,7 +54,7 @@ _FIELD_KEYS = {"cache_dir": "cache_dir", "lockfile": "lockfile", "audit_log": "a
                "offline": "offline", "noninteractive": "noninteractive",
                "api_url": "github_api_url", "web_url": "github_url",
                "extra_hosts": "allowed_hosts", "tree_fallback": "tree_fallback",
-               "runtime": "runtime", "confine": "confine"}
+               "runtime": "runtime", "confine": "confine", "locked": "locked"}
 
 
 def held_back(policy: Policy, field_name: str, value: Any) -> Ignored | None:

@@ -22,6 +22,7 @@ from typing import Any
 from safehub.policy.values import (
     Bool,
     Choice,
+    Choices,
     Fault,
     Globs,
     GlobValue,
@@ -39,8 +40,8 @@ from safehub.policy.values import (
     Version,
 )
 
-__all__ = ["KEYS", "LAYERS", "Choice", "Fault", "Key", "ValueType", "layers_table",
-           "markdown_table"]
+__all__ = ["KEYS", "LAYERS", "WEIGHT_FORMATS", "Choice", "Fault", "Key", "ValueType",
+           "layers_table", "markdown_table"]
 
 
 # -- the declaration --------------------------------------------------------------------------
@@ -104,6 +105,8 @@ class Key:
         return isinstance(self.type, PathValue | PathList)
 
 
+#: The checkpoint formats ``weights_format`` names (safehub.run.weights tells them apart).
+WEIGHT_FORMATS = ("safetensors", "pickle")
 _MODE = Choice(values=("enforce", "warn"), order=("warn", "enforce"))
 _UNKNOWN = Choice(values=("deny", "prompt", "allow"), order=("allow", "prompt", "deny"))
 _RUNTIME = Choice(values=("observe", "enforce", "off"), order=("off", "observe", "enforce"))
@@ -150,6 +153,10 @@ _DECLARED: tuple[Key, ...] = (
         "asked, unlocked specs are refused; as `SAFEHUB_OCI`; only here may a loopback "
         "registry without TLS be named, `http://127.0.0.1:PORT/REPO`", "latest",
         project=False, env="SAFEHUB_OCI"),
+    Key("safehub", "locked", Bool(), False, "as `SAFEHUB_LOCKED=1` or `--locked`: a load "
+        "whose code, nested hub repos or any file its code fetches through a held path is "
+        "not pinned in the lockfile is refused before it is fetched, and nothing is pinned "
+        "on first use", "any-true", env="SAFEHUB_LOCKED"),
     Key("safehub", "tree_fallback", Bool(), True, "`false` forbids the per-file check "
         "used when `.gitattributes` makes an archive differ from the commit's tree",
         "any-false"),
@@ -220,6 +227,11 @@ _DECLARED: tuple[Key, ...] = (
         "download weights from while it runs", "each"),
     Key("allow", "weights_only", Bool(), True, "`load_state_dict_from_url` loads with "
         "`weights_only=True` unless every matching rule says `false`", "strictest"),
+    Key("allow", "weights_format", Choices(values=WEIGHT_FORMATS), WEIGHT_FORMATS,
+        "the checkpoint formats a file fetched through a held path may have: "
+        "`[\"safetensors\"]` refuses pickles (torch's zip or legacy format) before they "
+        "are deserialised, and `torch.load(weights_only=False)` by the repo's code; a "
+        "format must be in every matching rule's list", "each"),
     Key("allow", "network", Hosts(network=True), None, "hosts hubconf code may connect to "
         "(`host`, `host:port`, `*.domain`), besides the weights hosts (runtime guard)",
         "each"),

@@ -26,7 +26,7 @@ from typing import Any, Literal
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
-from safehub.policy.keys import KEYS, Choice
+from safehub.policy.keys import KEYS, WEIGHT_FORMATS, Choice
 from safehub.policy.merge import Merged, Setting, merge_key, merge_settings
 from safehub.policy.schema import FileSpec, Table, parse_text
 from safehub.spec import RepoSpec, is_full_sha, ref_forms
@@ -339,6 +339,11 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
             tuple(tuple(t.weights) for t in tables if t.weights is not None),
             frozenset(floor)),
         weights_rules=tuple(weights_rules),
+        # each rule's list must allow a format: the intersection
+        weights_format=frozenset(WEIGHT_FORMATS).intersection(
+            *(t.weights_format for t in tables)),
+        weights_format_rules=tuple((r.source, r.label) for r in allows
+                                   if set(r.table.weights_format) != set(WEIGHT_FORMATS)),
     )
     return reqs, [_Refusal(why, fix, rule.source, rule.soft) for rule, why, fix in found]
 

@@ -17,10 +17,9 @@ from safehub._internal.hosts import HostPattern
 from safehub._internal.ocirefs import split_place
 from safehub._internal.programs import check_entry
 
-__all__ = ["Bool", "Choice", "Fault", "GlobValue", "Globs", "Hosts", "HttpsUrl", "OciPlaces",
-           "PathList", "PathValue", "Ports", "ProgramList", "Programs", "Tables", "Text",
-           "ValueType",
-           "Version"]
+__all__ = ["Bool", "Choice", "Choices", "Fault", "GlobValue", "Globs", "Hosts", "HttpsUrl",
+           "OciPlaces", "PathList", "PathValue", "Ports", "ProgramList", "Programs", "Tables",
+           "Text", "ValueType", "Version"]
 
 
 class Fault(ValueError):
@@ -106,6 +105,23 @@ class Choice(ValueType):
 
     def strictness(self, value: str) -> int:
         return (self.order or self.values).index(value)
+
+
+@dataclass(frozen=True)
+class Choices(ValueType):
+    """A non-empty list of ``values`` (``weights_format``), each listed once."""
+
+    name: str = "list of choices"
+    values: tuple[str, ...] = ()
+
+    def check(self, value: Any) -> tuple[str, ...]:
+        items = _need_list(value, "strings")
+        if not items or any(type(v) is not str or v not in self.values for v in items):
+            raise Fault(f"must be a non-empty list of these: {self.describe()}")
+        return tuple(dict.fromkeys(items))
+
+    def describe(self) -> str:
+        return "list of " + ", ".join(f'`"{v}"`' for v in self.values)
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ import importlib.machinery
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
 from typing import TYPE_CHECKING, Any
@@ -110,7 +110,7 @@ def arm() -> None:
 
 
 def launch(command: Sequence[str], ruleset: Ruleset | None = None,
-           broker: Broker | None = None) -> int:
+           broker: Broker | None = None, environment: Mapping[str, str] | None = None) -> int:
     """Run ``command`` with torch.hub routed through safehub in every Python process it
     starts (held to ``ruleset`` by the kernel, if given, from before its first
     instruction); wait for it and return its exit code (128 + N if signal N ended it).
@@ -119,10 +119,11 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
     ``TIOCSTI`` into the user's shell, no ``/dev/tty``): the terminal's signals reach
     only this process, which passes them on to the job's process group. Its requests (a
     cache miss, its audit lines) are served by ``broker`` (:mod:`safehub.operations.job`);
-    its own temp dir (``TMPDIR``) is removed when it ends."""
+    its own temp dir (``TMPDIR``) is removed when it ends. ``environment``: variables
+    set for the job (``--locked``: ``SAFEHUB_LOCKED=1``)."""
     import subprocess
 
-    env = dict(os.environ)
+    env = {**os.environ, **(environment or {})}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH", ""))
                                         if p)
     program, prepared, served = command[0], None, broker

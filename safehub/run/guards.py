@@ -44,7 +44,7 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         mode=mode,  # type: ignore[arg-type]
         network=network, subprocess=programs, writes=writes,
         weights_hosts=hosts_of_urls(reqs.runtime.weights_patterns()),
-        shadowing=reqs.runtime.shadowing,
+        shadowing=reqs.runtime.shadowing, pickles="pickle" in reqs.weights_format,
         source="; ".join(reqs.runtime.rules) or "the policy",
         edit=reqs.runtime.edit if reqs.runtime.edit[1] else (user_policy, ""),
         user_policy=user_policy,
@@ -121,14 +121,22 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
 
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
-                  data_dir: Path, transport: Callable[[], Transport]) -> WeightsGuard:
-    """The weights guard for one load: the policy's patterns, the lockfile's pins;
-    ``transport`` makes the transport of its downloads (called on the first one)."""
+                  data_dir: Path, transport: Callable[[], Transport], locked: str = "",
+                  entrypoint: str | None = None,
+                  bound: dict[str, str] | None = None) -> WeightsGuard:
+    """The weights guard for one load: the policy's patterns and formats, the lockfile's
+    pins; ``transport`` makes the transport of its downloads (called on the first one);
+    ``locked``: where locked mode was switched on ("": off); ``bound``: the weights the
+    consent this load runs on binds."""
     reqs = decision.requirements
+    pins = lock.weights if lock is not None else ()
     return WeightsGuard(
         repo=spec.repo, patterns=reqs.weights, rules=reqs.weights_rules,
         weights_only=reqs.weights_only, warn_only=decision.mode == "warn",
-        locked={w.url: w.sha256 for w in lock.weights} if lock is not None else {},
+        locked={w.url: w.sha256 for w in pins},
         records=WeightPins(data_dir), repo_key=spec.key, transport=transport,
-        locked_spec=lock.spec if lock is not None else None,
-        commits={w.url: w.commit for w in lock.weights if w.commit} if lock is not None else {})
+        locked_spec=lock.spec if lock is not None else None, locked_mode=locked,
+        entrypoint=entrypoint, sizes={w.url: w.size for w in pins if w.size is not None},
+        formats=reqs.weights_format, format_rules=reqs.weights_format_rules,
+        bound=dict(bound or {}), spec_asked=str(spec),
+        commits={w.url: w.commit for w in pins if w.commit})

@@ -15,7 +15,16 @@ repo's code bound them before the load:
   lockfile's or the user's pin is an :class:`IntegrityError` and is deleted before torch
   loads it;
 * ``load_state_dict_from_url`` runs with ``weights_only=True`` (no pickled code) unless
-  every matching policy rule says ``weights_only = false``.
+  every matching policy rule says ``weights_only = false``;
+* locked mode (``SAFEHUB_LOCKED=1``, ``locked = true``, ``--locked``): a URL the lockfile
+  entry does not pin is a :class:`PinError` before any byte is fetched, and nothing is
+  pinned on first use;
+* ``weights_format``: a file that is not safetensors (:mod:`safehub.verify.checkpoint`)
+  is refused where a matching rule allows only safetensors, before anything loads it; a
+  safetensors file whose header lies about the file is an :class:`IntegrityError`;
+* a download is hashed as it is written (no second read); a file found in torch's
+  checkpoint folder whose stat identity is the one recorded when it was checked is not
+  read again.
 
 Files from the Hugging Face Hub (``huggingface_hub``'s downloads) come here through
 :mod:`safehub.run.hfhub`, keyed ``hf://REPO_ID@REVISION/PATH``. Code that fetches with
@@ -28,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import shlex
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,9 +50,10 @@ from safehub._internal.globs import Glob
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
-from safehub.errors import IntegrityError, PolicyDenied
+from safehub.errors import IntegrityError, PinError, PolicyDenied, UntrustedRepoError
 from safehub.spec import plain_text
 from safehub.store.records import WeightPins
+from safehub.verify.checkpoint import PICKLE, SAFETENSORS, CheckpointError, file_kind
 
 if TYPE_CHECKING:
     from safehub.sources.transport import Transport
@@ -82,10 +93,49 @@ class WeightsGuard:
     """A fleet node's snapshot (``SAFEHUB_OCI``): given a URL the lockfile pins, its sha256
     and a file, writes the pinned bytes there, checked as they arrive; False where the
     snapshot does not carry the file (it is then downloaded as any other)."""
+    locked_mode: str = ""
+    """Where locked mode was switched on ("": off): every URL must be pinned in ``locked``
+    (the lockfile's), and no new pin is recorded."""
+    entrypoint: str | None = None
+    """The entrypoint being loaded (the ``safehub lock --entrypoint`` a fix names)."""
+    sizes: dict[str, int] = field(default_factory=dict)
+    """The lockfile's size of each pinned URL that has one: a download stops past it."""
+    formats: frozenset[str] = frozenset((SAFETENSORS, PICKLE))
+    """The checkpoint formats every matching rule's ``weights_format`` allows."""
+    format_rules: tuple[tuple[str, str], ...] = ()
+    """(policy file, table) of each rule that narrows ``weights_format``."""
+    bound: dict[str, str] = field(default_factory=dict)
+    """The weights the user's consent to this content binds (URL -> sha256): a file of
+    such a URL that no pin holds any more (the user removed theirs) must still be that."""
+    spec_asked: str = ""
+    """The spec as the load asked for it (the ``safehub trust`` a fix names)."""
 
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
-        will read and send it (:func:`~safehub._internal.urls.read_url`)."""
+        will read and send it (:func:`~safehub._internal.urls.read_url`), and in locked
+        mode unless the lockfile pins it; nothing has been fetched yet."""
+        self._require_pin(url)
+        self._check_patterns(url)
+
+    def _require_pin(self, url: str) -> None:
+        """Locked mode: ``url`` must be pinned in the lockfile entry (a PinError names the
+        ``safehub lock`` command that pins what the entrypoint fetches)."""
+        if not self.locked_mode or url in self.locked:
+            return
+        spec = self.locked_spec or self.repo_key or self.repo
+        where = (f"the lockfile entry {spec!r} does not pin it" if self.locked_spec
+                 else f"{spec} is not locked")
+        raise PinError(
+            f"hubconf.py of {self.repo} tried to fetch {url}, but {where} (locked mode: "
+            f"{self.locked_mode}); nothing was fetched",
+            fix=fixes.run(f"safehub lock {shlex.quote(spec)} --entrypoint "
+                          f"{self.entrypoint or 'ENTRYPOINT'}",
+                          "to pin every file that entrypoint fetches, then review the "
+                          "lockfile's change"))
+
+    def _check_patterns(self, url: str) -> None:
+        """``url`` against the policy's weights patterns (a redirect hop too; a Hugging
+        Face Hub file's ``hf://`` pin key in each of its written forms)."""
         if url.startswith("hf://"):  # a Hugging Face Hub file's pin key (run/hfhub.py)
             from safehub.run.hfhub import written_forms
 
@@ -123,25 +173,29 @@ class WeightsGuard:
                     fixes.change(path, table, [f"weights = [{wanted}]"]),
                                                             "if the repo should download it: "))
 
-    def _sha256(self, url: str, path: Path) -> str:
-        st = path.stat()
+    def check_file(self, url: str, path: Path, *, sha256: str | None = None) -> None:
+        """Refuse (and delete) the file at ``path`` unless it is the pinned one, of a format
+        the policy allows, with a truthful header if it is safetensors; then record it.
+        ``sha256``: its digest, taken as it was downloaded (else it is hashed here, unless
+        its stat identity is the one recorded when it was last checked: then nothing of it
+        is read)."""
+        self._require_pin(url)  # a caller that fetched without asking check_url first
         seen = self.records.get(url) if self.records is not None else None
-        if seen and seen.get("file") == str(path) and seen.get("stat") == _stat_key(st):
-            return str(seen["sha256"])
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            while chunk := f.read(1 << 20):
-                h.update(chunk)
-        return h.hexdigest()
+        known = seen if sha256 is None and _same_file(seen, path) else None
+        digest = sha256 or (str(known["sha256"]) if known else _sha256_of(path))
+        kind = self._verify(url, path, digest, seen, known)
+        from safehub.run.runtime import own_work
 
-    def check_file(self, url: str, path: Path) -> None:
-        """Hash the whole file; refuse (and delete) it if it is not the pinned one."""
-        digest = self._sha256(url, path)
-        seen = self.records.get(url) if self.records is not None else None
+        with own_work():  # safehub's own records, written while the repo's code runs
+            self._record(url, path, digest, seen, kind)
+
+    def _verify(self, url: str, path: Path, digest: str, seen: dict[str, Any] | None,
+                known: dict[str, Any] | None = None) -> str:
+        """The pin, the format rule and a safetensors header, for the file at ``path`` of
+        sha256 ``digest``; a refused file is deleted. Returns its format."""
         pinned = self.locked.get(url) or (str(seen["sha256"]) if seen else None)
         if pinned is not None and pinned != digest:
-            with contextlib.suppress(OSError):
-                path.unlink()
+            _delete(path)
             raise IntegrityError(
                 f"the weights from {url} have sha256 {digest}, but {pinned} was pinned "
                 f"({'in the lockfile' if url in self.locked else 'when first downloaded'}); "
@@ -149,14 +203,56 @@ class WeightsGuard:
                 fix=fixes.say("if the publisher really replaced the file, remove the pin (the "
                               "lockfile's [[repo.weights]] entry) and load again"),
             )
-        from safehub.run.runtime import own_work
+        if pinned is None and self.bound.get(url, digest) != digest:
+            _delete(path)
+            raise _not_consented(self, url, digest, path)
+        kind = str(known.get("format", "")) if known else ""
+        if kind not in (SAFETENSORS, PICKLE):  # not recorded yet: read its header
+            try:
+                kind = file_kind(str(path), named=_named_safetensors(url, path))
+            except CheckpointError as e:
+                _delete(path)
+                raise IntegrityError(
+                    f"the weights from {url} claim to be safetensors, but {e}; the file "
+                    f"{path} was deleted before anything loaded it",
+                    fix=fixes.say("the file is damaged or forged: ask its publisher for an "
+                                  "intact one")) from None
+            except OSError as e:
+                raise IntegrityError(f"the weights from {url} at {path} cannot be read ({e})",
+                                     fix=fixes.say("check the file's permissions")) from e
+        if kind not in self.formats:
+            path_, table = (self.format_rules[0] if self.format_rules
+                            else ("your policy", ""))
+            message = (f"the weights from {url} are a pickle checkpoint (torch's format), but "
+                       f"the policy allows only {', '.join(sorted(self.formats)) or 'none'} "
+                       f"for {self.repo} ({path_}{' ' + table if table else ''}: "
+                       "weights_format)")
+            if self.warn_only:
+                warn(f"{message} (mode = 'warn', allowed)")
+                return kind
+            _delete(path)
+            raise PolicyDenied(
+                f"{message}; the file {path} was deleted before anything deserialised it",
+                fix=fixes.either(
+                    fixes.say("ask the repo to publish safetensors weights"),
+                    fixes.noted(fixes.change(path_, table,
+                                             ['weights_format = ["safetensors", "pickle"]']),
+                                "if pickles from this repo are acceptable: ")))
+        return kind
 
-        with own_work():  # safehub's own records, written while the repo's code runs
-            if self.records is not None:
-                self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
-                                 repo=self.repo_key)
-                if pinned is None:
-                    self._say_pinned(url, digest)
+    def _record(self, url: str, path: Path, digest: str, seen: dict[str, Any] | None,
+                kind: str) -> None:
+        """Remember the file's digest, format and stat identity; a new URL is pinned here,
+        never in locked mode (no trust on first use)."""
+        if self.records is None:
+            return
+        pinned = url in self.locked or seen is not None
+        if self.locked_mode and url not in self.locked:
+            return
+        self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
+                         repo=self.repo_key, kind=kind, durable=url not in self.locked)
+        if not pinned:
+            self._say_pinned(url, digest)
 
     def _say_pinned(self, url: str, digest: str) -> None:
         """A new pin went to the user's records, never the lockfile (a load does not change
@@ -183,7 +279,7 @@ class WeightsGuard:
     def _hop(self, url: str) -> None:
         """Every redirect hop is held to the patterns, as the first URL is."""
         try:
-            self.check_url(url)
+            self._check_patterns(url)
         except PolicyDenied as e:
             raise PolicyDenied(f"{e.message} (reached by a redirect)", fix=e.fix) from None
         self._tell(url)
@@ -207,9 +303,9 @@ class WeightsGuard:
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
             self._tell(url)
             _original("download_url_to_file")(url, dst, hash_prefix, progress)
+            self.check_file(url, target)
         else:
             self._fetch(url, target, hash_prefix, progress)
-        self.check_file(url, target)
 
     def _writable_here(self, url: str, folder: Path) -> None:
         """In a confined job, a download into a folder the kernel holds read-only (torch's
@@ -237,21 +333,26 @@ class WeightsGuard:
                                    suffix=".partial")
         try:
             # safehub's own work: the transport made (its modules imported) and the download
-            with os.fdopen(fd, "wb") as out, own_work():
-                self.transport().download(
-                    url, out, what=f"weights {url}", max_bytes=self.max_bytes,
-                    allow=self._hop if self.patterns else self._tell,
-                    progress=terminal_progress(url) if progress else None,
-                    accept="*/*")
-            if hash_prefix is not None:
-                h = hashlib.sha256()
-                with open(tmp, "rb") as f:
-                    while chunk := f.read(1 << 20):
-                        h.update(chunk)
-                if not h.hexdigest().startswith(hash_prefix):
-                    raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
-                                       f'"{h.hexdigest()}")')  # as torch.hub raises it
+            with os.fdopen(fd, "wb", buffering=0) as raw, own_work():
+                out = _Hashing(raw)  # hashed as it is written: the file is not read back
+                try:
+                    self.transport().download(
+                        url, out, what=f"weights {url}",  # type: ignore[arg-type]
+                        max_bytes=min(self.max_bytes, self.sizes.get(url, self.max_bytes)),
+                        allow=self._hop if self.patterns else self._tell,
+                        progress=terminal_progress(url) if progress else None,
+                        accept="*/*")
+                finally:
+                    out.close()
+                digest = out.hexdigest()
+            if hash_prefix is not None and not digest.startswith(hash_prefix):
+                raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
+                                   f'"{digest}")')  # as torch.hub raises it
+            seen = self.records.get(url) if self.records is not None else None
+            kind = self._verify(url, Path(tmp), digest, seen)  # before torch's folder has it
             os.replace(tmp, target)
+            with own_work():
+                self._record(url, target, digest, seen, kind)
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
@@ -303,13 +404,15 @@ class WeightsGuard:
     def check_hub_file(self, key: str, path: Path, commit: str, size: int | None) -> None:
         """:meth:`check_file` for a Hub file; its pin keeps the commit its revision was at."""
         self.check_file(key, path)
-        if self.records is not None and (self.records.get(key) or {}).get("commit") != commit:
+        seen = self.records.get(key) if self.records is not None else None
+        if seen is not None and seen.get("commit") != commit:
             from safehub.run.runtime import own_work
 
-            with own_work():
-                self.records.put(key, self._sha256(key, path), path,
+            assert self.records is not None
+            with own_work():  # the digest check_file just checked and recorded
+                self.records.put(key, str(seen["sha256"]), path,
                                  lambda p: _stat_key(p.stat()), repo=self.repo_key,
-                                 commit=commit, size=size)
+                                 kind=str(seen.get("format", "")), commit=commit, size=size)
 
     def _from_snapshot(self, url: str, target: Path, hash_prefix: str | None) -> bool:
         """A file the lockfile pins, from the node's snapshot (:attr:`blobs`) into
@@ -333,6 +436,111 @@ class WeightsGuard:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
         return True
+
+
+def _not_consented(guard: WeightsGuard, url: str, digest: str, path: Path
+                   ) -> UntrustedRepoError:
+    """A file of a URL whose pin was removed, other than the one the consent binds."""
+    return UntrustedRepoError(
+        f"the weights from {url} have sha256 {digest}, but your consent to run "
+        f"{guard.repo} covers {guard.bound[url]} (the pin was removed since); the file "
+        f"{path} was deleted before anything loaded it",
+        fix=fixes.run(f"safehub trust {shlex.quote(guard.spec_asked or guard.repo)}",
+                      "to trust this content with whatever its code fetches next (pinned on "
+                      "first use), then load again"))
+
+
+class _Hashing:
+    """A file being downloaded into, hashed as it is written: by a thread of its own, so
+    that SHA-256 (which releases the interpreter lock) runs beside the network's reads
+    instead of after each (the chunks are immutable ``bytes``; at most ``_AHEAD`` wait).
+    The transport rewinds the file to its start on a retry, and the hash starts over."""
+
+    _AHEAD = 64
+
+    def __init__(self, out: Any) -> None:
+        self._out = out
+        self._start()
+
+    def _start(self) -> None:
+        import queue
+        import threading
+
+        self._hash = hashlib.sha256()
+        self._queue: queue.Queue[bytes | None] = queue.Queue(self._AHEAD)
+        self._thread = threading.Thread(target=_hash_chunks, args=(self._hash, self._queue),
+                                        name="safehub-sha256", daemon=True)
+        self._thread.start()
+
+    def _stop(self) -> None:
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+
+    def write(self, chunk: bytes) -> int:
+        self._queue.put(chunk if type(chunk) is bytes else bytes(chunk))
+        written: int = self._out.write(chunk)
+        return written
+
+    def seek(self, offset: int, whence: int = 0) -> int:
+        if (offset, whence) != (0, 0):
+            import io
+
+            raise io.UnsupportedOperation("a hashed download only starts over")
+        self._stop()
+        self._start()
+        moved: int = self._out.seek(0)
+        return moved
+
+    def truncate(self, size: int | None = None) -> int:
+        cut: int = self._out.truncate(size)
+        return cut
+
+    def flush(self) -> None:
+        self._out.flush()
+
+    def close(self) -> None:
+        """End the hashing thread (the download ended, or failed)."""
+        self._stop()
+
+    def hexdigest(self) -> str:
+        self._stop()
+        return self._hash.hexdigest()
+
+
+def _hash_chunks(h: Any, chunks: Any) -> None:
+    while (chunk := chunks.get()) is not None:
+        h.update(chunk)
+
+
+def _sha256_of(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb", buffering=0) as f:
+        buffer = bytearray(1 << 20)
+        view = memoryview(buffer)
+        while n := f.readinto(buffer):
+            h.update(view[:n])
+    return h.hexdigest()
+
+
+def _same_file(seen: dict[str, Any] | None, path: Path) -> bool:
+    """Whether ``path`` is the file recorded in ``seen``, unchanged since (its stat
+    identity: size, mtime, ctime and inode, which no write leaves as they were)."""
+    if not seen or seen.get("file") != str(path):
+        return False
+    try:
+        return seen.get("stat") == _stat_key(path.stat())
+    except OSError:
+        return False
+
+
+def _named_safetensors(url: str, path: Path) -> bool:
+    return path.name.endswith(".safetensors") or urlparse(url).path.endswith(".safetensors")
+
+
+def _delete(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        path.unlink()
 
 
 def _text(value: object, name: str) -> str:

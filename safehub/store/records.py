@@ -3,7 +3,8 @@
 Four small JSON stores, none of them in the (possibly shared) cache, so whoever can write
 a shared cache cannot plant a record:
 
-* :class:`ConsentStore` -- ``trust/<owner>/<name>.json``: consent for (repo, commit, digest);
+* :class:`ConsentStore` -- ``trust/<owner>/<name>.json``: consent for (repo, commit, digest)
+  and the weights pinned for the repo when it was given;
 * :class:`VerifiedRecords` -- ``verified/<commit>.json``: the digest and tree this user
   verified for a commit, and the stat scans of the cache folders it served;
 * :class:`SignatureRecords` -- ``signatures/<commit>.json``: signature verdicts per
@@ -26,8 +27,8 @@ from __future__ import annotations
 import contextlib
 import re
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,9 +64,9 @@ def _commit_file(root: Path, commit: str) -> Path:
     return root / f"{commit}.json"
 
 
-def _write(path: Path, data: Any, *, required: bool, what: str) -> None:
+def _write(path: Path, data: Any, *, required: bool, what: str, durable: bool = True) -> None:
     try:
-        write_json(path, data, mode=0o600)
+        write_json(path, data, mode=0o600, durable=durable)
     except OSError as e:
         if required:
             raise CacheError(f"cannot record {what} in {str(path)!r} ({e.strerror or e})",
@@ -75,13 +76,16 @@ def _write(path: Path, data: Any, *, required: bool, what: str) -> None:
 
 @dataclass(frozen=True)
 class Consent:
-    """One recorded agreement to run (repo, commit, digest)."""
+    """One recorded agreement to run (repo, commit, digest), and the weights pinned for the
+    repo when it was given (URL -> sha256; a record written before safehub bound weights,
+    or for a repo without any, has none)."""
 
     repo: str
     commit: str
     digest: str
     how: str
     at: str
+    weights: dict[str, str] = field(default_factory=dict)
 
 
 class ConsentStore:
@@ -112,7 +116,7 @@ class ConsentStore:
             raise CacheError(f"the trust record {str(path)!r} is malformed",
                              fix=fixes.say("fix or delete it; deleting forgets what you trusted"))
         return [Consent(key, i["commit"], i["digest"], str(i.get("how", "")),
-                        str(i.get("at", "")))
+                        str(i.get("at", "")), _pins(i.get("weights")))
                 for i in items
                 if isinstance(i, dict) and is_full_sha(str(i.get("commit")))
                 and is_digest(i.get("digest"))]
@@ -122,12 +126,19 @@ class ConsentStore:
         return next((c for c in self.list(key) if (c.commit, c.digest) == (commit, digest)),
                     None)
 
-    def record(self, key: str, commit: str, digest: str, how: str) -> None:
-        """Record consent; nothing is written if this content was already trusted."""
+    def record(self, key: str, commit: str, digest: str, how: str,
+               weights: Mapping[str, str] | None = None) -> None:
+        """Record consent for this content and the ``weights`` pinned now (None: keep what
+        was bound); nothing is written if that is what the record says already."""
         items = self.list(key)
-        if any((c.commit, c.digest) == (commit, digest) for c in items):
-            return
-        items.append(Consent(key, commit, digest, how, _now()))
+        for n, c in enumerate(items):
+            if (c.commit, c.digest) == (commit, digest):
+                if weights is None or dict(weights) == c.weights:
+                    return
+                items[n] = replace(c, weights=dict(weights))
+                break
+        else:
+            items.append(Consent(key, commit, digest, how, _now(), dict(weights or {})))
         self._save(key, items)
 
     def remove(self, key: str, commit: str | None = None) -> int:
@@ -140,7 +151,9 @@ class ConsentStore:
 
     def _save(self, key: str, items: Sequence[Consent]) -> None:
         data = {"repo": key, "consents": [
-            {"commit": c.commit, "digest": c.digest, "how": c.how, "at": c.at} for c in items]}
+            {"commit": c.commit, "digest": c.digest, "how": c.how, "at": c.at,
+             **({"weights": dict(sorted(c.weights.items()))} if c.weights else {})}
+            for c in items]}
         _write(self._file(key), data, required=True, what="trust")
 
 
@@ -265,9 +278,13 @@ class WeightPins:
         return None
 
     def put(self, url: str, sha256: str, path: Path, stat_key: Callable[[Path], list[int]],
-            repo: str = "", *, commit: str = "", size: int | None = None) -> None:
-        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it; a
-        Hub file's ``commit`` and ``size`` are kept until given again)."""
+            repo: str = "", kind: str = "", durable: bool = True, *, commit: str = "",
+            size: int | None = None) -> None:
+        """Pin ``url`` to ``sha256`` (``repo``: the repo key whose code downloaded it;
+        ``kind``: its checkpoint format, as checked, kept with the file's stat identity; a
+        Hub file's ``commit`` and ``size`` are kept until given again).
+        ``durable=False``: the pin is held elsewhere (the lockfile, or this record
+        already), so a record lost in a crash only costs a re-hash: not synced to disk."""
         data = self._all()
         with contextlib.suppress(OSError):
             old = data.get(url)
@@ -277,16 +294,29 @@ class WeightPins:
             entry = {**kept, **({"commit": commit} if commit else {}),
                      **({"size": size} if size is not None else {}),
                      "sha256": sha256, "file": str(path), "stat": stat_key(path),
-                     "repos": repos}
+                     "repos": repos, **({"format": kind} if kind else {})}
             if old == entry:
                 return
             data[url] = entry
-            _write(self.path, data, required=False, what="a weights pin")
+            _write(self.path, data, required=False, what="a weights pin",
+                   durable=durable or old is None or _digest(old) != sha256)
 
     def for_repo(self, repo: str) -> dict[str, str]:
         """URL -> sha256 of the weights ``repo``'s code downloaded (``safehub lock``)."""
         return {url: entry["sha256"] for url, entry in self._all().items()
                 if repo in _repos(entry) and self.get(url) is not None}
+
+
+def _digest(entry: Any) -> Any:
+    return entry.get("sha256") if isinstance(entry, dict) else None
+
+
+def _pins(value: Any) -> dict[str, str]:
+    """A consent's weights (URL -> sha256) as read back: malformed entries are dropped."""
+    if not isinstance(value, dict):
+        return {}
+    return {url: sha for url, sha in value.items()
+            if isinstance(url, str) and isinstance(sha, str) and _HEX64.fullmatch(sha)}
 
 
 def _repos(entry: Any) -> list[str]:

@@ -32,6 +32,7 @@ class Action:
     ``kind`` is ``lookup`` (a name resolved, or an address looked up in reverse),
     ``connect``, ``process``, ``write``, ``environ`` (a variable set or unset),
     ``library`` (a ``ctypes`` load), ``extension`` (a compiled module imported),
+    ``unpickle`` (a pickle names a global: what ``weights_format`` decides),
     ``symbol`` (a ``ctypes`` function looked up), ``module``, ``guard`` or ``probe``.
     ``op`` is the audit event.
     """
@@ -349,4 +350,8 @@ EVENTS: dict[str, Reader] = {
     "ctypes.dlsym/handle": _dlsym,
     "import": _import,
     "safehub.run.runtime.probe": lambda args: (Action("probe", "probe", ""),),
+    # a pickle names a global to call: torch.load(weights_only=False), pickle.load (torch's
+    # weights_only unpickler names none)
+    "pickle.find_class": lambda args: (Action(
+        "unpickle", "pickle.find_class", f"{_text(_arg(args, 0))}.{_text(_arg(args, 1))}"),),
 }

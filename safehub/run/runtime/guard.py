@@ -262,6 +262,8 @@ class RuntimeGuard:
             return self._decide_process(action)
         if kind in ("library", "extension"):
             return self._decide_native(action)
+        if kind == "unpickle" and not self.rules.pickles:
+            return _unpickling(self.repo, self.rules, action)
         return None
 
     def own_allows(self, action: Action) -> bool:
@@ -438,9 +440,25 @@ class RuntimeGuard:
 
 
 _REVERSE = frozenset({"socket.gethostbyaddr", "socket.getnameinfo"})
+def _unpickling(repo: str, rules: RuntimeRules, action: Action) -> RuntimeGuardError:
+    """The refusal of a pickle the repo's code deserialises where ``weights_format`` allows
+    only safetensors (refused as it names its first global, before that runs)."""
+    where = f", {rules.source}" if rules.source else ""
+    return RuntimeGuardError(
+        f"runtime guard: {repo} tried to deserialise a pickle (it names {action.target}: "
+        f"torch.load with weights_only=False, or pickle.load); weights_format allows only "
+        f"safetensors for it{where}",
+        fix=fixes.either(
+            fixes.say("load the weights with weights_only=True or from safetensors"),
+            fixes.noted(rules.fix('weights_format = ["safetensors", "pickle"]'),
+                        f"if {repo} may unpickle: ")),
+        action="pickle", target=action.target, repo=repo, key="weights_format")
+
+
 _ACTION = {"write": "write", "lookup": "network", "connect": "network", "process": "process",
            "library": "library", "extension": "library", "symbol": "library",
-           "module": "module", "guard": "guard", "probe": "guard", "read": "read"}
+           "module": "module", "guard": "guard", "probe": "guard", "read": "read",
+           "unpickle": "pickle"}
 
 
 def _names(value: bool | tuple[str, ...] | None) -> tuple[str, ...]:

@@ -66,6 +66,10 @@ class RuntimeRules:
     """``refuse``: a repo module that would replace a standard-library or installed module
     refuses the load (``observe`` and ``enforce``); ``warn``: it is recorded and warned
     about."""
+    pickles: bool = True
+    """Whether the repo's code may deserialise pickles (every matching rule's
+    ``weights_format`` lists ``pickle``); false: ``torch.load(weights_only=False)`` and
+    ``pickle.load`` are refused as they name their first global."""
     source: str = ""
     edit: tuple[str, str] = ("", "")
     """(policy file, table) an admin would change to allow an action; no table: a new

@@ -1,0 +1,213 @@
+"""A large checkpoint downloaded by a hub repo's code: safehub's weights guard beside
+torch.hub's own ``download_url_to_file``, in one run (issue 32, item 3).
+
+    python bench/bench_weights.py                # a 256 MiB checkpoint, 3 rounds
+    python bench/bench_weights.py --gib          # 1 GiB, as the issue measures
+    python bench/bench_weights.py --mb 64 --rounds 5 --dir /dev/shm --json out.json
+
+The checkpoint (random bytes) is served over HTTPS by a plain threaded server in a child
+process on loopback (so serving does not compete with the measured download for this
+interpreter's lock), with a throwaway CA both clients trust. Measured, the two alternating
+(who goes first alternates too), the target file removed before each download:
+
+  * torch.hub's ``download_url_to_file`` (what ``load_state_dict_from_url`` calls on a
+    miss; torch checks no digest unless the file name carries a prefix): wall and CPU;
+  * safehub's: the held path a repo's call is routed to (``WeightsGuard``, through
+    safehub's transport), which hashes every byte with SHA-256 as it is written, checks the
+    format (a header read), checks the lockfile's pin and records the file's identity;
+    wall and CPU, and the ratio to torch's (``--first-use``: a URL no pin holds, pinned on
+    first use in a record synced to disk, which on ext4 flushes the checkpoint written
+    just before too);
+  * hashing alone, on the same file in the page cache: safehub's SHA-256 beside
+    ``sha256sum`` (throughput, MB/s);
+  * the warm check: a checkpoint already in the folder, its stat identity the recorded
+    one, checked as a warm load checks it (no byte read): microseconds per check.
+
+The ``torch.load`` that follows a download is the same for both and is not timed. Targets:
+safehub's download at most 1.1x torch's wall; its hashing at least 90% of sha256sum's.
+Timings on a shared machine vary with its load: run it a few times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+SERVER = """
+import http.server, functools, ssl, sys
+folder, cert, key = sys.argv[1:4]
+handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=folder)
+handler.func.log_message = lambda *a: None
+server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+context.load_cert_chain(cert, key)
+server.socket = context.wrap_socket(server.socket, server_side=True)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"""
+
+
+def _write_checkpoint(path: Path, size: int) -> None:
+    block = os.urandom(16 * 1024 * 1024)
+    with open(path, "wb") as f:
+        left = size
+        while left:
+            n = min(left, len(block))
+            f.write(block[:n])
+            left -= n
+
+
+def _timed(run: Any) -> tuple[float, float]:
+    """(wall, CPU of this process) in seconds."""
+    cpu, wall = time.process_time(), time.perf_counter()
+    run()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mb", type=int, default=256, help="checkpoint size in MiB (default 256)")
+    ap.add_argument("--gib", action="store_true", help="a 1 GiB checkpoint")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--dir", help="where the files go (default: a temp dir)")
+    ap.add_argument("--first-use", action="store_true",
+                    help="the URL is new each round (pinned on first use, the record synced "
+                    "to disk) instead of pinned in the lockfile")
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args(argv)
+    size = (1024 if args.gib else args.mb) * 1024 * 1024
+    import torch.hub
+    from _loopback import home_env
+
+    from tests.support import make_tls
+
+    work = Path(tempfile.mkdtemp(prefix="bench-weights-", dir=args.dir))
+    try:
+        os.environ.update(home_env(work / "home"))
+        tls = make_tls(work / "tls")
+        os.environ["REQUESTS_CA_BUNDLE"] = str(tls.ca_cert)
+        served = work / "served"
+        served.mkdir()
+        _write_checkpoint(served / "ckpt.pth", size)
+        server = subprocess.Popen([sys.executable, "-c", SERVER, str(served),
+                                   str(tls.server_cert), str(tls.server_key)],
+                                  stdout=subprocess.PIPE, text=True)
+        try:
+            assert server.stdout is not None
+            url = f"https://127.0.0.1:{server.stdout.readline().strip()}/ckpt.pth"
+            results = _measure(url, work, served / "ckpt.pth", size, args.rounds, tls.ca_cert,
+                               torch.hub, locked=not args.first_use)
+        finally:
+            server.terminate()
+            server.wait()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    _show(results, size)
+    if args.json:
+        Path(args.json).write_text(json.dumps(results, indent=2))
+    return 0
+
+
+def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Path,
+             hub: Any, locked: bool = True) -> dict[str, Any]:
+    import ssl
+    import urllib.request
+
+    import safehub.run.weights as weights
+    from safehub.config import Settings
+    from safehub.run.weights import WeightsGuard
+    from safehub.store.records import WeightPins
+
+    context = ssl.create_default_context(cafile=str(ca))
+    real_urlopen = urllib.request.urlopen
+    hub.urlopen = lambda req, *a, **k: real_urlopen(req, *a, **{"context": context, **k})
+    settings = Settings.from_env()
+    out = work / "out"
+    out.mkdir()
+    data = work / "data"
+
+    pinned = {url: weights._sha256_of(source)} if locked else {}
+
+    def guard() -> WeightsGuard:
+        return WeightsGuard(repo="bench/weights", records=WeightPins(data),
+                            repo_key="bench/weights", locked=pinned,
+                            transport=lambda: settings.transport(weights=True))
+
+    def torch_download() -> None:
+        hub.download_url_to_file(url, str(out / "torch.pth"), None, False)
+
+    def safehub_download() -> None:
+        guard().download_url_to_file(url, str(out / "safehub.pth"), None, False)
+
+    safehub_download()  # the first request of a process imports the transport: not timed
+    runs: dict[str, list[tuple[float, float]]] = {"torch": [], "safehub": []}
+    for i in range(rounds):
+        order = [("torch", torch_download), ("safehub", safehub_download)]
+        for name, run in order if i % 2 == 0 else order[::-1]:
+            for f in out.iterdir():
+                f.unlink()
+            if not locked:
+                shutil.rmtree(data, ignore_errors=True)  # a new URL: pinned on first use
+            runs[name].append(_timed(run))
+    hashing: dict[str, list[float]] = {"sha256sum": [], "safehub": []}
+    sha256sum = shutil.which("sha256sum")
+    for _ in range(rounds):
+        if sha256sum:
+            hashing["sha256sum"].append(_timed(lambda: subprocess.run(
+                [sha256sum, str(source)], check=True, capture_output=True))[0])
+        hashing["safehub"].append(_timed(lambda: weights._sha256_of(source))[0])
+    # the warm check: the file found in the folder, its stat identity the recorded one
+    held = guard()
+    target = out / "safehub.pth"
+    if not target.exists():
+        safehub_download()
+    held.check_file(url, target)
+    checks = [_timed(lambda: held.check_file(url, target))[0] for _ in range(50)]
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values) if values else float("nan")
+
+    return {
+        "bytes": size, "rounds": rounds, "loadavg": os.getloadavg(),
+        "download_wall_s": {k: med([w for w, _ in v]) for k, v in runs.items()},
+        "download_cpu_s": {k: med([c for _, c in v]) for k, v in runs.items()},
+        "download_all_wall_s": {k: [round(w, 3) for w, _ in v] for k, v in runs.items()},
+        "hash_wall_s": {k: med(v) for k, v in hashing.items()},
+        "warm_check_us": med(checks) * 1e6,
+    }
+
+
+def _show(r: dict[str, Any], size: int) -> None:
+    mb = size / 1e6
+    w, c, h = r["download_wall_s"], r["download_cpu_s"], r["hash_wall_s"]
+    print(f"a {size / 2**20:,.0f} MiB checkpoint from a loopback HTTPS host, median of "
+          f"{r['rounds']} (load average {', '.join(f'{x:.1f}' for x in r['loadavg'])})")
+    print(f"{'':44}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
+    print(f"{'download wall (s)':44}{w['torch']:12.3f}{w['safehub']:12.3f}"
+          f"{w['safehub'] / w['torch']:9.2f}x")
+    print(f"{'  throughput (MB/s)':44}{mb / w['torch']:12.0f}{mb / w['safehub']:12.0f}")
+    print(f"{'download CPU of this process (s)':44}{c['torch']:12.3f}{c['safehub']:12.3f}"
+          f"{c['safehub'] / max(c['torch'], 1e-9):9.2f}x")
+    print(f"{'  every run, wall (s)':44}   torch {r['download_all_wall_s']['torch']}, "
+          f"safehub {r['download_all_wall_s']['safehub']}")
+    print(f"{'':44}{'sha256sum':>12}{'safehub':>12}{'share':>9}")
+    print(f"{'SHA-256 of the file, page-cached (MB/s)':44}{mb / h['sha256sum']:12.0f}"
+          f"{mb / h['safehub']:12.0f}{h['sha256sum'] / h['safehub']:9.0%}")
+    print(f"{'warm check, stat identity matches (us)':44}{'':12}{r['warm_check_us']:12.0f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
