@@ -153,10 +153,10 @@ _DECLARED: tuple[Key, ...] = (
         "asked, unlocked specs are refused; as `SAFEHUB_OCI`; only here may a loopback "
         "registry without TLS be named, `http://127.0.0.1:PORT/REPO`", "latest",
         project=False, env="SAFEHUB_OCI"),
-    Key("safehub", "locked", Bool(), False, "as `SAFEHUB_LOCKED=1` or `--locked`: a load "
-        "whose code, nested hub repos or any file its code fetches through a held path is "
-        "not pinned in the lockfile is refused before it is fetched, and nothing is pinned "
-        "on first use", "any-true", env="SAFEHUB_LOCKED"),
+    Key("safehub", "locked", Bool(), False, "as `SAFEHUB_LOCKED=1`: a load whose code, "
+        "nested hub repos or any file its code fetches through a held path is not pinned in "
+        "the lockfile is refused before it is fetched, and nothing is pinned on first use "
+        "(also `--locked`)", "any-true", env="SAFEHUB_LOCKED"),
     Key("safehub", "tree_fallback", Bool(), True, "`false` forbids the per-file check "
         "used when `.gitattributes` makes an archive differ from the commit's tree",
         "any-false"),

@@ -15,12 +15,18 @@ import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from safehub._internal import fixes
+from safehub.run.weightfile import stat_key
 
-__all__ = ["HUB", "KINDS", "Where", "hub_cache", "hub_endpoint", "link", "listing_path", "place",
-           "read_listing", "write_listing", "write_ref"]
+if TYPE_CHECKING:
+    from safehub.run.weights import WeightsGuard
+
+__all__ = ["HUB", "KINDS", "Where", "check_hub_file", "hub_cache", "hub_endpoint", "link",
+           "listing_path", "pinned_commit", "pinned_sha256", "place", "read_listing",
+           "write_listing", "write_ref"]
 
 HUB = "https://huggingface.co"
 """The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
@@ -159,3 +165,36 @@ def hub_endpoint() -> str:
     if constants is not None:
         return str(constants.ENDPOINT).rstrip("/")
     return (os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")
+
+
+# -- a Hub file's pin, held by the weights guard ------------------------------------------------
+
+
+def pinned_commit(guard: WeightsGuard, key: str) -> str | None:
+    """The commit a Hub file's revision was pinned to (the lockfile's, else the user's
+    where it pins the same content as the lockfile)."""
+    seen = guard.records.get(key) if guard.records is not None else None
+    if seen and key in guard.locked and seen["sha256"] != guard.locked[key]:
+        seen = None
+    commit = guard.commits.get(key) or (seen.get("commit") if seen else None)
+    return commit if isinstance(commit, str) and commit else None
+
+def pinned_sha256(guard: WeightsGuard, key: str) -> str | None:
+    """The sha256 a Hub file is pinned to (the lockfile's, else the user's)."""
+    seen = guard.records.get(key) if guard.records is not None else None
+    return guard.locked.get(key) or (str(seen["sha256"]) if seen else None)
+
+def check_hub_file(guard: WeightsGuard, key: str, path: Path, commit: str,
+                   size: int | None) -> None:
+    """:meth:`WeightsGuard.check_file` for a Hub file; its pin keeps the commit its
+    revision was at."""
+    guard.check_file(key, path)
+    seen = guard.records.get(key) if guard.records is not None else None
+    if seen is not None and seen.get("commit") != commit:
+        from safehub.run.runtime import own_work
+
+        assert guard.records is not None
+        with own_work():  # the digest check_file just checked and recorded
+            guard.records.put(key, str(seen["sha256"]), path,
+                             lambda p: stat_key(p.stat()), repo=guard.repo_key,
+                             kind=str(seen.get("format", "")), commit=commit, size=size)

@@ -57,9 +57,12 @@ from safehub.run.hfcache import (
     HUB,
     KINDS,
     Where,
+    check_hub_file,
     hub_endpoint,
     link,
     listing_path,
+    pinned_commit,
+    pinned_sha256,
     place,
     read_listing,
     write_listing,
@@ -263,7 +266,7 @@ class HubFiles:
         key = pin_key(repo_id, revision, path, kind)
         self.guard.check_url(key)
         storage = where.storage(repo_id, kind)
-        pinned = self.guard.pinned_commit(key)
+        pinned = pinned_commit(self.guard, key)
         commit = pinned or commit or (revision if _HEX40.fullmatch(revision) else None)
         offline = self._offline(where)
         if commit is None and offline is not None:
@@ -292,7 +295,7 @@ class HubFiles:
         """The guard's check and pin; a refused file leaves the Hub cache, blob and link."""
         blob = snapshot.resolve()
         try:
-            self.guard.check_hub_file(key, snapshot, commit, size)
+            check_hub_file(self.guard, key, snapshot, commit, size)
         except IntegrityError:
             for p in (snapshot, blob):
                 with contextlib.suppress(OSError):
@@ -336,7 +339,7 @@ class HubFiles:
         """The file at ``meta.commit`` into the Hub cache, checked before it is linked."""
         from safehub.run.runtime import own_work
 
-        pinned = self.guard.pinned_sha256(key)
+        pinned = pinned_sha256(self.guard, key)
         if meta.lfs and pinned and pinned != meta.etag:
             raise IntegrityError(f"the Hub says {key} has sha256 {meta.etag} (its LFS oid), "
                                  f"but {pinned} is pinned; nothing was downloaded",
@@ -419,7 +422,7 @@ class HubFiles:
         key = pin_key(repo_id, revision, "", kind)
         self.guard.check_url(key)  # the repo, before its listing is asked for
         storage = where.storage(repo_id, kind)
-        commit = self.guard.pinned_commit(key) or (
+        commit = pinned_commit(self.guard, key) or (
             revision if _HEX40.fullmatch(revision) else None)
         offline = self._offline(where)
         if commit is None and offline is not None:

@@ -35,7 +35,6 @@ other libraries is not covered: safehub does not sandbox a repo it has decided t
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shlex
 import tempfile
@@ -51,6 +50,14 @@ from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PinError, PolicyDenied, UntrustedRepoError
+from safehub.run.weightfile import (
+    Hashing,
+    delete,
+    named_safetensors,
+    same_file,
+    sha256_of,
+    stat_key,
+)
 from safehub.spec import plain_text
 from safehub.store.records import WeightPins
 from safehub.verify.checkpoint import PICKLE, SAFETENSORS, CheckpointError, file_kind
@@ -59,10 +66,6 @@ if TYPE_CHECKING:
     from safehub.sources.transport import Transport
 
 __all__ = ["WeightsGuard"]
-
-
-def _stat_key(st: os.stat_result) -> list[int]:
-    return [st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_ino]
 
 
 @dataclass
@@ -109,6 +112,8 @@ class WeightsGuard:
     such a URL that no pin holds any more (the user removed theirs) must still be that."""
     spec_asked: str = ""
     """The spec as the load asked for it (the ``safehub trust`` a fix names)."""
+    commits: dict[str, str] = field(default_factory=dict)
+    """The lockfile's commit of each pinned Hub file (``hf://`` key -> 40-hex commit)."""
 
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
@@ -181,8 +186,8 @@ class WeightsGuard:
         is read)."""
         self._require_pin(url)  # a caller that fetched without asking check_url first
         seen = self.records.get(url) if self.records is not None else None
-        known = seen if sha256 is None and _same_file(seen, path) else None
-        digest = sha256 or (str(known["sha256"]) if known else _sha256_of(path))
+        known = seen if sha256 is None and same_file(seen, path) else None
+        digest = sha256 or (str(known["sha256"]) if known else sha256_of(path))
         kind = self._verify(url, path, digest, seen, known)
         from safehub.run.runtime import own_work
 
@@ -195,7 +200,7 @@ class WeightsGuard:
         sha256 ``digest``; a refused file is deleted. Returns its format."""
         pinned = self.locked.get(url) or (str(seen["sha256"]) if seen else None)
         if pinned is not None and pinned != digest:
-            _delete(path)
+            delete(path)
             raise IntegrityError(
                 f"the weights from {url} have sha256 {digest}, but {pinned} was pinned "
                 f"({'in the lockfile' if url in self.locked else 'when first downloaded'}); "
@@ -204,14 +209,14 @@ class WeightsGuard:
                               "lockfile's [[repo.weights]] entry) and load again"),
             )
         if pinned is None and self.bound.get(url, digest) != digest:
-            _delete(path)
+            delete(path)
             raise _not_consented(self, url, digest, path)
         kind = str(known.get("format", "")) if known else ""
         if kind not in (SAFETENSORS, PICKLE):  # not recorded yet: read its header
             try:
-                kind = file_kind(str(path), named=_named_safetensors(url, path))
+                kind = file_kind(str(path), named=named_safetensors(url, path))
             except CheckpointError as e:
-                _delete(path)
+                delete(path)
                 raise IntegrityError(
                     f"the weights from {url} claim to be safetensors, but {e}; the file "
                     f"{path} was deleted before anything loaded it",
@@ -230,7 +235,7 @@ class WeightsGuard:
             if self.warn_only:
                 warn(f"{message} (mode = 'warn', allowed)")
                 return kind
-            _delete(path)
+            delete(path)
             raise PolicyDenied(
                 f"{message}; the file {path} was deleted before anything deserialised it",
                 fix=fixes.either(
@@ -249,25 +254,10 @@ class WeightsGuard:
         pinned = url in self.locked or seen is not None
         if self.locked_mode and url not in self.locked:
             return
-        self.records.put(url, digest, path, lambda p: _stat_key(p.stat()),
+        self.records.put(url, digest, path, lambda p: stat_key(p.stat()),
                          repo=self.repo_key, kind=kind, durable=url not in self.locked)
         if not pinned:
-            self._say_pinned(url, digest)
-
-    def _say_pinned(self, url: str, digest: str) -> None:
-        """A new pin went to the user's records, never the lockfile (a load does not change
-        a tracked file): say so, and how to add it to the lockfile."""
-        import sys
-
-        assert self.records is not None
-        to_lock = (f"; `safehub lock {self.locked_spec}` adds it to the lockfile"
-                   if self.locked_spec else "")
-        from safehub._internal.text import printable
-
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            sys.stderr.write(printable(f"safehub: pinned the weights {url} of {self.repo} "
-                                       f"(sha256 {digest[:16]}...) in {self.records.path}"
-                                       f"{to_lock}") + "\n")
+            _say_pinned(self, url, digest)
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
 
@@ -296,8 +286,8 @@ class WeightsGuard:
         url, dst = _text(url, "url"), _text(os.fspath(dst), "dst")
         self.check_url(url)
         target = Path(os.path.expanduser(dst))
-        self._writable_here(url, target.parent)
-        if self._from_snapshot(url, target, hash_prefix):
+        _writable_here(self, url, target.parent)
+        if _from_snapshot(self, url, target, hash_prefix):
             self.check_file(url, target)
             return
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
@@ -306,23 +296,6 @@ class WeightsGuard:
             self.check_file(url, target)
         else:
             self._fetch(url, target, hash_prefix, progress)
-
-    def _writable_here(self, url: str, folder: Path) -> None:
-        """In a confined job, a download into a folder the kernel holds read-only (torch's
-        checkpoint folder: a later run pins what it finds there) is refused by name."""
-        if "SAFEHUB_CONFINED" not in os.environ:
-            return
-        from safehub.errors import ConfineError
-        from safehub.run.confine.ruleset import current
-
-        ruleset = current()
-        if ruleset is not None and ruleset.refuses("write", os.path.realpath(folder)):
-            raise ConfineError(
-                f"hubconf.py of {self.repo} tried to download {url} into {folder}, which is "
-                "read-only inside `safehub run --confine` (a later run trusts what it finds "
-                "there)", fix=fixes.say("load the model once outside the job (safehub load SPEC "
-                "ENTRYPOINT downloads and pins the file, and the job then reads it), or pass "
-                                        "a model_dir under [confine] writes"))
 
     def _fetch(self, url: str, target: Path, hash_prefix: str | None, progress: bool) -> None:
         from safehub._internal.progress import terminal_progress
@@ -334,7 +307,7 @@ class WeightsGuard:
         try:
             # safehub's own work: the transport made (its modules imported) and the download
             with os.fdopen(fd, "wb", buffering=0) as raw, own_work():
-                out = _Hashing(raw)  # hashed as it is written: the file is not read back
+                out = Hashing(raw)  # hashed as it is written: the file is not read back
                 try:
                     self.transport().download(
                         url, out, what=f"weights {url}",  # type: ignore[arg-type]
@@ -372,70 +345,73 @@ class WeightsGuard:
         if cached.is_file():  # torch would load it without downloading: check it first
             self.check_file(url, cached)
         else:
-            self._writable_here(url, Path(folder))
+            _writable_here(self, url, Path(folder))
             if self.blobs is not None and url in self.locked:
                 os.makedirs(folder, exist_ok=True)  # as torch would, before it downloads
-                if self._from_snapshot(url, cached, None):
+                if _from_snapshot(self, url, cached, None):
                     self.check_file(url, cached)
         if self.weights_only and not weights_only:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
                                                       check_hash, file_name, weights_only)
 
-    # -- Hugging Face Hub files (safehub/run/hfhub.py) ----------------------------------------
 
-    commits: dict[str, str] = field(default_factory=dict)
-    """The lockfile's commit of each pinned Hub file (``hf://`` key -> 40-hex commit)."""
+def _from_snapshot(guard: WeightsGuard, url: str, target: Path, hash_prefix: str | None) -> bool:
+    """A file the lockfile pins, from the node's snapshot (:attr:`blobs`) into
+    ``target``: written beside it, checked, then moved in (a refusal leaves nothing)."""
+    pinned = guard.locked.get(url)
+    if guard.blobs is None or pinned is None:
+        return False
+    from safehub.run.runtime import own_work
 
-    def pinned_commit(self, key: str) -> str | None:
-        """The commit a Hub file's revision was pinned to (the lockfile's, else the user's
-        where it pins the same content as the lockfile)."""
-        seen = self.records.get(key) if self.records is not None else None
-        if seen and key in self.locked and seen["sha256"] != self.locked[key]:
-            seen = None
-        commit = self.commits.get(key) or (seen.get("commit") if seen else None)
-        return commit if isinstance(commit, str) and commit else None
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
+                               suffix=".partial")
+    try:
+        with os.fdopen(fd, "w+b") as out, own_work():
+            if not guard.blobs(url, pinned, out):
+                return False
+        if hash_prefix is not None and not pinned.startswith(hash_prefix):
+            raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
+                               f'"{pinned}")')  # as torch.hub raises it
+        os.replace(tmp, target)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+    return True
 
-    def pinned_sha256(self, key: str) -> str | None:
-        """The sha256 a Hub file is pinned to (the lockfile's, else the user's)."""
-        seen = self.records.get(key) if self.records is not None else None
-        return self.locked.get(key) or (str(seen["sha256"]) if seen else None)
 
-    def check_hub_file(self, key: str, path: Path, commit: str, size: int | None) -> None:
-        """:meth:`check_file` for a Hub file; its pin keeps the commit its revision was at."""
-        self.check_file(key, path)
-        seen = self.records.get(key) if self.records is not None else None
-        if seen is not None and seen.get("commit") != commit:
-            from safehub.run.runtime import own_work
+def _writable_here(guard: WeightsGuard, url: str, folder: Path) -> None:
+    """In a confined job, a download into a folder the kernel holds read-only (torch's
+    checkpoint folder: a later run pins what it finds there) is refused by name."""
+    if "SAFEHUB_CONFINED" not in os.environ:
+        return
+    from safehub.errors import ConfineError
+    from safehub.run.confine.ruleset import current
 
-            assert self.records is not None
-            with own_work():  # the digest check_file just checked and recorded
-                self.records.put(key, str(seen["sha256"]), path,
-                                 lambda p: _stat_key(p.stat()), repo=self.repo_key,
-                                 kind=str(seen.get("format", "")), commit=commit, size=size)
+    ruleset = current()
+    if ruleset is not None and ruleset.refuses("write", os.path.realpath(folder)):
+        raise ConfineError(
+            f"hubconf.py of {guard.repo} tried to download {url} into {folder}, which is "
+            "read-only inside `safehub run --confine` (a later run trusts what it finds "
+            "there)", fix=fixes.say("load the model once outside the job (safehub load SPEC "
+            "ENTRYPOINT downloads and pins the file, and the job then reads it), or pass "
+                                    "a model_dir under [confine] writes"))
 
-    def _from_snapshot(self, url: str, target: Path, hash_prefix: str | None) -> bool:
-        """A file the lockfile pins, from the node's snapshot (:attr:`blobs`) into
-        ``target``: written beside it, checked, then moved in (a refusal leaves nothing)."""
-        pinned = self.locked.get(url)
-        if self.blobs is None or pinned is None:
-            return False
-        from safehub.run.runtime import own_work
 
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.",
-                                   suffix=".partial")
-        try:
-            with os.fdopen(fd, "w+b") as out, own_work():
-                if not self.blobs(url, pinned, out):
-                    return False
-            if hash_prefix is not None and not pinned.startswith(hash_prefix):
-                raise RuntimeError(f'invalid hash value (expected "{hash_prefix}", got '
-                                   f'"{pinned}")')  # as torch.hub raises it
-            os.replace(tmp, target)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        return True
+def _say_pinned(guard: WeightsGuard, url: str, digest: str) -> None:
+    """A new pin went to the user's records, never the lockfile (a load does not change
+    a tracked file): say so, and how to add it to the lockfile."""
+    import sys
+
+    assert guard.records is not None
+    to_lock = (f"; `safehub lock {guard.locked_spec}` adds it to the lockfile"
+               if guard.locked_spec else "")
+    from safehub._internal.text import printable
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        sys.stderr.write(printable(f"safehub: pinned the weights {url} of {guard.repo} "
+                                   f"(sha256 {digest[:16]}...) in {guard.records.path}"
+                                   f"{to_lock}") + "\n")
 
 
 def _not_consented(guard: WeightsGuard, url: str, digest: str, path: Path
@@ -448,99 +424,6 @@ def _not_consented(guard: WeightsGuard, url: str, digest: str, path: Path
         fix=fixes.run(f"safehub trust {shlex.quote(guard.spec_asked or guard.repo)}",
                       "to trust this content with whatever its code fetches next (pinned on "
                       "first use), then load again"))
-
-
-class _Hashing:
-    """A file being downloaded into, hashed as it is written: by a thread of its own, so
-    that SHA-256 (which releases the interpreter lock) runs beside the network's reads
-    instead of after each (the chunks are immutable ``bytes``; at most ``_AHEAD`` wait).
-    The transport rewinds the file to its start on a retry, and the hash starts over."""
-
-    _AHEAD = 64
-
-    def __init__(self, out: Any) -> None:
-        self._out = out
-        self._start()
-
-    def _start(self) -> None:
-        import queue
-        import threading
-
-        self._hash = hashlib.sha256()
-        self._queue: queue.Queue[bytes | None] = queue.Queue(self._AHEAD)
-        self._thread = threading.Thread(target=_hash_chunks, args=(self._hash, self._queue),
-                                        name="safehub-sha256", daemon=True)
-        self._thread.start()
-
-    def _stop(self) -> None:
-        if self._thread.is_alive():
-            self._queue.put(None)
-            self._thread.join()
-
-    def write(self, chunk: bytes) -> int:
-        self._queue.put(chunk if type(chunk) is bytes else bytes(chunk))
-        written: int = self._out.write(chunk)
-        return written
-
-    def seek(self, offset: int, whence: int = 0) -> int:
-        if (offset, whence) != (0, 0):
-            import io
-
-            raise io.UnsupportedOperation("a hashed download only starts over")
-        self._stop()
-        self._start()
-        moved: int = self._out.seek(0)
-        return moved
-
-    def truncate(self, size: int | None = None) -> int:
-        cut: int = self._out.truncate(size)
-        return cut
-
-    def flush(self) -> None:
-        self._out.flush()
-
-    def close(self) -> None:
-        """End the hashing thread (the download ended, or failed)."""
-        self._stop()
-
-    def hexdigest(self) -> str:
-        self._stop()
-        return self._hash.hexdigest()
-
-
-def _hash_chunks(h: Any, chunks: Any) -> None:
-    while (chunk := chunks.get()) is not None:
-        h.update(chunk)
-
-
-def _sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb", buffering=0) as f:
-        buffer = bytearray(1 << 20)
-        view = memoryview(buffer)
-        while n := f.readinto(buffer):
-            h.update(view[:n])
-    return h.hexdigest()
-
-
-def _same_file(seen: dict[str, Any] | None, path: Path) -> bool:
-    """Whether ``path`` is the file recorded in ``seen``, unchanged since (its stat
-    identity: size, mtime, ctime and inode, which no write leaves as they were)."""
-    if not seen or seen.get("file") != str(path):
-        return False
-    try:
-        return seen.get("stat") == _stat_key(path.stat())
-    except OSError:
-        return False
-
-
-def _named_safetensors(url: str, path: Path) -> bool:
-    return path.name.endswith(".safetensors") or urlparse(url).path.endswith(".safetensors")
-
-
-def _delete(path: Path) -> None:
-    with contextlib.suppress(OSError):
-        path.unlink()
 
 
 def _text(value: object, name: str) -> str:

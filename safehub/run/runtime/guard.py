@@ -231,9 +231,8 @@ class RuntimeGuard:
             if not s.takes_effect or s.name in self.rules.shadows:
                 continue
             if self.rules.shadowing == "warn" or s.own_distribution:
-                once = f"shadowing {self.repo} {s.name}"  # per user where the load has one
-                if (self._first_time(once) if self._first_time
-                        else hygiene.first_warning(self.repo, s)):
+                if (self._first_time(f"shadowing {self.repo} {s.name}") if self._first_time
+                        else hygiene.first_warning(self.repo, s)):  # per user, else process
                     warn(_said_once(self.repo, s, self.rules.shadowing))
                 continue
             what = "the standard library's" if s.kind == "stdlib" else f"{s.shadows}'s"
@@ -440,6 +439,8 @@ class RuntimeGuard:
 
 
 _REVERSE = frozenset({"socket.gethostbyaddr", "socket.getnameinfo"})
+
+
 def _unpickling(repo: str, rules: RuntimeRules, action: Action) -> RuntimeGuardError:
     """The refusal of a pickle the repo's code deserialises where ``weights_format`` allows
     only safetensors (refused as it names its first global, before that runs)."""
