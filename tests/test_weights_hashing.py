@@ -63,7 +63,7 @@ class _Reads:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.hashed: list[str] = []
         self.sniffed: list[str] = []
-        hash_of, kind_of = weights_module._sha256_of, weights_module.file_kind
+        hash_of, kind_of = weights_module.sha256_of, weights_module.file_kind
 
         def hashed(path: Path) -> str:
             self.hashed.append(str(path))
@@ -73,7 +73,7 @@ class _Reads:
             self.sniffed.append(path)
             return kind_of(path, named=named)
 
-        monkeypatch.setattr(weights_module, "_sha256_of", hashed)
+        monkeypatch.setattr(weights_module, "sha256_of", hashed)
         monkeypatch.setattr(weights_module, "file_kind", sniffed)
 
 
