@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, NoReturn, Protocol
 
@@ -158,56 +158,34 @@ class OciSource:
         pin = self._pins(commit)
         if pin is None:
             raise unpinned(self._lockfile(), repo, commit)
-        failures: list[SafehubError] = []
-        for place in self.places:
-            try:
-                self._from(place, pin, out, max_bytes)
-                return
-            except SafehubError as e:
-                failures.append(e)
-                out.seek(0)
-                out.truncate()
-        if len(failures) == 1:
-            raise failures[0]
-        integrity = any(isinstance(e, IntegrityError) for e in failures)
-        listed = "\n    ".join(f"{e.message}" for e in failures)
-        cls = IntegrityError if integrity else FetchError
-        raise cls(f"no registry in SAFEHUB_OCI served the snapshot {pin.manifest} of "
-                  f"{pin.spec}:\n    {listed}", fix=failures[-1].fix)
+        def take(place: Place) -> bool:
+            self._from(place, pin, out, max_bytes)
+            return True
+
+        _first_place(self.places, take, out, f"the snapshot {pin.manifest} of {pin.spec}")
 
     def weights(self, manifest: str, url: str, sha256_hex: str, out: IO[bytes]) -> bool:
         """The file the lockfile pins for ``url`` (``sha256_hex``), from the snapshot
         ``manifest`` into ``out``: the layer's digest must be the pin, its bytes are checked
         against it and its size as they arrive (:meth:`Place.blob`). False if the snapshot
         carries no file for ``url``; a place that fails is reported and the next tried."""
-        failures: list[SafehubError] = []
-        for place in self.places:
-            try:
-                snap = self._snapshot(place, manifest)
-                layer = snap.weight(url)
-                if layer is None:
-                    return False
-                if layer.digest != f"sha256:{sha256_hex}":
-                    raise IntegrityError(
-                        f"the snapshot {manifest} in {place} carries {layer.digest} for {url}, "
-                        f"but the lockfile pins sha256:{sha256_hex}; nothing was written",
-                        fix=fixes.say("the lockfile's [[repo.weights]] changed after the "
-                                      "snapshot was pushed: run `safehub prefetch --oci "
-                                      "REGISTRY/REPOSITORY SPEC` again where the files' hosts "
-                                      "are reachable"))
-                place.blob(layer, out)
-                return True
-            except SafehubError as e:
-                failures.append(e)
-                out.seek(0)
-                out.truncate()
-        if len(failures) == 1:
-            raise failures[0]
-        cls = IntegrityError if any(isinstance(e, IntegrityError) for e in failures) \
-            else FetchError
-        listed = "\n    ".join(e.message for e in failures)
-        raise cls(f"no registry in SAFEHUB_OCI served the file {url} of the snapshot "
-                  f"{manifest}:\n    {listed}", fix=failures[-1].fix)
+        def take(place: Place) -> bool:
+            layer = self._snapshot(place, manifest).weight(url)
+            if layer is None:
+                return False
+            if layer.digest != f"sha256:{sha256_hex}":
+                raise IntegrityError(
+                    f"the snapshot {manifest} in {place} carries {layer.digest} for {url}, "
+                    f"but the lockfile pins sha256:{sha256_hex}; nothing was written",
+                    fix=fixes.say("the lockfile's [[repo.weights]] changed after the "
+                                  "snapshot was pushed: run `safehub prefetch --oci "
+                                  "REGISTRY/REPOSITORY SPEC` again where the files' hosts "
+                                  "are reachable"))
+            place.blob(layer, out)
+            return True
+
+        return _first_place(self.places, take, out,
+                            f"the file {url} of the snapshot {manifest}")
 
     def _snapshot(self, place: Place, manifest: str) -> Snapshot:
         """The snapshot ``manifest`` as ``place`` serves it, checked, read once."""
@@ -288,3 +266,23 @@ class OciSource:
                         fixes.say(f"a copy must carry the referrers or the tag {tag} "
                                   "(`skopeo sync` copies tags)")))
         return ", ".join(dict.fromkeys(signers))
+
+
+def _first_place(places: Iterable[Place], take: Callable[[Place], bool], out: IO[bytes],
+                 what: str) -> bool:
+    """``take`` from the first place that serves ``what`` (into ``out``, emptied again after
+    a place that failed); one failure is raised as it was, several as one error that lists
+    them (an IntegrityError if any place served other bytes than the pin)."""
+    failures: list[SafehubError] = []
+    for place in places:
+        try:
+            return take(place)
+        except SafehubError as e:
+            failures.append(e)
+            out.seek(0)
+            out.truncate()
+    if len(failures) == 1:
+        raise failures[0]
+    cls = IntegrityError if any(isinstance(e, IntegrityError) for e in failures) else FetchError
+    listed = "\n    ".join(e.message for e in failures)
+    raise cls(f"no registry in SAFEHUB_OCI served {what}:\n    {listed}", fix=failures[-1].fix)
