@@ -24,9 +24,9 @@ from safehub.run.weightfile import stat_key
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HUB", "KINDS", "Where", "check_hub_file", "hub_cache", "hub_endpoint", "link",
-           "listing_path", "pinned_commit", "pinned_sha256", "place", "read_listing",
-           "write_listing", "write_ref"]
+__all__ = ["HUB", "KINDS", "Where", "check_hub_file", "created_mode", "hub_cache",
+           "hub_endpoint", "link", "listing_path", "pinned_commit", "pinned_sha256", "place",
+           "read_listing", "write_listing", "write_ref"]
 
 HUB = "https://huggingface.co"
 """The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
@@ -106,6 +106,21 @@ def place(file: Path, local_dir: str | os.PathLike[str] | None, path: str) -> Pa
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
     return target
+
+
+def created_mode(folder: Path) -> int:
+    """The mode a new file gets in ``folder`` under the umask (read without changing the
+    umask, which other threads share)."""
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".mode.")
+    try:
+        os.close(fd)
+        os.unlink(probe)
+        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        os.close(fd)
+        return os.stat(probe).st_mode & 0o777
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(probe)
 
 
 def listing_path(storage: Path, commit: str) -> Path:

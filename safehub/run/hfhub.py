@@ -23,6 +23,8 @@ kinds, the revision as the code asked for it, percent-encoded):
   on a redirect each hop's host read by :func:`safehub._internal.urls.read_url`: the
   endpoint's own origin, the Hub's CDN hosts (``*.huggingface.co``, ``*.hf.co``, when the
   endpoint is ``https://huggingface.co``), or a URL a ``weights`` pattern allows;
+* on a fleet node (``SAFEHUB_OCI``) a file the lockfile pins with its commit comes from
+  the snapshot's layer, with no request to the Hub (:mod:`safehub.run.hfsnapshot`);
 * ``SAFEHUB_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` mean the same: files come from the Hub
   cache (a pinned commit, or the cache's own ref for the revision) or the load is refused.
 
@@ -58,6 +60,7 @@ from safehub.run.hfcache import (
     KINDS,
     Where,
     check_hub_file,
+    created_mode,
     hub_endpoint,
     link,
     listing_path,
@@ -68,6 +71,7 @@ from safehub.run.hfcache import (
     write_listing,
     write_ref,
 )
+from safehub.run.hfsnapshot import from_snapshot
 
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
@@ -277,6 +281,8 @@ class HubFiles:
             if snapshot.is_file():  # a warm load: the verdict is kept by stat identity
                 self._checked(key, snapshot, commit)
                 return snapshot
+        if served := from_snapshot(self.guard, key, storage, revision, path, self._checked):
+            return served  # a fleet node's snapshot (SAFEHUB_OCI): no request to the Hub
         if offline is not None:
             raise _as_library(OfflineError(
                 f"offline mode ({offline}) and the Hub file {key} is not in the Hub cache"
@@ -361,7 +367,7 @@ class HubFiles:
                                          fix=_RETRY) from e
                 self._verify(key, out, got, meta, pinned)
             blob = blobs / meta.etag
-            os.chmod(tmp, _created_mode(blobs))  # as huggingface_hub leaves its blobs
+            os.chmod(tmp, created_mode(blobs))  # as huggingface_hub leaves its blobs
             os.replace(tmp, blob)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -464,21 +470,6 @@ class HubFiles:
                              "or file list", fix=_RETRY)
         return sha, [s["rfilename"] for s in siblings
                      if isinstance(s, dict) and isinstance(s.get("rfilename"), str)]
-
-
-def _created_mode(folder: Path) -> int:
-    """The mode a new file gets in ``folder`` under the umask (read without changing the
-    umask, which other threads share)."""
-    fd, probe = tempfile.mkstemp(dir=folder, prefix=".mode.")
-    try:
-        os.close(fd)
-        os.unlink(probe)
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        os.close(fd)
-        return os.stat(probe).st_mode & 0o777
-    finally:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(probe)
 
 
 def _as_library(error: SafehubError, name: str) -> SafehubError:
