@@ -126,9 +126,8 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
     import ssl
     import urllib.request
 
-    import safehub.run.weights as weights
-    from safehub.run.weightfile import sha256_of
     from safehub.config import Settings
+    from safehub.run.weightfile import sha256_of
     from safehub.run.weights import WeightsGuard
     from safehub.store.records import WeightPins
 
