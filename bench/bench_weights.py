@@ -126,8 +126,8 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
     import ssl
     import urllib.request
 
-    import safehub.run.weights as weights
     from safehub.config import Settings
+    from safehub.run.weightfile import sha256_of
     from safehub.run.weights import WeightsGuard
     from safehub.store.records import WeightPins
 
@@ -139,7 +139,7 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
     out.mkdir()
     data = work / "data"
 
-    pinned = {url: weights._sha256_of(source)} if locked else {}
+    pinned = {url: sha256_of(source)} if locked else {}
 
     def guard() -> WeightsGuard:
         return WeightsGuard(repo="bench/weights", records=WeightPins(data),
@@ -168,7 +168,7 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
         if sha256sum:
             hashing["sha256sum"].append(_timed(lambda: subprocess.run(
                 [sha256sum, str(source)], check=True, capture_output=True))[0])
-        hashing["safehub"].append(_timed(lambda: weights._sha256_of(source))[0])
+        hashing["safehub"].append(_timed(lambda: sha256_of(source))[0])
     # the warm check: the file found in the folder, its stat identity the recorded one
     held = guard()
     target = out / "safehub.pth"

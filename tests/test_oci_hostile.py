@@ -84,11 +84,11 @@ def evil(hub_repo: HubRepo, registry: DockerRegistry, server: GitHubStandIn, tmp
 @pytest.fixture
 def big_evil(make_hub_repo, registry: DockerRegistry, server: GitHubStandIn,  # type: ignore[no-untyped-def]
              tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Evil:
-    """As ``evil``, for a repo whose archive spans several of the transport's 256 KiB reads
-    (an incompressible 1 MB file), so a cut answer leaves whole reads behind."""
+    """As ``evil``, for a repo whose archive spans several of the transport's 1 MiB reads
+    (an incompressible 4 MiB file), so a cut answer leaves whole reads behind."""
     import random
 
-    repo = make_hub_repo("acme", "models", {"weights.bin": random.Random(0).randbytes(1 << 20)})
+    repo = make_hub_repo("acme", "models", {"weights.bin": random.Random(0).randbytes(4 << 20)})
     return _evil(repo, registry, server, tmp_path, monkeypatch)
 
 
@@ -287,8 +287,8 @@ def test_a_blob_cut_short_is_resumed_with_range_or_fetched_again(
 
     evil.answers[f"/blobs/{evil.archive}"] = answer
     assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
-    # Resumed after the whole reads that arrived before the cut (256 KiB each).
-    assert asked[0] is None and asked[1] == f"bytes={cut // (256 * 1024) * 256 * 1024}-"
+    # Resumed after the whole reads that arrived before the cut (1 MiB each).
+    assert asked[0] is None and asked[1] == f"bytes={cut // (1 << 20) * (1 << 20)}-"
     assert asked[2:] == ([None] if server_does == "answers another range" else [])
 
 

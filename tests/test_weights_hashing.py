@@ -131,3 +131,30 @@ def test_torchs_hash_prefix_is_checked_on_the_streamed_digest(
     assert not target.exists()
     assert safehub.load("acme/weighted:v1.0", "prefixed", url, str(target), digest[:8],
                         verbose=False) == str(target)
+
+
+class _Dribble(io.BytesIO):
+    """A raw file that takes at most 3 bytes a write (as a raw write may)."""
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        return super().write(bytes(data[:3]))
+
+
+def test_a_hashed_download_starts_over_on_a_rewind_and_goes_on_when_resumed() -> None:
+    import hashlib
+
+    from safehub._internal.hashing import Hashing
+
+    out = _Dribble()
+    hashed = Hashing(out)
+    hashed.write(b"garbage")
+    hashed.seek(0)  # a retry from the first byte: the hash starts over
+    hashed.truncate()
+    hashed.write(b"hello ")
+    hashed.seek(6)  # a resumed download: what was written stays hashed
+    hashed.truncate()
+    hashed.write(b"world")
+    assert out.getvalue() == b"hello world" and hashed.size == 11
+    assert hashed.hexdigest() == hashlib.sha256(b"hello world").hexdigest()
+    with pytest.raises(io.UnsupportedOperation):
+        hashed.seek(3)  # anywhere else would leave the hash not the file's

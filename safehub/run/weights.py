@@ -46,12 +46,12 @@ from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
+from safehub._internal.hashing import Hashing
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PinError, PolicyDenied, UntrustedRepoError
 from safehub.run.weightfile import (
-    Hashing,
     delete,
     named_safetensors,
     same_file,
@@ -288,7 +288,6 @@ class WeightsGuard:
         target = Path(os.path.expanduser(dst))
         _writable_here(self, url, target.parent)
         if _from_snapshot(self, url, target, hash_prefix):
-            self.check_file(url, target)
             return
         if self.transport is None or (not self.patterns and not url.startswith("https://")):
             self._tell(url)
@@ -348,8 +347,7 @@ class WeightsGuard:
             _writable_here(self, url, Path(folder))
             if self.blobs is not None and url in self.locked:
                 os.makedirs(folder, exist_ok=True)  # as torch would, before it downloads
-                if _from_snapshot(self, url, cached, None):
-                    self.check_file(url, cached)
+                _from_snapshot(self, url, cached, None)
         if self.weights_only and not weights_only:
             weights_only = True
         return _original("load_state_dict_from_url")(url, model_dir, map_location, progress,
@@ -358,7 +356,9 @@ class WeightsGuard:
 
 def _from_snapshot(guard: WeightsGuard, url: str, target: Path, hash_prefix: str | None) -> bool:
     """A file the lockfile pins, from the node's snapshot (:attr:`blobs`) into
-    ``target``: written beside it, checked, then moved in (a refusal leaves nothing)."""
+    ``target``: written beside it, its sha256 checked as it arrives, moved in (a refusal
+    leaves nothing), then checked as any file is (its digest already known: not read
+    again). False where the snapshot does not carry it."""
     pinned = guard.locked.get(url)
     if guard.blobs is None or pinned is None:
         return False
@@ -377,6 +377,7 @@ def _from_snapshot(guard: WeightsGuard, url: str, target: Path, hash_prefix: str
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+    guard.check_file(url, target, sha256=pinned)  # the blob's bytes were the pin's
     return True
 
 

@@ -53,7 +53,8 @@ __all__ = ["HTTPError", "Reply", "Transport", "TransportConfig", "proxy_hosts"]
 _USER_AGENT = "safehub/0.1"
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
-_CHUNK = 256 * 1024
+_CHUNK = 1 << 20
+"""Bytes a read asks for: large, so a large download costs few calls per byte."""
 
 Headers = Callable[[str], Mapping[str, str]]
 Progress = Callable[[int, "int | None"], None]

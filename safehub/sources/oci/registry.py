@@ -20,7 +20,6 @@ digest, and a fix that works: a FetchError for "could not download" (401, 403, 4
 from __future__ import annotations
 
 import base64
-import hashlib
 import io
 import tempfile
 from collections.abc import Callable, Mapping
@@ -228,28 +227,28 @@ class Registry:
         return found
 
     def blob(self, desc: Descriptor, out: IO[bytes]) -> None:
-        """Stream the blob into ``out``: at most its size, then its sha256 checked."""
+        """Stream the blob into ``out``: at most its size, its sha256 checked as it is
+        written (nothing is read back)."""
+        from safehub._internal.hashing import Hashing
+
         url = f"{self.target.base}/blobs/{desc.digest}"
         what = f"blob {desc.digest} from {self.target}"
+        hashed = Hashing(out)
         try:
             self._authorized(what, lambda: self.transport.download(
-                url, out, what=what, max_bytes=desc.size, headers=self._headers,
-                allow=self.places.hop, accept="application/octet-stream", resume=True))
+                url, hashed, what=what, max_bytes=desc.size,  # type: ignore[arg-type]
+                headers=self._headers, allow=self.places.hop,
+                accept="application/octet-stream", resume=True))
         except IntegrityError as e:  # the transport's cap: longer than the descriptor
             raise IntegrityError(
                 f"{self.target} sent more than the {desc.size:,} bytes the manifest gives "
                 f"the blob {desc.digest}; download stopped", fix=_HOSTILE) from e
-        out.flush()
-        out.seek(0)
-        digest, size = hashlib.sha256(), 0
-        for chunk in iter(lambda: out.read(1 << 20), b""):
-            digest.update(chunk)
-            size += len(chunk)
-        got = "sha256:" + digest.hexdigest()
+        got, size = "sha256:" + hashed.hexdigest(), hashed.size
         if got != desc.digest or size != desc.size:
             raise IntegrityError(
                 f"{self.target} answered the blob {desc.digest} with other bytes ({size:,} "
                 f"bytes, {got})", fix=_HOSTILE)
+        out.flush()
         out.seek(0)
 
     def blob_bytes(self, desc: Descriptor) -> bytes:
