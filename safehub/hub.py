@@ -60,7 +60,17 @@ class Hub:
 
     def __init__(self, settings: Settings | None = None, *, policy: Policy | None = None,
                  transport: Transport | None = None, source: Source | None = None,
+                 cache_dir: str | os.PathLike[str] | None = None, offline: bool | None = None,
                  **overrides: Any) -> None:
+        """``cache_dir``: where fetched code and weights are kept (default
+        ``SAFEHUB_CACHE_DIR``, the policy's ``cache_dir``, then the user cache dir);
+        ``offline``: True fetches nothing and loads only what is cached (default
+        ``SAFEHUB_OFFLINE`` or the policy's ``offline``). None keeps what the environment
+        and policy say. Other keyword arguments are :class:`safehub.Settings` fields."""
+        if cache_dir is not None:
+            overrides["cache_dir"] = cache_dir
+        if offline is not None:
+            overrides["offline"] = offline
         with gcpause.paused():  # safehub's own work: the collector's pass is the program's
             self.context = Context(settings, policy=policy, transport=transport,
                                    source=source, **overrides)

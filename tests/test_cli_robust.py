@@ -263,6 +263,11 @@ CASES = [
     C("sign nosuch --key priv.pem", 2, "no such folder"),
     C("sign empty --key priv.pem", 2, "is a file"),
     C("sign adir --key nosuch", 2, "no such file"),
+    # -- keygen ------------------------------------------------------------------------------
+    C("keygen", 2, "required: PRIVATE"),
+    C("keygen priv.pem", 2, "never overwrites"),
+    C("keygen adir", 2, "is a folder"),
+    C("env --bogus", 2, "--bogus"),
     C("sign adir --key ''", 2, "empty string"),
     C("sign adir --key adir", 2, "is a folder"),
     C("sign adir --key empty", 1, "not a PEM private key"),

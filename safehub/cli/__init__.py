@@ -20,7 +20,7 @@ from typing import Any
 from safehub._internal import fixes
 from safehub._internal.text import error as _error_text
 from safehub._internal.text import printable
-from safehub.cli import admin, fleet, text
+from safehub.cli import admin, fleet, selfcheck, text
 from safehub.cli.common import EXIT_OK, EXIT_REFUSED, EXIT_UNDECIDED, EXIT_USAGE, specs_from
 from safehub.cli.common import Parser as _Parser
 from safehub.cli.common import Usage as _Usage
@@ -455,6 +455,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "load": _cmd_load, "list": _cmd_list, "help": _cmd_help, "check": _cmd_check,
     "trust": _cmd_trust, "untrust": _cmd_untrust, "lock": _cmd_lock,
     "prefetch": fleet.cmd_prefetch, "verify": _cmd_verify, "sign": _cmd_sign,
+    "keygen": admin.keygen, "env": selfcheck.env,
     "oci export": fleet.cmd_oci_export, "oci import": fleet.cmd_oci_import,
     "policy show": admin.policy_show, "policy validate": admin.policy_validate,
     "policy init": admin.policy_init, "cache": _cmd_cache, "run": _cmd_run,

@@ -83,7 +83,7 @@ def policy_validate(args: argparse.Namespace) -> int:
             fix = None
         except PolicyError as e:
             faults = list(e.faults) or [e.message]
-            fix = _validate_fix(name, in_force, e)
+            fix = _validate_fix(name, in_force, e, role)
             result.update(ok=False, rules=None, faults=faults, fix=fixes.render(fix, 'cli'),
                           notes=[])
         results.append(result)
@@ -118,7 +118,7 @@ def _validated(r: dict[str, Any], fix: fixes.Fix | None) -> str:
     return text.lines(rows)
 
 
-def _validate_fix(name: str, in_force: bool, error: PolicyError) -> fixes.Fix:
+def _validate_fix(name: str, in_force: bool, error: PolicyError, role: str) -> fixes.Fix:
     if not error.faults and (at := _toml_position(error)):  # the place, not this command
         return fixes.say(f"edit {name} at {at}: the TOML there does not parse (tables are "
                          "[safehub] or [[allow]] lines, values key = \"text\")"
@@ -130,8 +130,21 @@ def _validate_fix(name: str, in_force: bool, error: PolicyError) -> fixes.Fix:
     if in_force:
         return fixes.say(fix + "; until it is valid no repo loads on this machine (fail "
                          "closed)")
-    return fixes.say(fix + f"; it is not in force (to use it, add it to SAFEHUB_POLICY, "
-                     f"e.g. export SAFEHUB_POLICY={shlex.quote(os.path.abspath(name))})")
+    return fixes.say(fix + f"; it is not in force ({_how_to_use(name, role)})")
+
+
+def _how_to_use(name: str, role: str) -> str:
+    """How a file validated as ``role`` comes into force: where that role's file is read
+    (SAFEHUB_POLICY adds a file only as an extra one, which narrows and grants nothing)."""
+    from safehub.policy import searched
+
+    if role == "project":
+        return "to use it, name it safehub.toml in the project's folder"
+    place = next((p.path for p in searched() if p.origin == role), None)
+    if role in ("site", "user") and place is not None:
+        return f"to use it as the {role} file, copy it to {shlex.quote(str(place))}"
+    return ("to use it, add it to SAFEHUB_POLICY, e.g. export "
+            f"SAFEHUB_POLICY={shlex.quote(os.path.abspath(name))}")
 
 
 def _role(path: Path) -> tuple[str, bool]:
@@ -364,4 +377,38 @@ def completion(args: argparse.Namespace) -> int:
     from safehub.cli.reference import completion as script
 
     text.out(script(args.shell, args.root_parser).rstrip("\n"))
+    return EXIT_OK
+
+
+def keygen(args: argparse.Namespace) -> int:
+    """``safehub keygen PRIVATE``: an EC P-256 key pair for ``safehub sign``, neither file
+    overwritten; the private key is created readable by its owner only."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = Path(args.private).expanduser()
+    public = (Path(args.public).expanduser() if args.public
+              else private.with_suffix(".pub") if private.suffix in (".pem", ".key")
+              else private.with_name(private.name + ".pub"))
+    if public == private:
+        raise Usage(f"the public key would be written over the private key {private}",
+                    "safehub keygen")
+    for path in (private, public):
+        if os.path.lexists(path):
+            raise Usage(f"{path} exists; safehub keygen never overwrites a key",
+                        "safehub keygen")
+    key = ec.generate_private_key(ec.SECP256R1())
+    secret = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                               serialization.NoEncryption())
+    shared = key.public_key().public_bytes(serialization.Encoding.PEM,
+                                           serialization.PublicFormat.SubjectPublicKeyInfo)
+    for path, body, mode in ((private, secret, 0o600), (public, shared, 0o644)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+        with os.fdopen(fd, "wb") as f:
+            f.write(body)
+    emit(args, {"private_key": str(private), "public_key": str(public)},
+         text.lines([f"wrote {private} (private: keep it secret, out of the repo)",
+                     f"wrote {public} (public: publish it; consumers list it in "
+                     "an [[allow]] rule's keys)"]))
     return EXIT_OK

@@ -108,6 +108,9 @@ JSON_FIELDS: dict[str, str] = {
     "oci import": "target, entries",
     "verify": "target, signer, files, uncovered, commit, digest, valid",
     "sign": "signature",
+    "keygen": "private_key, public_key",
+    "env": "versions, policy_files, lockfile, cache_dir, data_dir, torch_hub_dir, "
+           "environment_hook, kernel, settings",
     "policy show": "files, mode, warn_files, unknown_repos, settings, local_dirs, confine, "
                    "oci, rules, searched, cache, ignored, environment_hook",
     "policy validate": "ok, files",
@@ -353,6 +356,14 @@ def _signing(add: _Adder) -> None:
                       help="signature path (default: DIRECTORY/model.sig)")
     sign.add_argument("--allow-symlinks", action="store_true", help="sign a link to a file "
                       "inside DIRECTORY as that file (model_signing's --allow_symlinks)")
+    keygen = add("keygen", "make an EC P-256 key pair for safehub sign (no openssl needed)",
+                 "Write a new EC P-256 private key (PEM, PKCS#8, readable by you only) and its "
+                 "public key, as cosign generate-key-pair does; an existing file is never "
+                 "overwritten.", "json")
+    keygen.add_argument("private", metavar="PRIVATE", type=_file_to_be,
+                        help="the private key to write (keep it secret), e.g. ~/signing.pem")
+    keygen.add_argument("--public", metavar="FILE", type=_file_to_be,
+                        help="the public key to write (default: PRIVATE with the suffix .pub)")
 
 
 def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser],
@@ -455,6 +466,12 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
                      "`autoload -U bashcompinit && bashcompinit` first)")
     completion.add_argument("shell", choices=["bash"], help="the shell (bash; zsh through "
                             "its bashcompinit)")
+    add("env", "check this environment: versions, policy files, folders, hook, kernel",
+        "One read-only self-check (no network), as `hf env`: versions of safehub and what it "
+        "works with, each policy file searched and whether it parses, the lockfile, the "
+        "cache, data and torch hub folders (writable?), the environment hook, what the "
+        "kernel offers --confine (Landlock ABI, libseccomp), and offline, locked and "
+        "noninteractive with where each came from.", "json")
     docs = add("docs", "print a page of safehub's documentation", "", "json")
     docs.add_argument("topic", nargs="?", help="policy, ci, pinning, fleet, signing, ...; "
                       "env: every environment variable; cli: every command and option")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +64,33 @@ def verify(hub: Hub, target: str, sets: Sequence[SignerSet] = ()) -> VerifyRepor
                                  fixes.run("safehub sign DIR --key KEY", "to sign it"),
                                  fixes.say("sign it with `model_signing sign`"),
                                  fixes.say("set signature_url in the policy")))
-    result = verify_complete(target, tree_path, found, sets)
+    try:
+        result = verify_complete(target, tree_path, found, sets)
+    except SignatureError as e:
+        if commit is None and found.in_tree and _edited_after_signing(folder, found.in_tree):
+            e.fix = fixes.either(
+                fixes.run(f"safehub sign {shlex.quote(target)} --key KEY",
+                          "to sign it again, if you changed it yourself after signing it"),
+                e.fix)
+        raise
     return VerifyReport(target, result.signer, len(result.files), list(result.uncovered),
                         commit, digest)
+
+
+def _edited_after_signing(folder: Path, signature: str) -> bool:
+    """A file of ``folder`` changed (or added) after its signature file was written: the
+    publisher's own folder, edited since they signed it."""
+    try:
+        signed_at = (folder / signature).stat().st_mtime_ns
+    except OSError:
+        return False
+    for root, dirs, files in os.walk(folder):
+        dirs[:] = [d for d in dirs if d != ".git"]
+        for name in files:
+            path = Path(root, name)
+            try:
+                if path != folder / signature and path.lstat().st_mtime_ns > signed_at:
+                    return True
+            except OSError:
+                continue
+    return False

@@ -184,8 +184,9 @@ class GitHub:
         """The commit a branch (``heads``) or tag (``tags``) named exactly ``name`` points
         at (annotated tags peeled), or None if the repo has no such ref."""
         what = f"{'tag' if kind == 'tags' else 'branch'} {name!r} of {spec.repo}"
+        asked = f"ref {name!r} of {spec.repo}"  # a tag or a branch: not known until it answers
         try:
-            data = self._json(spec, f"/git/ref/{kind}/{quote(name, safe='/')}", what)
+            data = self._json(spec, f"/git/ref/{kind}/{quote(name, safe='/')}", asked)
         except NotFoundError:
             return None
         if not isinstance(data, dict) or _field(data, "ref") != f"refs/{kind}/{name}":
