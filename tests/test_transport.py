@@ -62,3 +62,19 @@ def test_an_archive_redirect_two_parsers_read_as_two_hosts_is_refused(
     assert "archive of acme/models" in e.value.message
     assert location.replace("\t", "\\t") in e.value.message and e.value.hint
     assert load("acme/models:v1.0") is not None  # the stand-in's own redirect
+
+
+def test_a_ca_bundle_that_does_not_exist_is_named_and_its_fix_works(
+    hub_repo: HubRepo, server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch, tmp_path: object
+) -> None:
+    """What a stopped `demo --serve` leaves in a shell: REQUESTS_CA_BUNDLE naming a deleted
+    file. Not "check the network": the variable, and how to mend it."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", f"{tmp_path}/gone/ca.pem")
+    before = len(server.requests_log)
+    with pytest.raises(FetchError) as e:
+        load("acme/models:v1.0")
+    assert "REQUESTS_CA_BUNDLE names does not exist" in e.value.message
+    assert "unset REQUESTS_CA_BUNDLE" in e.value.hint and "network" not in e.value.hint
+    assert len(server.requests_log) == before  # nothing was sent
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(server.ca_cert))  # "point it at a PEM file"
+    load("acme/models:v1.0")

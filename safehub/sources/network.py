@@ -20,8 +20,17 @@ from safehub._internal.urls import UrlError, read_url
 if TYPE_CHECKING:
     from safehub.errors import FetchError
 
-__all__ = ["CONFINED", "DIRECT", "confined_port", "host_of", "is_loopback", "proxy_for",
-           "proxy_hosts", "unreachable_cause"]
+__all__ = [
+    "CONFINED",
+    "DIRECT",
+    "confined_port",
+    "host_of",
+    "is_loopback",
+    "proxy_for",
+    "proxy_hosts",
+    "tls_failed",
+    "unreachable_cause",
+]
 
 _UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
                           errno.EADDRNOTAVAIL})
@@ -128,3 +137,28 @@ def confined_port(exc: BaseException, host: str, port: int, what: str) -> FetchE
                               "with `safehub run --confine`"))
         current = current.__cause__ or current.__context__
     return None
+
+
+def tls_failed(exc: BaseException, host: str, what: str) -> FetchError | None:
+    """A request that failed at TLS, as one error: the handshake (its cause as the TLS
+    library said it), or a CA bundle the environment names that does not exist (requests
+    then makes no request at all); None for any other failure."""
+    import os
+
+    import requests
+
+    from safehub.errors import FetchError
+
+    if isinstance(exc, requests.exceptions.SSLError):
+        return FetchError(f"TLS to {host} failed for {what}: {exc}",
+                          fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE to its PEM "
+                                        "file"))
+    if not (isinstance(exc, OSError) and "TLS CA certificate bundle" in str(exc)):
+        return None
+    named = [name for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+             if os.environ.get(name) and not os.path.exists(os.environ[name])]
+    return FetchError(
+        f"the CA bundle {' or '.join(named) or 'the environment'} names does not exist, so "
+        f"nothing was sent to {host} for {what}",
+        fix=fixes.say(f"unset {' '.join(named) or 'REQUESTS_CA_BUNDLE'} (a stopped `safehub "
+                      "demo --serve` leaves it behind), or point it at an existing PEM file"))

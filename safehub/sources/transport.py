@@ -45,6 +45,7 @@ from safehub.sources.network import (
     is_loopback,
     proxy_for,
     proxy_hosts,
+    tls_failed,
     unreachable_cause,
 )
 
@@ -263,11 +264,9 @@ class Transport:
                     headers=dict(headers(sent)) if headers else {},
                     timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
                     **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
-            except requests.exceptions.SSLError as e:
-                raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
-                                 fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE")) from e
             except (requests.RequestException, OSError, ValueError) as e:
-                if (held := confined_port(e, hop.host, hop.port, what)) is not None:
+                if (held := tls_failed(e, hop.host, what) or
+                        confined_port(e, hop.host, hop.port, what)) is not None:
                     raise held from e
                 if unreachable_cause(e) is not None:
                     raise UnreachableError(
@@ -347,11 +346,9 @@ class Transport:
                     allow_redirects=False, stream=True,
                     timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
                     **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
-            except requests.exceptions.SSLError as e:
-                raise FetchError(f"TLS to {hop.host} failed for {what}: {e}",
-                                 fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE")) from e
             except (requests.RequestException, OSError, ValueError) as e:
-                if (held := confined_port(e, hop.host, hop.port, what)) is not None:
+                if (held := tls_failed(e, hop.host, what) or
+                        confined_port(e, hop.host, hop.port, what)) is not None:
                     raise held from e
                 reason = unreachable_cause(e)
                 if reason is not None:
