@@ -400,11 +400,9 @@ class Registry:
     def _speaks_plain_http(self, e: FetchError) -> FetchError | None:
         """A TLS failure with a registry on this machine: most likely one without TLS,
         which safehub speaks to only when a policy file names it ``http://...``."""
-        import requests
+        from safehub.sources.network import is_loopback, tls_cause
 
-        from safehub.sources.network import is_loopback
-
-        if self.target.plain or not isinstance(e.__cause__, requests.exceptions.SSLError) \
+        if self.target.plain or e.__cause__ is None or tls_cause(e.__cause__) is None \
                 or not is_loopback(self.places.base.host):
             return None
         plain = f"http://{self.target.registry}/{self.target.repository}"
