@@ -140,9 +140,10 @@ class _Views:
 
 def test_a_download_is_read_into_one_buffer_and_written_from_it(
         server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A body sent as it is stored is read straight from the connection into one buffer,
-    reused from read to read, and handed on as views of it: no bytes object per chunk
-    (urllib3's own read, which makes them, is not used); progress still counts."""
+    """A body sent as it is stored is read straight from the connection into buffers
+    reused from read to read (two in turn: one is written while the next piece is read into
+    the other), handed on as views of them: no bytes object per chunk (urllib3's own read,
+    which makes them, is not used); progress still counts."""
     import urllib3.response
 
     data = os.urandom(3 * 1024 * 1024 + 17)
@@ -157,7 +158,7 @@ def test_a_download_is_read_into_one_buffer_and_written_from_it(
                                       what="weights", max_bytes=len(data),
                                       progress=lambda done, total: seen.append((done, total)))
     assert got == out.size == len(data) and out.hash.digest() == hashlib.sha256(data).digest()
-    assert out.kinds == {memoryview} and len(out.buffers) == 1
+    assert out.kinds == {memoryview} and len(out.buffers) == 2
     assert seen[-1] == (len(data), len(data)) and len(seen) >= 4
 
 
@@ -321,3 +322,28 @@ def test_the_environments_proxy_carries_the_request_with_its_credentials(
     finally:
         proxy.close()
         files.shutdown()
+
+
+def test_a_download_whose_writes_fail_is_said_as_such(server: GitHubStandIn) -> None:
+    """A write that fails (a full disk) while the next piece is read stops the download:
+    a FetchError that says so, after the retries; anything else the file raises comes out
+    as it was raised."""
+    server.add_static("/w/big.bin", os.urandom(4 * 1024 * 1024))
+
+    class Full(_Views):
+        def write(self, chunk: memoryview) -> int:
+            if self.size > 1024 * 1024:
+                raise OSError(28, "No space left on device")
+            return super().write(chunk)
+
+    class Broken(_Views):
+        def write(self, chunk: memoryview) -> int:
+            raise LookupError("a bug of the file's")
+
+    url = f"{server.foreign_url}/w/big.bin"
+    with pytest.raises(FetchError, match="No space left on device"):
+        _transport(server, retries=1, backoff=0.0).download(
+            url, Full(), what="weights", max_bytes=1 << 30)  # type: ignore[arg-type]
+    with pytest.raises(LookupError):
+        _transport(server).download(url, Broken(), what="weights",  # type: ignore[arg-type]
+                                    max_bytes=1 << 30)

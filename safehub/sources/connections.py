@@ -14,19 +14,24 @@ One :class:`Pools` per transport keeps one pool manager per (proxy, CA bundle): 
 and their TLS sessions are reused from one request to the next. TLS is verified against
 the bundle :func:`~safehub.sources.network.ca_bundle` names.
 
-A body is read by :func:`reader` straight into the caller's buffer (``readinto`` of the
-HTTP response under urllib3's), where urllib3 would hand out a new bytes object per read
-and copy it again; a body with a ``Content-Encoding`` is read through urllib3, which
-decodes it. :func:`finish` hands a connection back to its pool when its answer was read to
-the end, and closes it otherwise.
+A body is read by :func:`read_body` straight into a buffer reused from read to read
+(``readinto`` of the HTTP response under urllib3's, :func:`reader`), where urllib3 would
+hand out a new bytes object per read and copy it again; a body with a
+``Content-Encoding`` is read through urllib3, which decodes it. A large body is read into
+two buffers in turn: while one is handed on (a download's hashing and writing, in a thread
+of its own) the next piece is read into the other, so hashing costs no wall time where a
+core is free (SHA-256 and TLS both let go of the interpreter lock). :func:`finish` hands a
+connection back to its pool when its answer was read to the end, and closes it otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import http.client
 import json
 import os
+import queue
 import ssl
 import threading
 from collections.abc import Callable, Mapping
@@ -40,8 +45,8 @@ from safehub._internal.urls import Url, UrlError
 from safehub.errors import FetchError
 from safehub.sources.network import Proxy, ca_bundle, environ_proxy
 
-__all__ = ["ERRORS", "Pools", "finish", "prepare", "range_start", "reader", "server_message",
-           "tls_context"]
+__all__ = ["ERRORS", "Cut", "Pools", "finish", "prepare", "range_start", "read_body", "reader",
+           "server_message", "tls_context"]
 
 ERRORS: tuple[type[BaseException], ...] = (_ClientError, OSError, http.client.HTTPException)
 """What a request or a body's read raises when the network, the server or TLS fails."""
@@ -164,6 +169,115 @@ def reader(resp: Any) -> tuple[Callable[[memoryview], int], bool]:
     if encoding in ("", "identity") and isinstance(raw, http.client.HTTPResponse):
         return raw.readinto, False
     return resp.readinto, encoding not in ("", "identity")
+
+
+class Cut(Exception):
+    """A body that stopped before its end or failed to arrive (worth another attempt)."""
+
+
+def read_body(resp: Any, *, cap: int, sink: Callable[[memoryview], None],
+              progress: Callable[[int, int | None], None] | None,
+              keep_going: Callable[[], bool], too_big: Callable[[], Exception],
+              chunk: int) -> None:
+    """Read the body of ``resp`` in pieces of at most ``chunk`` bytes and hand each to
+    ``sink`` as a view of a reused buffer: at most ``cap`` bytes (else ``too_big()``), and
+    every byte where the length is said (else :class:`Cut`, as for a failed read or a
+    failed write). ``keep_going`` is asked before each piece is handed on. A body of more
+    than two pieces (or of no said length) is handed on in a thread of its own (the
+    module docstring); ``sink`` has had every piece read when this returns or raises."""
+    declared = str(resp.headers.get("Content-Length", ""))
+    total = int(declared) if declared.isdigit() and len(declared) < 19 else None
+    if total is not None and total > cap:
+        raise too_big()
+    readinto, encoded = reader(resp)
+    size = chunk if total is None else max(1, min(chunk, total))
+    feed = _Handoff(sink, size) if total is None or total > 2 * size else _Inline(sink, size)
+    done = 0
+    try:
+        while n := readinto(feed.buffer()):
+            if not keep_going():
+                raise Cut("cancelled (the deadline passed)")
+            done += n
+            if done > cap:
+                raise too_big()
+            feed.hand(n)
+            if progress is not None:
+                progress(done, total)
+    except _SinkFailed:
+        pass  # said below
+    except ERRORS as e:
+        raise Cut(f"cut short after {done} bytes: {e}") from e
+    finally:
+        failed = feed.close()
+    if failed is not None and not isinstance(failed, OSError):
+        raise failed  # as the sink raised it, as where it runs in this thread
+    if failed is not None:
+        raise Cut(f"not written after {done} bytes: {failed}") from failed
+    if total is not None and not encoded and done != total:
+        raise Cut(f"cut short: {done} of {total} bytes")
+
+
+class _SinkFailed(Exception):
+    """The sink failed on a piece: reading stops (its error is said once it is closed)."""
+
+
+class _Inline:
+    """One buffer; each piece handed on before the next is read."""
+
+    def __init__(self, sink: Callable[[memoryview], None], size: int) -> None:
+        self._sink, self._view = sink, memoryview(bytearray(size))
+
+    def buffer(self) -> memoryview:
+        return self._view
+
+    def hand(self, n: int) -> None:
+        self._sink(self._view[:n])
+
+    def close(self) -> BaseException | None:
+        return None
+
+
+class _Handoff:
+    """Two buffers: a thread hands one's piece to the sink while the other is read into
+    (each buffer is read into again only once the sink is done with it)."""
+
+    def __init__(self, sink: Callable[[memoryview], None], size: int) -> None:
+        self._sink = sink
+        self._views = [memoryview(bytearray(size)), memoryview(bytearray(size))]
+        self._free = [threading.Semaphore(1), threading.Semaphore(1)]
+        self._queue: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        self._next = 0
+        self.failed: BaseException | None = None
+        context = contextvars.copy_context()  # the reader's (runtime guard state)
+        self._thread = threading.Thread(target=context.run, args=(self._run,), daemon=True,
+                                        name="safehub-sink")
+        self._thread.start()
+
+    def buffer(self) -> memoryview:
+        self._free[self._next].acquire()
+        if self.failed is not None:
+            raise _SinkFailed
+        return self._views[self._next]
+
+    def hand(self, n: int) -> None:
+        self._queue.put((self._next, n))
+        self._next ^= 1
+
+    def close(self) -> BaseException | None:
+        """Wait until every piece handed on is in the sink; what it failed with."""
+        self._queue.put(None)
+        self._thread.join()
+        return self.failed
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            index, n = item
+            if self.failed is None:
+                try:
+                    self._sink(self._views[index][:n])
+                except BaseException as e:  # said by the reader
+                    self.failed = e
+            self._free[index].release()
 
 
 def finish(resp: Any, *, drain: bool = False) -> None:

@@ -138,10 +138,6 @@ class _Retryable(Exception):
     """A transient failure: retried, then reported as a FetchError."""
 
 
-class _Cancelled(Exception):
-    """The caller gave up on this attempt (deadline)."""
-
-
 class Transport:
     """HTTPS requests under one :class:`TransportConfig` (see the module docstring)."""
 
@@ -338,8 +334,8 @@ class Transport:
         told the final status and headers and says how many bytes the body comes after
         (a resumed range): the cap counts them too. A download (``chunk`` a MiB) asks for
         the body as it is stored (no compression: its bytes are read straight into the
-        buffer)."""
-        from safehub.sources.connections import finish
+        buffer), and hands it on in a thread of its own while it reads the next piece."""
+        from safehub.sources.connections import Cut, finish, read_body
 
         if self.config.offline:
             raise OfflineError(
@@ -373,7 +369,11 @@ class Transport:
                     continue
                 self._raise_for_status(resp, hop, what)
                 before = answered(status, resp.headers) if answered is not None else 0
-                _body(resp, what, cap - before, sink, progress, write_ok, too_big, chunk)
+                try:
+                    read_body(resp, cap=cap - before, sink=sink, progress=progress,
+                              keep_going=write_ok, too_big=too_big, chunk=chunk)
+                except Cut as e:
+                    raise _Retryable(f"the answer for {what} was {e}") from e
                 return url, redirected, dict(resp.headers)
             finally:
                 finish(resp, drain=True)
@@ -416,35 +416,6 @@ class Transport:
         raise AssertionError("unreachable")
 
 
-def _body(resp: Any, what: str, cap: int, sink: Sink, progress: Progress | None,
-          write_ok: Callable[[], bool], too_big: Callable[[], Exception], chunk: int) -> None:
-    """Read the body of ``resp`` into one buffer, reused from read to read, and hand each
-    piece to ``sink``: at most ``cap`` bytes, and all of them where the length is said."""
-    from safehub.sources.connections import ERRORS, reader
-
-    declared = str(resp.headers.get("Content-Length", ""))
-    total = int(declared) if declared.isdigit() and len(declared) < 19 else None
-    if total is not None and total > cap:
-        raise too_big()
-    readinto, encoded = reader(resp)
-    view = memoryview(bytearray(chunk if total is None else max(1, min(chunk, total))))
-    done = 0
-    try:
-        while n := readinto(view):
-            if not write_ok():
-                raise _Cancelled
-            done += n
-            if done > cap:
-                raise too_big()
-            sink(view[:n])
-            if progress is not None:
-                progress(done, total)
-    except ERRORS as e:
-        raise _Retryable(f"the answer for {what} was cut short after {done} bytes: {e}") from e
-    if total is not None and not encoded and done != total:
-        raise _Retryable(f"the answer for {what} was cut short: {done} of {total} bytes")
-
-
 def _within_deadline(deadline: float, what: str,
                      attempt: Callable[[Callable[[], bool]], Any]) -> Any:
     """Run one attempt in a worker thread and give up on it at the deadline.
@@ -482,7 +453,5 @@ def _within_deadline(deadline: float, what: str,
                           "the most one request may take"),
         )
     if "error" in box:
-        if isinstance(box["error"], _Cancelled):
-            raise FetchError(f"{what} was cancelled")
         raise box["error"]
     return box["value"]
