@@ -189,6 +189,8 @@ class Registry:
         self._environ = environ
         self._cred: Credential | bool | None = False  # False: not read yet
         self._auth: str | None = None
+        self._no_referrers_api = False
+        """The registry answered that it has no referrers API (its fallback tags are read)."""
 
     def __str__(self) -> str:
         return str(self.target)
@@ -209,16 +211,23 @@ class Registry:
 
     def referrers(self, digest: str) -> list[str]:
         """The manifests listed as signatures of ``digest``: the referrers API's answer and
-        the fallback tag's index together (candidates only: the caller checks each)."""
+        the fallback tag's index together (candidates only: the caller checks each). A
+        registry that said once it has no referrers API is not asked again."""
         found: list[str] = []
         for path, reference in (("referrers", digest), ("manifests", fallback_tag(digest))):
+            if path == "referrers" and self._no_referrers_api:
+                continue  # asked once: the tag is all this registry keeps
             try:
                 listed = self.manifest(reference, accept=INDEX_TYPE, path=path)
             except NotFoundError:
+                # A registry with the API answers 200 (an empty list) for any subject: a 404
+                # says it has none (CNCF Distribution 2.8), for every later subject too.
+                self._no_referrers_api |= path == "referrers"
                 continue
             except FetchError as e:  # a registry without the API may say 400 or 405
                 if path != "referrers" or getattr(e.__cause__, "status", 0) not in (400, 405):
                     raise
+                self._no_referrers_api = True
                 continue
             try:
                 found += [d for d in candidates(listed, str(self.target)) if d not in found]
