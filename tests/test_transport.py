@@ -239,7 +239,8 @@ class _ConnectProxy:
         self.seen: list[tuple[str, str | None]] = []
         self.sock = socket.create_server(("127.0.0.1", 0))
         self.port = self.sock.getsockname()[1]
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         while True:
@@ -251,9 +252,9 @@ class _ConnectProxy:
 
     def _tunnel(self, client: socket.socket) -> None:
         with client, client.makefile("rb") as f:
-            line = f.readline().decode().strip()
+            line = f.readline().decode("latin-1").strip()
             auth = None
-            while (header := f.readline().decode().strip()):
+            while (header := f.readline().decode("latin-1").strip()):
                 name, _, value = header.partition(":")
                 auth = value.strip() if name.lower() == "proxy-authorization" else auth
             self.seen.append((line, auth))
@@ -265,7 +266,12 @@ class _ConnectProxy:
                 pump.join(5)
 
     def close(self) -> None:
+        """Stop listening now (a shutdown wakes the thread blocked in accept; a close alone
+        would leave the port listening until the next connection)."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
         self.sock.close()
+        self.thread.join(5)
 
 
 def _pump(src: socket.socket, dst: socket.socket) -> None:
@@ -322,6 +328,7 @@ def test_the_environments_proxy_carries_the_request_with_its_credentials(
     finally:
         proxy.close()
         files.shutdown()
+        files.server_close()
 
 
 def test_a_download_whose_writes_fail_is_said_as_such(server: GitHubStandIn) -> None:
@@ -347,3 +354,27 @@ def test_a_download_whose_writes_fail_is_said_as_such(server: GitHubStandIn) -> 
     with pytest.raises(LookupError):
         _transport(server).download(url, Broken(), what="weights",  # type: ignore[arg-type]
                                     max_bytes=1 << 30)
+
+
+def test_a_download_truncates_its_file_only_to_start_over(server: GitHubStandIn) -> None:
+    """The empty file a download starts with is written as it is: truncating it (even to
+    its size, 0) makes ext4 write all of it out when it is closed, a second pass over a
+    large checkpoint. A retry after a cut starts over from an emptied file."""
+    data = os.urandom(3 * 1024 * 1024)
+    server.add_static("/w/big.bin", data)
+
+    class Spy(_Views):
+        truncated = 0
+
+        def truncate(self, size: int | None = None) -> int:
+            self.truncated += 1
+            return 0
+
+    url, first = f"{server.foreign_url}/w/big.bin", Spy()
+    _transport(server).download(url, first, what="w", max_bytes=len(data))  # type: ignore[arg-type]
+    assert first.truncated == 0 and first.size == len(data)
+    cut, again = Reply(200, data, cut_after=len(data) // 2), Spy()
+    with server.intercept(lambda r: r.path == "/w/big.bin", cut, times=1):
+        _transport(server, backoff=0.0).download(url, again, what="w",  # type: ignore[arg-type]
+                                                 max_bytes=len(data))
+    assert again.truncated == 1

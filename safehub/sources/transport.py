@@ -180,9 +180,9 @@ class Transport:
                  progress: Progress | None = None,
                  accept: str = "application/octet-stream, application/zip",
                  resume: bool = False) -> int:
-        """Stream ``url`` into ``out`` (rewound on each retry); return the byte count.
-        ``out.write`` is given views of one reused buffer (bytes-like; it must not keep
-        them).
+        """Stream ``url`` into ``out`` (an empty file, rewound and emptied on each retry);
+        return the byte count. ``out.write`` is given views of buffers that are reused
+        (bytes-like; it must not keep them), from a thread of the transport's.
 
         A body larger than ``max_bytes`` is an :class:`IntegrityError`; a body cut short is
         retried, then a :class:`FetchError`. With ``resume``, a retry after a cut asks for
@@ -190,12 +190,13 @@ class Transport:
         a ``Content-Range`` starting at N; any other answer starts over from the first
         byte. The caller checks the whole (a blob's digest).
         """
-        count = [0]
+        count = [-1]  # -1: nothing tried yet
 
         def attempt(write_ok: Callable[[], bool]) -> int:
-            start = count[0] if resume else 0
-            out.seek(start)
-            out.truncate()
+            start = max(count[0], 0) if resume else 0
+            if count[0] >= 0:  # a retry (an empty file is not truncated: ext4 would flush
+                out.seek(start)  # all that is written next when it is closed)
+                out.truncate()
             count[0] = start
 
             def ranged(hop: str) -> Mapping[str, str]:
@@ -208,9 +209,10 @@ class Transport:
 
                 if start and status == 206 and range_start(got) == start:
                     return start
-                out.seek(0)
-                out.truncate()
-                count[0] = 0
+                if start:  # what the file holds is not continued: start over
+                    out.seek(0)
+                    out.truncate()
+                    count[0] = 0
                 if status == 206:  # a range that does not continue ours: ask for it all
                     raise _Retryable(f"the answer for {what} was a range that does not "
                                      f"continue the download at byte {start}")

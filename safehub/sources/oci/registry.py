@@ -189,8 +189,7 @@ class Registry:
         self._environ = environ
         self._cred: Credential | bool | None = False  # False: not read yet
         self._auth: str | None = None
-        self._no_referrers_api = False
-        """The registry answered that it has no referrers API (its fallback tags are read)."""
+        self._no_referrers_api = False  # it said so: only its fallback tags are read
 
     def __str__(self) -> str:
         return str(self.target)
@@ -210,19 +209,15 @@ class Registry:
                 f"for {digest}; stopped reading", fix=_HOSTILE))).body
 
     def referrers(self, digest: str) -> list[str]:
-        """The manifests listed as signatures of ``digest``: the referrers API's answer and
-        the fallback tag's index together (candidates only: the caller checks each). A
-        registry that said once it has no referrers API is not asked again."""
+        """The manifests listed as signatures of ``digest``: the referrers API's answer (once
+        it said it has none, not asked again) and the fallback tag's index (candidates)."""
         found: list[str] = []
-        for path, reference in (("referrers", digest), ("manifests", fallback_tag(digest))):
-            if path == "referrers" and self._no_referrers_api:
-                continue  # asked once: the tag is all this registry keeps
+        asked = (("referrers", digest),) if not self._no_referrers_api else ()
+        for path, reference in (*asked, ("manifests", fallback_tag(digest))):
             try:
                 listed = self.manifest(reference, accept=INDEX_TYPE, path=path)
-            except NotFoundError:
-                # A registry with the API answers 200 (an empty list) for any subject: a 404
-                # says it has none (CNCF Distribution 2.8), for every later subject too.
-                self._no_referrers_api |= path == "referrers"
+            except NotFoundError:  # one with the API answers 200 (maybe empty) for any
+                self._no_referrers_api |= path == "referrers"  # subject (OCI 1.1)
                 continue
             except FetchError as e:  # a registry without the API may say 400 or 405
                 if path != "referrers" or getattr(e.__cause__, "status", 0) not in (400, 405):
