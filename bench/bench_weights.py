@@ -13,8 +13,10 @@ interpreter's lock), with a throwaway CA both clients trust. Measured, the two a
   * torch.hub's ``download_url_to_file`` (what ``load_state_dict_from_url`` calls on a
     miss; torch checks no digest unless the file name carries a prefix): wall and CPU;
   * safehub's: the held path a repo's call is routed to (``WeightsGuard``, through
-    safehub's transport), which hashes every byte with SHA-256 as it is written, checks the
-    format (a header read), checks the lockfile's pin and records the file's identity;
+    safehub's transport: urllib3, the body read straight into two reused buffers in turn),
+    which hashes every byte with SHA-256 in the same pass, in a thread of its own while the
+    next piece is read, checks the format (a header read), checks the lockfile's pin and
+    records the file's identity;
     wall and CPU, and the ratio to torch's (``--first-use``: a URL no pin holds, pinned on
     first use in a record synced to disk, which on ext4 flushes the checkpoint written
     just before too);

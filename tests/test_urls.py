@@ -125,6 +125,8 @@ def test_a_redirect_is_joined_then_read_the_same_way() -> None:
             here.join(location)
     with pytest.raises(UrlError, match="http://"):
         here.join("http://registry.example/x")
+    with pytest.raises(UrlError, match="parser can read"):
+        here.join("http://[::1")
 
 
 def test_under_a_base_means_the_same_origin_and_path_below() -> None:

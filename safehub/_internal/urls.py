@@ -120,7 +120,12 @@ class Url(NamedTuple):
         as any URL is. The reference is checked before it is joined: a backslash or a
         control character must not reach the join's own reading."""
         _check_characters(reference)
-        return read_url(urljoin(str(self), reference), http=http)
+        try:
+            joined = urljoin(str(self), reference)
+        except ValueError:  # a '[' without its ']'
+            raise UrlError(reference, "is not a URL Python's parser can read",
+                           "write scheme://host[:port]/path") from None
+        return read_url(joined, http=http)
 
     def under(self, base: Url) -> bool:
         """Whether this URL is ``base`` or below it: the same origin, and its path

@@ -45,11 +45,13 @@ from safehub._internal.urls import Url, UrlError
 from safehub.errors import FetchError
 from safehub.sources.network import Proxy, ca_bundle, environ_proxy
 
-__all__ = ["ERRORS", "Cut", "Pools", "finish", "prepare", "range_start", "read_body", "reader",
-           "server_message", "tls_context"]
+__all__ = ["ERRORS", "SENDING", "Cut", "Pools", "finish", "prepare", "range_start", "read_body",
+           "reader", "server_message", "tls_context"]
 
 ERRORS: tuple[type[BaseException], ...] = (_ClientError, OSError, http.client.HTTPException)
 """What a request or a body's read raises when the network, the server or TLS fails."""
+SENDING: tuple[type[BaseException], ...] = (*ERRORS, ValueError)
+"""What sending a request raises when it fails (and a header http.client refuses)."""
 _DRAIN = 64 * 1024
 """The most bytes read past an answer that is not kept (a redirect's, an error's), to
 hand its connection back; a longer one is closed."""

@@ -309,7 +309,7 @@ class Transport:
         said once here: TLS, a port a confined job may not use, an unreachable network
         (``load``: said as a load says it, with the proxy and what works offline), or a
         transient one to retry."""
-        from safehub.sources.connections import ERRORS
+        from safehub.sources.connections import SENDING
 
         sent = {"User-Agent": _USER_AGENT, **headers}
         try:
@@ -317,7 +317,7 @@ class Transport:
                 return self._opener(method, hop, sent, body)
             assert self._pools is not None  # made by _retrying, in the caller's thread
             return self._pools.open(method, hop, sent, body)
-        except ERRORS as e:
+        except SENDING as e:
             if (held := tls_failed(e, hop.host, what) or
                     confined_port(e, hop.host, hop.port, what)) is not None:
                 raise held from e
