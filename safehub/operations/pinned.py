@@ -36,12 +36,14 @@ if TYPE_CHECKING:
     from safehub.hub import Hub
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["PinState", "PinStatus", "check_pins", "fetch_pinned", "hub_file", "is_file_pin",
-           "source_url"]
+__all__ = ["PinState", "PinStatus", "check_pins", "confirm", "fetch_pinned", "hub_file",
+           "hub_listing", "is_file_pin", "listing", "source_url"]
 
 HF_ENDPOINT = "https://huggingface.co"
 _HF = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
                  r"@(?P<revision>[^/]+)/(?P<path>.+)")
+_LISTING = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
+                      r"@(?P<revision>[^/]+)/")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -53,6 +55,82 @@ def is_file_pin(pin: WeightPin) -> bool:
     False
     """
     return not pin.url.startswith("hf://") or hub_file(pin.url) is not None
+
+
+def hub_listing(url: str) -> tuple[str, str, str] | None:
+    """(kind, repo id, revision) of a Hub snapshot's listing pin (``hf://REPO@REV/``).
+
+    >>> hub_listing("hf://datasets/acme/tiny@main/")
+    ('datasets', 'acme/tiny', 'main')
+    >>> hub_listing("hf://acme/tiny@main/model.safetensors") is None
+    True
+    """
+    m = _LISTING.fullmatch(url)
+    return None if m is None else (m["kind"] or "", m["repo"], unquote(m["revision"]))
+
+
+def listing(hub: Hub, pin: WeightPin, *, at: str = "") -> bytes:
+    """The canonical bytes of a Hub snapshot's listing pin, asked of the Hub's API at
+    ``at`` (the pinned commit unless given: the revision, to see whether it moved); the
+    Hub must answer at the pinned commit and the bytes must hash to the pin, else an
+    :class:`IntegrityError`. Only the endpoint's own origin is asked."""
+    from safehub._internal.urls import read_url
+    from safehub.errors import PolicyDenied
+    from safehub.run.hfcache import listing_bytes
+
+    found = hub_listing(pin.url)
+    assert found is not None
+    kind, repo, revision = found
+    endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
+    origin = read_url(endpoint, http=True).origin
+
+    def allow(hop: str) -> None:
+        if read_url(hop, http=True).origin != origin:
+            raise PolicyDenied(f"the Hub's listing of {repo} was redirected to {hop}",
+                               fix=fixes.say("check HF_ENDPOINT"))
+
+    where = at or pin.commit or revision
+    url = f"{endpoint}/api/{kind or 'models'}/{repo}/revision/{quote(where, safe='')}"
+    what = f"the Hub's listing of {repo}"
+    answer = hub.context.weights_transport().get(url, what=what, allow=allow).json(what)
+    sha = answer.get("sha") if isinstance(answer, dict) else None
+    siblings = answer.get("siblings") if isinstance(answer, dict) else None
+    names = [s["rfilename"] for s in siblings if isinstance(s, dict)
+             and isinstance(s.get("rfilename"), str)] if isinstance(siblings, list) else []
+    data = listing_bytes(names)
+    if (pin.commit and sha != pin.commit) or hashlib.sha256(data).hexdigest() != pin.sha256:
+        raise IntegrityError(
+            f"the Hub lists {repo} at {where} as commit {str(sha)[:40]} with files of sha256 "
+            f"{hashlib.sha256(data).hexdigest()}, but {pin.url} pins commit "
+            f"{pin.commit or '(none)'} and sha256 {pin.sha256}",
+            fix=fixes.say("the listing changed on the Hub: check why, then lock the "
+                          "entrypoint again (safehub lock SPEC --entrypoint NAME)"))
+    return data
+
+
+def confirm(hub: Hub, entry: LockEntry, pin: WeightPin) -> None:
+    """``pin`` (what a child of ``safehub lock --entrypoint`` said it checked) asked again
+    here: the policy's ``weights`` patterns must allow it for ``entry``'s repo, and it must
+    answer with its size and digest (a Hub listing: at its commit, at its revision still).
+    A refusal, or an :class:`IntegrityError` naming what answered instead."""
+    guard = _guard(hub, entry)
+    guard.check_url(pin.url)
+    if hub_listing(pin.url) is not None:
+        found = hub_listing(pin.url)
+        assert found is not None
+        listing(hub, pin, at=found[2])
+        return
+    if hub_file(pin.url) is not None and not pin.commit:
+        raise IntegrityError(f"{pin.url} was told without the commit its revision is at",
+                             fix=fixes.say("lock the entrypoint again"))
+    status = _check(hub, entry, pin, guard)
+    if not status.ok:
+        raise IntegrityError(
+            f"{pin.url} answers {status.state.value} (sha256 {status.now_sha256}, "
+            f"{status.now_size} bytes, commit {status.now_commit}) where "
+            f"{pin.sha256} ({pin.size} bytes) was fetched",
+            fix=fixes.say("the file is not the same to every asker: check the host, then "
+                          "lock the entrypoint again"))
 
 
 def hub_file(url: str) -> tuple[str, str, str, str] | None:

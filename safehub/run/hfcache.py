@@ -25,8 +25,8 @@ if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
 __all__ = ["HUB", "KINDS", "Where", "check_hub_file", "created_mode", "hub_cache",
-           "hub_endpoint", "link", "listing_path", "pinned_commit", "pinned_sha256", "place",
-           "read_listing", "write_listing", "write_ref"]
+           "hub_endpoint", "link", "listing_bytes", "listing_path", "pinned_commit",
+           "pinned_sha256", "place", "read_listing", "write_listing", "write_ref"]
 
 HUB = "https://huggingface.co"
 """The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
@@ -135,8 +135,17 @@ def write_listing(storage: Path, commit: str, paths: list[str]) -> Path:
 
     path = listing_path(storage, commit)
     path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, (json.dumps(sorted(set(paths))) + "\n").encode())
+    atomic_write(path, listing_bytes(paths))
     return path
+
+
+def listing_bytes(paths: list[str]) -> bytes:
+    """A listing's one canonical text, whoever writes it (its sha256 is its pin).
+
+    >>> listing_bytes(["b", "a", "b"])
+    b'["a", "b"]\\n'
+    """
+    return (json.dumps(sorted(set(paths))) + "\n").encode()
 
 
 def read_listing(path: Path, key: str) -> list[str]:
@@ -203,7 +212,9 @@ def check_hub_file(guard: WeightsGuard, key: str, path: Path, commit: str,
                    size: int | None) -> None:
     """:meth:`WeightsGuard.check_file` for a Hub file; its pin keeps the commit its
     revision was at."""
-    guard.check_file(key, path)
+    digest = guard.check_file(key, path)
+    if guard.told is not None:
+        guard.told(key, digest, path.stat().st_size, commit)
     seen = guard.records.get(key) if guard.records is not None else None
     if seen is not None and seen.get("commit") != commit:
         from safehub.run.runtime import own_work
