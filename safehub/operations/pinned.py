@@ -179,7 +179,8 @@ def _allow(guard: WeightsGuard, pin: WeightPin) -> Callable[[str], None]:
 def fetch_pinned(hub: Hub, entry: LockEntry, pin: WeightPin, out: IO[bytes], *,
                  max_bytes: int = 64 * 1024**3) -> int:
     """The pinned bytes of ``pin`` into ``out`` (a file the user's records hold with that
-    digest, else downloaded); their size. Other bytes are an :class:`IntegrityError`."""
+    digest, else downloaded; a Hub listing asked of the Hub at its commit); their size.
+    Other bytes are an :class:`IntegrityError`."""
     from safehub.store.records import WeightPins
 
     seen = WeightPins(hub.settings.data_dir).get(pin.url)
@@ -191,6 +192,11 @@ def fetch_pinned(hub: Hub, entry: LockEntry, pin: WeightPin, out: IO[bytes], *,
             return out.tell()
         out.seek(0)
         out.truncate()
+    if hub_listing(pin.url) is not None:  # checked against the pin as it is asked
+        data = listing(hub, pin)
+        out.write(data)
+        out.flush()
+        return len(data)
     guard = _guard(hub, entry)
     url = source_url(pin)
     size = hub.context.weights_transport().download(
