@@ -49,7 +49,7 @@ _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 def is_file_pin(pin: WeightPin) -> bool:
     """Whether ``pin`` names one file (a Hub snapshot's listing, ``hf://REPO@REV/``, is
-    pinned too, but is no file of its own to fetch or to carry).
+    pinned too: its bytes are the canonical text of the list, asked of the Hub's API).
 
     >>> is_file_pin(WeightPin("hf://acme/tiny@main/", "0" * 64))
     False
@@ -73,9 +73,23 @@ def listing(hub: Hub, pin: WeightPin, *, at: str = "") -> bytes:
     """The canonical bytes of a Hub snapshot's listing pin, asked of the Hub's API at
     ``at`` (the pinned commit unless given: the revision, to see whether it moved); the
     Hub must answer at the pinned commit and the bytes must hash to the pin, else an
-    :class:`IntegrityError`. Only the endpoint's own origin is asked."""
+    :class:`IntegrityError`."""
+    sha, data = _asked_listing(hub, pin, at)
+    digest = hashlib.sha256(data).hexdigest()
+    if (pin.commit and sha != pin.commit) or digest != pin.sha256:
+        raise IntegrityError(
+            f"the Hub lists {pin.url} at commit {sha[:40]} with files of sha256 {digest}, "
+            f"but the pin is commit {pin.commit or '(none)'} and sha256 {pin.sha256}",
+            fix=fixes.say("the listing changed on the Hub: check why, then lock the "
+                          "entrypoint again (safehub lock SPEC --entrypoint NAME)"))
+    return data
+
+
+def _asked_listing(hub: Hub, pin: WeightPin, at: str) -> tuple[str, bytes]:
+    """(the commit the Hub names, the listing's canonical bytes) of ``pin``'s repo at
+    ``at`` (else its commit, else its revision). Only the endpoint's own origin is asked."""
     from safehub._internal.urls import read_url
-    from safehub.errors import PolicyDenied
+    from safehub.errors import FetchError, PolicyDenied
     from safehub.run.hfcache import listing_bytes
 
     found = hub_listing(pin.url)
@@ -95,17 +109,11 @@ def listing(hub: Hub, pin: WeightPin, *, at: str = "") -> bytes:
     answer = hub.context.weights_transport().get(url, what=what, allow=allow).json(what)
     sha = answer.get("sha") if isinstance(answer, dict) else None
     siblings = answer.get("siblings") if isinstance(answer, dict) else None
-    names = [s["rfilename"] for s in siblings if isinstance(s, dict)
-             and isinstance(s.get("rfilename"), str)] if isinstance(siblings, list) else []
-    data = listing_bytes(names)
-    if (pin.commit and sha != pin.commit) or hashlib.sha256(data).hexdigest() != pin.sha256:
-        raise IntegrityError(
-            f"the Hub lists {repo} at {where} as commit {str(sha)[:40]} with files of sha256 "
-            f"{hashlib.sha256(data).hexdigest()}, but {pin.url} pins commit "
-            f"{pin.commit or '(none)'} and sha256 {pin.sha256}",
-            fix=fixes.say("the listing changed on the Hub: check why, then lock the "
-                          "entrypoint again (safehub lock SPEC --entrypoint NAME)"))
-    return data
+    if not isinstance(sha, str) or not isinstance(siblings, list):
+        raise FetchError(f"{what} at {where} has no commit or file list",
+                         fix=fixes.say("check HF_ENDPOINT; if it is the Hub, retry later"))
+    return sha.lower(), listing_bytes([s["rfilename"] for s in siblings if isinstance(s, dict)
+                                       and isinstance(s.get("rfilename"), str)])
 
 
 def confirm(hub: Hub, entry: LockEntry, pin: WeightPin) -> None:
@@ -268,10 +276,11 @@ def check_pins(hub: Hub, entry: LockEntry) -> list[PinStatus]:
     """Every file ``entry`` pins, asked whether it still answers with its pin."""
     guard = _guard(hub, entry) if entry.weights else None
     results = []
-    for pin in filter(is_file_pin, entry.weights):
+    for pin in entry.weights:
         assert guard is not None
         try:
-            results.append(_check(hub, entry, pin, guard))
+            results.append(_check(hub, entry, pin, guard) if is_file_pin(pin)
+                           else _check_listing(hub, entry, pin))
         except SafehubError as e:
             results.append(PinStatus(entry.spec, pin.url, PinState.UNREACHABLE, "", pin.sha256,
                                      pin.size, error=f"{type(e).__name__}: {e.message}",
@@ -300,6 +309,18 @@ def _check(hub: Hub, entry: LockEntry, pin: WeightPin, guard: WeightsGuard) -> P
     return PinStatus(entry.spec, pin.url, PinState.OK if same else PinState.CHANGED, how,
                      pin.sha256, pin.size, digest, size, commit,
                      fix=None if same else _relock(entry))
+
+
+def _check_listing(hub: Hub, entry: LockEntry, pin: WeightPin) -> PinStatus:
+    """A Hub listing pin, asked of the Hub's API at its revision (``how``: ``listing``)."""
+    found = hub_listing(pin.url)
+    assert found is not None
+    sha, data = _asked_listing(hub, pin, found[2])
+    digest = hashlib.sha256(data).hexdigest()
+    state = (PinState.MOVED if pin.commit and sha != pin.commit else
+             PinState.OK if digest == pin.sha256 else PinState.CHANGED)
+    return PinStatus(entry.spec, pin.url, state, "listing", pin.sha256, pin.size, digest,
+                     len(data), sha, fix=None if state is PinState.OK else _relock(entry))
 
 
 def _relock(entry: LockEntry) -> fixes.Fix:
