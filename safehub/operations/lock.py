@@ -274,9 +274,13 @@ def _checked_here(hub: Hub, entry: LockEntry, told: Mapping[str, WeightPin],
         try:
             confirm(hub, entry, pin)
         except SafehubError as e:
-            raise type(e)(f"{entrypoint} of {entry.spec} fetched {pin.url}, but asked again "
-                          f"here it does not answer as it did: {e.message}; nothing was "
-                          "pinned", fix=e.fix) from e
+            message = (f"{entrypoint} of {entry.spec} fetched {pin.url}, but asked again here "
+                       f"it does not answer as it did: {e.message}; nothing was pinned")
+            try:
+                refusal = type(e)(message, fix=e.fix)
+            except TypeError:  # an error that carries more than words
+                refusal = SafehubError(message, fix=e.fix)
+            raise refusal from e
     return pins
 
 

@@ -262,7 +262,7 @@ class WeightsGuard:
             return
         self.records.put(url, digest, path, lambda p: stat_key(p.stat()),
                          repo=self.repo_key, kind=kind, durable=url not in self.locked)
-        if not pinned:
+        if not pinned and self.told is None:  # else the parent that asked pins (or not)
             _say_pinned(self, url, digest)
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
