@@ -345,3 +345,18 @@ def test_check_asks_the_hub_for_its_lfs_digest_and_whether_the_revision_moved(
     with server.intercept(resolve, hub("e" * 64, commit)):
         assert main(["lock", "--check"]) == 1
     assert "CHANGED hf://acme/tiny@main/model.safetensors" in capsys.readouterr().out
+
+
+def test_a_program_under_safehub_run_that_imports_safehub_before_torch_loads(
+        weights: dict[str, bytes], capfd: pytest.CaptureFixture[str]) -> None:
+    """torch.hub's first import happens inside safehub's routing, where ``safehub run``'s
+    import hook routes it too: the copy kept of torch's own ``load`` is torch's code, not a
+    trampoline that dispatches back to safehub for ever (a RecursionError before)."""
+    import sys
+
+    good = next(iter(weights))
+    program = (f"import safehub; state = safehub.load({SPEC!r}, 'weighted', url={good!r}, "
+               "trust_repo=True, verbose=False); print(sorted(state))")
+    capfd.readouterr()
+    assert main(["run", "--", sys.executable, "-c", program]) == 0, capfd.readouterr().err
+    assert "['good']" in capfd.readouterr().out
