@@ -56,46 +56,30 @@ _INDENT = "      "
 class Run(Frozen):
     """A command to run (``where``: a condition, such as "on a machine with network")."""
 
-    __slots__ = ("command", "where")
     command: str
-    where: str
-
-    def __init__(self, command: str, where: str = "") -> None:
-        self._set(command=command, where=where)
+    where: str = ""
 
 
 class AddLines(Frozen):
     """Lines to add at the end of the policy file ``file``."""
 
-    __slots__ = ("file", "lines")
     file: str
     lines: tuple[str, ...]
-
-    def __init__(self, file: str, lines: tuple[str, ...]) -> None:
-        self._set(file=file, lines=lines)
 
 
 class SetKeys(Frozen):
     """``key = value`` lines to set in ``rule`` (``[[allow]] #N (repo)``) of ``file``."""
 
-    __slots__ = ("file", "keys", "rule")
     file: str
     rule: str
     keys: tuple[str, ...]
-
-    def __init__(self, file: str, rule: str, keys: tuple[str, ...]) -> None:
-        self._set(file=file, rule=rule, keys=keys)
 
 
 class RemoveRule(Frozen):
     """Remove ``rule`` (``[[deny]] #N (repo)``) from the policy file ``file``."""
 
-    __slots__ = ("file", "rule")
     file: str
     rule: str
-
-    def __init__(self, file: str, rule: str) -> None:
-        self._set(file=file, rule=rule)
 
 
 class Call(Frozen):
@@ -105,55 +89,35 @@ class Call(Frozen):
     code routed from torch.hub as a call of ``torch.hub.load``; no argument: the function
     itself (``safehub.list``, ``safehub list``)."""
 
-    __slots__ = ("argument", "function", "value")
-    argument: str
-    value: str
-    function: str
-
-    def __init__(self, argument: str = "", value: str = "", function: str = "") -> None:
-        self._set(argument=argument, value=value, function=function)
+    argument: str = ""
+    value: str = ""
+    function: str = ""
 
 
 class Say(Frozen):
     """Anything that is not applied mechanically: an API argument, a flag, advice."""
 
-    __slots__ = ("text",)
     text: str
-
-    def __init__(self, text: str) -> None:
-        self._set(text=text)
 
 
 class AnyOf(Frozen):
     """Alternatives: any one of them is enough."""
 
-    __slots__ = ("options",)
     options: tuple[Fix, ...]
-
-    def __init__(self, options: tuple[Fix, ...]) -> None:
-        self._set(options=options)
 
 
 class AllOf(Frozen):
     """Fixes that are all needed (two requirements block)."""
 
-    __slots__ = ("needed",)
     needed: tuple[Fix, ...]
-
-    def __init__(self, needed: tuple[Fix, ...]) -> None:
-        self._set(needed=needed)
 
 
 class Noted(Frozen):
     """``fix`` with words before and after it (why, or what to check first)."""
 
-    __slots__ = ("after", "before", "fix")
     fix: Fix
-    before: str
-    after: str
-
-    def __init__(self, fix: Fix, before: str = "", after: str = "") -> None:
-        self._set(fix=fix, before=before, after=after)
+    before: str = ""
+    after: str = ""
 
 
 Fix = Run | AddLines | SetKeys | RemoveRule | Call | Say | AnyOf | AllOf | Noted
@@ -165,13 +129,8 @@ class CommandLine(Frozen):
     where that command takes them (``takes``: command words, such as ``cache clear``, to
     its options), else the fix would act on other files."""
 
-    __slots__ = ("given", "takes")
-    given: tuple[tuple[str, str], ...]
-    takes: Mapping[str, frozenset[str]]
-
-    def __init__(self, given: tuple[tuple[str, str], ...] = (),
-                 takes: Mapping[str, frozenset[str]] | None = None) -> None:
-        self._set(given=given, takes=takes or {})
+    given: tuple[tuple[str, str], ...] = ()
+    takes: Mapping[str, frozenset[str]] | None = None
 
 
 #: The command line's flag for an argument of the Python API (else ``--the-argument``).
@@ -298,8 +257,9 @@ def _with_options(command: str, command_line: CommandLine) -> str:
     words = command.split()
     if len(words) < 2 or words[0] != "safehub" or not command_line.given:
         return command
-    verb = " ".join(words[1:3]) if " ".join(words[1:3]) in command_line.takes else words[1]
-    takes = command_line.takes.get(verb, frozenset())
+    options = command_line.takes or {}
+    verb = " ".join(words[1:3]) if " ".join(words[1:3]) in options else words[1]
+    takes = options.get(verb, frozenset())
     command, gap, note = command.partition("   (")  # a note after the command
     for flag, value in command_line.given:
         if flag in takes and flag not in words:

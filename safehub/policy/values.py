@@ -30,10 +30,8 @@ class Fault(ValueError):
 
 
 class ValueType(Frozen):
-    """A kind of value: how to check it, how to describe it (a :class:`Frozen` value: the
-    policy's key table makes dozens of them in every process that reads a policy)."""
+    """A kind of value: how to check it, how to describe it."""
 
-    __slots__ = ()
     name: ClassVar[str] = "value"
 
     def check(self, value: Any) -> Any:
@@ -65,7 +63,6 @@ def _kind(value: Any) -> str:
 class Bool(ValueType):
     """``true`` or ``false``."""
 
-    __slots__ = ()
     name = "true or false"
 
     def check(self, value: Any) -> bool:
@@ -77,7 +74,6 @@ class Bool(ValueType):
 class Version(ValueType):
     """The policy format's version: ``1``."""
 
-    __slots__ = ()
     name = "1"
 
     def check(self, value: Any) -> int:
@@ -89,14 +85,10 @@ class Version(ValueType):
 class Choice(ValueType):
     """One of ``values``, listed from the loosest to the strictest."""
 
-    __slots__ = ("order", "values")
     name = "choice"
-    values: tuple[str, ...]
-    order: tuple[str, ...]
+    values: tuple[str, ...] = ()
+    order: tuple[str, ...] = ()
     """The values from the loosest to the strictest (default: as listed)."""
-
-    def __init__(self, values: tuple[str, ...] = (), order: tuple[str, ...] = ()) -> None:
-        self._set(values=values, order=order)
 
     def check(self, value: Any) -> str:
         if type(value) is not str or value not in self.values:
@@ -114,12 +106,8 @@ class Choice(ValueType):
 class Choices(ValueType):
     """A non-empty list of ``values`` (``weights_format``), each listed once."""
 
-    __slots__ = ("values",)
     name = "list of choices"
-    values: tuple[str, ...]
-
-    def __init__(self, values: tuple[str, ...] = ()) -> None:
-        self._set(values=values)
+    values: tuple[str, ...] = ()
 
     def check(self, value: Any) -> tuple[str, ...]:
         items = _need_list(value, "strings")
@@ -134,12 +122,8 @@ class Choices(ValueType):
 class Text(ValueType):
     """A string (``nonempty``: not an empty one)."""
 
-    __slots__ = ("nonempty",)
     name = "text"
-    nonempty: bool
-
-    def __init__(self, nonempty: bool = False) -> None:
-        self._set(nonempty=nonempty)
+    nonempty: bool = False
 
     def check(self, value: Any) -> str:
         text = _need_str(value)
@@ -152,15 +136,11 @@ class PathValue(ValueType):
     """A path, relative to the policy file's folder. ``exists`` files are checked when the
     file is read (fail closed); ``pem`` ones must hold a PEM public key or certificate."""
 
-    __slots__ = ("absolute", "exists", "pem")
     name = "path"
-    exists: bool
-    pem: str
-    absolute: bool
+    exists: bool = False
+    pem: str = ""
+    absolute: bool = False
     """Must be absolute once ``~`` is expanded (never relative to the policy file)."""
-
-    def __init__(self, exists: bool = False, pem: str = "", absolute: bool = False) -> None:
-        self._set(exists=exists, pem=pem, absolute=absolute)
 
     def check(self, value: Any) -> str:
         text = _need_str(value, "a path (a string)")
@@ -174,12 +154,8 @@ class PathValue(ValueType):
 class PathList(ValueType):
     """A list of paths, each checked as ``item`` says."""
 
-    __slots__ = ("item",)
     name = "list of paths"
-    item: PathValue
-
-    def __init__(self, item: PathValue | None = None) -> None:
-        self._set(item=item or PathValue())
+    item: PathValue = PathValue()
 
     def check(self, value: Any) -> tuple[str, ...]:
         return tuple(self.item.check(v) for v in _need_list(value, "paths"))
@@ -188,7 +164,6 @@ class PathList(ValueType):
 class HttpsUrl(ValueType):
     """An ``https://`` URL with a host."""
 
-    __slots__ = ()
     name = "https:// URL"
 
     def check(self, value: Any) -> str:
@@ -208,12 +183,8 @@ class Hosts(ValueType):
     grammar): ``host``, ``host:port``, ``*.domain``, an IP address, ``[v6]:port``,
     ``unix:/path``."""
 
-    __slots__ = ("network",)
     name = "list of host names"
-    network: bool
-
-    def __init__(self, network: bool = False) -> None:
-        self._set(network=network)
+    network: bool = False
 
     def check(self, value: Any) -> tuple[str, ...]:
         items = _need_list(value, "host names")
@@ -230,7 +201,6 @@ class OciPlaces(ValueType):
     """Where locked snapshots are read from (``oci``): ``REGISTRY/REPOSITORY`` or
     ``oci:DIR`` entries, in order (:mod:`safehub._internal.ocirefs`)."""
 
-    __slots__ = ()
     name = "list of `REGISTRY/REPOSITORY` or `oci:DIR`"
 
     def check(self, value: Any) -> tuple[str, ...]:
@@ -247,13 +217,9 @@ class OciPlaces(ValueType):
 class GlobValue(ValueType):
     """One glob of the policy dialect (see :mod:`safehub._internal.globs`)."""
 
-    __slots__ = ("https", "repo")
     name = "glob"
-    https: bool
-    repo: bool
-
-    def __init__(self, https: bool = False, repo: bool = False) -> None:
-        self._set(https=https, repo=repo)
+    https: bool = False
+    repo: bool = False
 
     def check(self, value: Any) -> str:
         text = _need_str(value, "a pattern (a string)")
@@ -284,7 +250,7 @@ class GlobValue(ValueType):
         return text
 
 
-# Compiled on first use (re's own cache), not by every process that imports the key table.
+# Compiled on first use (re's own cache), not by every process that reads the key table.
 _HF_GLOB = (r"hf://(?:(?:datasets|spaces)/)?[A-Za-z0-9._*?\[\]!-]+/"
             r"[A-Za-z0-9._*?\[\]!-]+(?:/[A-Za-z0-9._~*?\[\]!/-]*)?")
 _REPO_GLOB = r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+"
@@ -293,12 +259,8 @@ _REPO_GLOB = r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+"
 class Globs(ValueType):
     """A list of globs, each checked as ``item`` says."""
 
-    __slots__ = ("item",)
     name = "list of globs"
-    item: GlobValue
-
-    def __init__(self, item: GlobValue | None = None) -> None:
-        self._set(item=item or GlobValue())
+    item: GlobValue = GlobValue()
 
     def check(self, value: Any) -> tuple[str, ...]:
         return tuple(self.item.check(v) for v in _need_list(value, "patterns"))
@@ -311,7 +273,6 @@ class Programs(ValueType):
     """``false`` (no process), ``true`` (any), or the programs that may start (names or
     absolute paths: :func:`safehub._internal.programs.check_entry`, the one rule)."""
 
-    __slots__ = ()
     name = "false, true or a list of program names"
 
     def check(self, value: Any) -> bool | tuple[str, ...]:
@@ -326,7 +287,6 @@ class Programs(ValueType):
 class ProgramList(ValueType):
     """Program names or absolute paths (``[confine] exec``)."""
 
-    __slots__ = ()
     name = "list of program names or absolute paths"
 
     def check(self, value: Any) -> tuple[str, ...]:
@@ -346,7 +306,6 @@ def _programs(items: list[Any]) -> tuple[str, ...]:
 class Ports(ValueType):
     """TCP port numbers, 1 to 65535."""
 
-    __slots__ = ()
     name = "list of port numbers"
 
     def check(self, value: Any) -> tuple[int, ...]:
@@ -360,12 +319,8 @@ class Ports(ValueType):
 class Tables(ValueType):
     """A list of tables whose keys are declared in another scope (``[[allow.signers]]``)."""
 
-    __slots__ = ("scope",)
     name = "list of tables"
-    scope: str
-
-    def __init__(self, scope: str = "") -> None:
-        self._set(scope=scope)
+    scope: str = ""
 
     def check(self, value: Any) -> Any:
         return _need_list(value, "tables")  # each table is checked by the validator
