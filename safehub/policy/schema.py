@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within
 from safehub._internal.text import did_you_mean
 from safehub.errors import PolicyError
@@ -69,8 +70,7 @@ class Table:
         return {k: self.values[k] for k in KEYS[self.scope] if k in self.given}
 
 
-@dataclass(frozen=True)
-class FileSpec:
+class FileSpec(Frozen):
     """One policy file as validated: its ``[safehub]`` table and its rules."""
 
     source: str

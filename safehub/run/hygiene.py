@@ -29,10 +29,10 @@ import re
 import sys
 import threading
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within_any
 
 if TYPE_CHECKING:  # imported where used: it costs a start that never needs it
@@ -47,8 +47,7 @@ _NEVER_IMPORTED = frozenset({"test", "idlelib", "turtledemo", "this", "antigravi
 _SKIPPED = frozenset({"hubconf"})  # torch imports it by file, not by name
 
 
-@dataclass(frozen=True)
-class Shadow:
+class Shadow(Frozen):
     """A top-level module of the tree that has a namesake elsewhere.
 
     ``shadows`` is ``"stdlib"``, ``"distribution NAME"`` (an installed distribution's
