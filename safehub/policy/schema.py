@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +41,7 @@ def _fix(source: str, origin: str) -> str:
             "fault); until then no repo loads on this machine (fail closed)")
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(Frozen):
     """A validated table: every declared key of its scope, given or defaulted.
 
     Read a key as ``table.pin`` or ``table["pin"]``.
@@ -51,7 +49,7 @@ class Table:
 
     scope: str
     values: Mapping[str, Any]
-    given: frozenset[str] = field(default_factory=frozenset)
+    given: frozenset[str] = frozenset()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
