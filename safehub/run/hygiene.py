@@ -159,10 +159,11 @@ def _list_module_names(tree: Path) -> dict[str, Path]:
         entries = sorted(os.scandir(tree), key=lambda e: e.name)
     except OSError:
         return names
+    shortest = sorted(suffixes, key=len)  # "__init__.py" first: one stat for most packages
     for entry in entries:
         if entry.is_dir():
-            init = any(os.path.isfile(os.path.join(entry.path, "__init__" + s)) for s in suffixes)
-            if init and entry.name.isidentifier():
+            if entry.name.isidentifier() and any(
+                    os.path.isfile(os.path.join(entry.path, "__init__" + s)) for s in shortest):
                 names[entry.name] = Path(entry.path)  # a package wins over a module
             continue
         for suffix in suffixes:
