@@ -13,12 +13,12 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.run.weightfile import stat_key
 
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 """The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
 
 
-@dataclass(frozen=True)
-class Where:
+class Where(Frozen):
     """Where one call's files come from and go to."""
 
     endpoint: str
