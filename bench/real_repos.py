@@ -241,6 +241,13 @@ def serve_weights(servers: Servers, files: list[dict[str, str]], repo_commit: di
                                                                  "config.json": b"{}\n"})
 
 
+def rewrite_hub_file(hub: Any, repo: str, commit: str, path: str, data: bytes) -> None:
+    """The Hub serves ``data`` for ``path`` at ``commit`` (its LFS oid too)."""
+    with hub._lock:
+        hub.repos[repo].commits[commit][path] = data
+        hub.blobs[hashlib.sha256(data).hexdigest()] = data
+
+
 def machine(work: Path, name: str, servers: Servers, **extra: str) -> dict[str, str]:
     """The environment of a fresh machine: its own HOME, caches and Hub cache."""
     home = work / name
@@ -337,7 +344,8 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
 
     # 3. an entrypoint whose file is not pinned
     servers.clear()
-    code, answer, _ = cli(["load", spec, real.unpinned, "--locked", "--trust"], cold, cwd)
+    code, answer, _ = cli(["load", spec, real.unpinned, "--kwargs", kwargs, "--locked",
+                           "--trust"], cold, cwd)
     row["unpinned_refused"] = (answer.get("error"), answer.get("message", "")[:160],
                                servers.requests())
 
@@ -354,19 +362,35 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
                          servers.requests())
 
     # 5. the weight file swapped on the server
+    # (a Hub file: the pinned commit's file rewritten with its LFS oid, so the Hub's own
+    # metadata agrees with the new bytes and only the pin can tell)
     for f, other in zip(files, swapped, strict=True):
         data = Path(other["file"]).read_bytes()
         if "url" in f:
             servers.github.add_static(urlsplit(f["url"]).path, data)
         else:
-            servers.hub.tamper[f["sha256"]] = data
+            rewrite_hub_file(servers.hub, f["hf"], commits[f["hf"]], f["path"], data)
     swap = machine(work, "swap", servers)
     code, answer, _ = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
                            "--trust"], swap, cwd)
     row["swap_refused"] = (answer.get("error"), answer.get("message", "")[:200],
                            hub_and_torch_files(swap))
-    servers.hub.tamper.clear()
-    serve_weights(servers, files, commits)
+    for f in files:
+        if "url" in f:
+            servers.github.add_static(urlsplit(f["url"]).path, Path(f["file"]).read_bytes())
+        else:
+            rewrite_hub_file(servers.hub, f["hf"], commits[f["hf"]], f["path"],
+                             Path(f["file"]).read_bytes())
+    if any("hf" in f for f in files):  # the branch moves on the Hub: the pin does not
+        for f, other in zip(files, swapped, strict=True):
+            if "hf" in f:
+                servers.hub.commit(f["hf"], {f["path"]: Path(other["file"]).read_bytes(),
+                                             "config.json": b"{}\n"})
+        moved = machine(work, "moved", servers)
+        code, answer, _ = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
+                               "--trust"], moved, cwd)
+        row["branch_moved"] = "pinned commit loaded" if code == 0 else \
+            f"{answer.get('error')}: {answer.get('message', '')[:200]}"
 
     # 6. a fresh process, warm: safehub.load beside torch.hub.load
     row.update(fresh_warm(spec, real, work, servers, rounds, cwd))
