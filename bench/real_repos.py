@@ -50,7 +50,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -65,6 +64,7 @@ from _loopback import env_for, home_env  # noqa: E402
 from bench_load import _spawn_timed, compile_bytecode  # noqa: E402
 
 from safehub._internal.fsutil import rmtree  # noqa: E402
+from safehub.store.lockfile import Lockfile  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -269,6 +269,15 @@ def cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, dict[str,
     return done.returncode, answer, done.stderr
 
 
+def lock_check(env: dict[str, str], cwd: Path) -> list[str]:
+    """``safehub lock --check``: each pinned file's state and how it was asked."""
+    _, answer, err = cli(["lock", "--check"], env, cwd)
+    weights = answer.get("weights")
+    if not isinstance(weights, list):
+        return [f"no weights in the answer: {answer or err[-500:]}"]
+    return [f"{w.get('state')} by {w.get('how')}" for w in weights]
+
+
 def hub_and_torch_files(env: dict[str, str]) -> list[str]:
     """Every file under torch's checkpoint folder and the Hub cache of a machine."""
     found = []
@@ -315,13 +324,13 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
                              kwargs, "--trust"], dev, cwd)
     if code:
         raise RuntimeError(f"lock failed: {answer or err[-3000:]}")
-    entry = next(e for e in tomllib.loads((cwd / "safehub.lock").read_text())["repo"]
-                 if e["spec"].lower() == spec.lower())
-    pins = entry.get("weights", [])
+    entry = next(e for e in Lockfile.load(cwd / "safehub.lock").entries.values()
+                 if e.spec.lower() == spec.lower())
     served = {f["sha256"] for f in files}
-    row["pinned"] = [p["url"] for p in pins]
-    row["pins_match_served"] = {p["sha256"] for p in pins} == served
-    row["files_pinned"] = f"code {entry['commit'][:12]} + {len(pins)} file(s)"
+    row["pinned"] = [p.url for p in entry.weights]
+    row["pins_match_served"] = {p.sha256 for p in entry.weights} == served
+    row["files_pinned"] = f"code {entry.commit[:12]} + {len(entry.weights)} file(s)"
+    row["lock_check"] = lock_check(dev, cwd)
 
     # 2. locked loads: cold, offline warm, the drop-in API
     cold = machine(work, "cold", servers)
@@ -375,6 +384,7 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
                            "--trust"], swap, cwd)
     row["swap_refused"] = (answer.get("error"), answer.get("message", "")[:200],
                            hub_and_torch_files(swap))
+    row["lock_check_swapped"] = lock_check(dev, cwd)
     for f in files:
         if "url" in f:
             servers.github.add_static(urlsplit(f["url"]).path, Path(f["file"]).read_bytes())
@@ -440,7 +450,7 @@ def start(work: Path, hosts: list[str]) -> Servers:
     env = {k: v for k, v in os.environ.items()
            if k not in ("CI", "PYTHONDONTWRITEBYTECODE") and not k.startswith(("SAFEHUB_", "HF_"))
            and k.lower() not in ("https_proxy", "http_proxy", "all_proxy", "no_proxy")}
-    env.update(env_for(github))  # type: ignore[arg-type]
+    env.update(env_for(github))
     loopback = ",".join(["localhost", *(f"127.0.0.{i}" for i in range(1, 8))])
     env.update({"SSL_CERT_FILE": str(tls.ca_cert), "HF_ENDPOINT": hub.endpoint,
                 "HTTPS_PROXY": proxy.url, "NO_PROXY": loopback, "no_proxy": loopback,
@@ -462,19 +472,21 @@ def table(rows: list[dict[str, Any]]) -> str:
     def reqs(r: dict[str, int]) -> str:
         return f"{sum(r.values())} ({', '.join(f'{k} {v}' for k, v in r.items())})"
 
-    lines = ["| repo | entrypoint | files pinned | locked load: cold / offline warm / API | "
-             "unpinned file refused | swap refused (files left) | fleet node (requests to "
-             "other hosts) | fresh warm CPU torch.hub / safehub |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| repo | entrypoint | files pinned | `lock --check` as served / swapped | "
+             "locked load: cold / offline warm / API | unpinned file refused | swap refused "
+             "(files left) | fleet node (requests to other hosts) | fresh warm CPU torch.hub "
+             "/ safehub |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "failed" in r:
             lines.append(f"| {r['repo']} | {r['entrypoint']} | failed: {r['failed']} |"
-                         " | | | | |")
+                         " | | | | | |")
             continue
         lc, lo, la = r["locked_cold"], r["locked_offline_warm"], r["api_locked_warm"]
         un, sw, fl = r["unpinned_refused"], r["swap_refused"], r["fleet_node"]
         lines.append(
-            f"| {r['repo']} | {r['entrypoint']} | {r['files_pinned']} | {lc[0]} "
+            f"| {r['repo']} | {r['entrypoint']} | {r['files_pinned']} | "
+            f"{', '.join(r['lock_check'])} / {', '.join(r['lock_check_swapped'])} | {lc[0]} "
             f"({reqs(lc[1])}) / {lo[0]} ({sum(lo[1].values())} requests) / "
             f"{str(la[0]).split()[0]} | {un[0]} ({sum(un[2].values())} requests) | {sw[0]} "
             f"({len(sw[2])}) | {fl[0]} ({reqs(fl[1])}) | {r['cpu_ms']['torch']} / "
