@@ -129,12 +129,36 @@ save_file({k: v.contiguous() for k, v in model.state_dict().items()}, path)
 print(json.dumps([{"file": path, "hf": repo, "path": "model.safetensors"}]))
 """
 
+#: yolov5: the model built by the clone's own ``DetectionModel`` from its yaml, pickled whole
+#: (half precision) in the checkpoint dict its ``train.py`` writes, under the release URL
+#: ``attempt_download`` builds; the release's API answer is served too (the repo's code asks
+#: ``api.github.com`` itself, with ``requests``).
+MAKE_YOLO = """
+import json, os, sys, torch
+sys.path.insert(0, sys.argv[1])
+os.chdir(sys.argv[1])
+from models.yolo import DetectionModel
+out, seed, entry = sys.argv[2], int(sys.argv[3]), sys.argv[4]
+torch.manual_seed(seed)
+model = DetectionModel(f"models/{entry}.yaml").half()
+path = os.path.join(out, f"{entry}.pt")
+torch.save({"epoch": -1, "best_fitness": None, "model": model, "ema": None, "updates": None,
+            "optimizer": None, "opt": None, "git": None, "date": None}, path)
+release = "https://github.com/ultralytics/yolov5/releases/download/v7.0"
+print(json.dumps([{"file": path, "url": f"{release}/{entry}.pt", "static": {
+    "/repos/ultralytics/yolov5/releases/tags/v7.0": {"tag_name": "v7.0", "assets": [
+        {"name": f"yolov5{s}.pt"} for s in "nsmlx"]}}}]))
+"""
+
 REPOS = {
     "timm": Real("huggingface", "pytorch-image-models", "resnet18", {"pretrained": True},
                  "resnet34", MAKE_TIMM,
                  "hubconf imports the clone's timm; weights through hf_hub_download"),
     "dinov2": Real("facebookresearch", "dinov2", "dinov2_vits14", {}, "dinov2_vitb14",
                    MAKE_URL, "load_state_dict_from_url from dl.fbaipublicfiles.com"),
+    "yolov5": Real("ultralytics", "yolov5", "yolov5s", {}, "yolov5m", MAKE_YOLO,
+                   "download_url_to_file from a GitHub release into the working directory, "
+                   "a whole pickled model"),
 }
 
 
@@ -215,8 +239,13 @@ class Servers:
         return {"github": len(log) - len(weights), "weights": len(self.proxy.hosts),
                 "hub": len(self.hub.log)}
 
+    def weights_paths(self) -> list[str]:
+        """What the weights hosts were asked since :meth:`clear` (method, host, path, agent)."""
+        return [f"{r.method} {r.host}{r.path} ({(r.user_agent or '').split('/')[0]})"
+                for r in self.github.requests_log if r.role == "mirror"]
 
-def make_weights(real: Real, clone: Path, out: Path, seed: int) -> list[dict[str, str]]:
+
+def make_weights(real: Real, clone: Path, out: Path, seed: int) -> list[dict[str, Any]]:
     out.mkdir(parents=True, exist_ok=True)
     done = subprocess.run([sys.executable, "-c", real.make, str(clone), str(out), str(seed),
                            real.entrypoint, json.dumps(real.kwargs)],
@@ -224,18 +253,20 @@ def make_weights(real: Real, clone: Path, out: Path, seed: int) -> list[dict[str
                           env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     if done.returncode:
         raise RuntimeError(f"making the weights of {real.name} failed:\n{done.stderr[-3000:]}")
-    files: list[dict[str, str]] = json.loads(done.stdout.strip().splitlines()[-1])
+    files: list[dict[str, Any]] = json.loads(done.stdout.strip().splitlines()[-1])
     for f in files:
         f["sha256"] = hashlib.sha256(Path(f["file"]).read_bytes()).hexdigest()
     return files
 
 
-def serve_weights(servers: Servers, files: list[dict[str, str]], repo_commit: dict[str, str]
+def serve_weights(servers: Servers, files: list[dict[str, Any]], repo_commit: dict[str, str]
                   ) -> None:
     for f in files:
         data = Path(f["file"]).read_bytes()
         if "url" in f:
             servers.github.add_static(urlsplit(f["url"]).path, data)
+            for path, answer in f.get("static", {}).items():
+                servers.github.add_static(path, json.dumps(answer).encode())
         else:
             repo_commit[f["hf"]] = servers.hub.commit(f["hf"], {f["path"]: data,
                                                                  "config.json": b"{}\n"})
@@ -249,19 +280,22 @@ def rewrite_hub_file(hub: Any, repo: str, commit: str, path: str, data: bytes) -
 
 
 def machine(work: Path, name: str, servers: Servers, **extra: str) -> dict[str, str]:
-    """The environment of a fresh machine: its own HOME, caches and Hub cache."""
+    """The environment of a fresh machine: its own HOME, caches, Hub cache and working
+    folder (``BENCH_CWD``: yolov5 keeps its weights there), the project's lockfile."""
     home = work / name
+    (home / "cwd").mkdir(parents=True, exist_ok=True)
     env = dict(servers.env)
     env.update(home_env(home))
     env.update({"SAFEHUB_CACHE_DIR": str(home / "safehub-cache"), "HF_HOME": str(home / "hf"),
-                "DOCKER_CONFIG": str(home / "docker"), **extra})
+                "DOCKER_CONFIG": str(home / "docker"), "BENCH_CWD": str(home / "cwd"),
+                "SAFEHUB_LOCKFILE": str(work / "project" / "safehub.lock"), **extra})
     return env
 
 
-def cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, dict[str, Any], str]:
+def cli(args: list[str], env: dict[str, str]) -> tuple[int, dict[str, Any], str]:
     """``safehub ARGS --json`` in a child: exit code, its JSON answer, its stderr."""
     done = subprocess.run([sys.executable, "-m", "safehub", *args, "--json"], env=env,
-                          cwd=cwd, capture_output=True, text=True, check=False)
+                          cwd=env["BENCH_CWD"], capture_output=True, text=True, check=False)
     try:
         answer = json.loads(done.stdout) if done.stdout.strip() else {}
     except ValueError:
@@ -269,9 +303,9 @@ def cli(args: list[str], env: dict[str, str], cwd: Path) -> tuple[int, dict[str,
     return done.returncode, answer, done.stderr
 
 
-def lock_check(env: dict[str, str], cwd: Path) -> list[str]:
+def lock_check(env: dict[str, str]) -> list[str]:
     """``safehub lock --check``: each pinned file's state and how it was asked."""
-    _, answer, err = cli(["lock", "--check"], env, cwd)
+    _, answer, err = cli(["lock", "--check"], env)
     weights = answer.get("weights")
     if not isinstance(weights, list):
         return [f"no weights in the answer: {answer or err[-500:]}"]
@@ -281,7 +315,8 @@ def lock_check(env: dict[str, str], cwd: Path) -> list[str]:
 def hub_and_torch_files(env: dict[str, str]) -> list[str]:
     """Every file under torch's checkpoint folder and the Hub cache of a machine."""
     found = []
-    for root in (Path(env["TORCH_HOME"]) / "hub" / "checkpoints", Path(env["HF_HOME"])):
+    for root in (Path(env["TORCH_HOME"]) / "hub" / "checkpoints", Path(env["HF_HOME"]),
+                 Path(env["BENCH_CWD"])):
         if root.is_dir():
             found += [str(p) for p in root.rglob("*") if p.is_file() or p.is_symlink()]
     return [f for f in found if not f.endswith((".lock", "/token"))]
@@ -292,9 +327,18 @@ import json, os, sys
 sys.path.insert(0, os.environ["BENCH_DIR"])
 import torch
 which, spec, entry, kwargs = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
-if which == "torch":
-    import torch.hub, _loopback
+if which == "torch":  # torch.hub's GitHub requests to the stand-in; a release asset (what
+    import torch.hub, _loopback  # the repo's code downloads) goes the way safehub's does
     _loopback.point_torch_hub_from_env()
+    rewritten = torch.hub.urlopen
+    def urlopen(req, *a, **k):
+        url = req.full_url if hasattr(req, "full_url") else req
+        if "/releases/download/" in url:
+            import ssl, urllib.request
+            k.setdefault("context", ssl.create_default_context())
+            return urllib.request.urlopen(req, *a, **k)
+        return rewritten(req, *a, **k)
+    torch.hub.urlopen = urlopen
     model = torch.hub.load(spec, entry, trust_repo=True, verbose=False, **kwargs)
 else:
     import safehub
@@ -319,9 +363,10 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
     cwd.mkdir()
 
     # 1. lock what the entrypoint fetches
-    dev = machine(work, "dev", servers)
+    dev = {k: v for k, v in machine(work, "dev", servers).items() if k != "SAFEHUB_LOCKFILE"}
+    dev["BENCH_CWD"] = str(cwd)
     code, answer, err = cli(["lock", spec, "--entrypoint", real.entrypoint, "--kwargs",
-                             kwargs, "--trust"], dev, cwd)
+                             kwargs, "--trust"], dev)
     if code:
         raise RuntimeError(f"lock failed: {answer or err[-3000:]}")
     entry = next(e for e in Lockfile.load(cwd / "safehub.lock").entries.values()
@@ -330,23 +375,23 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
     row["pinned"] = [p.url for p in entry.weights]
     row["pins_match_served"] = {p.sha256 for p in entry.weights} == served
     row["files_pinned"] = f"code {entry.commit[:12]} + {len(entry.weights)} file(s)"
-    row["lock_check"] = lock_check(dev, cwd)
+    row["lock_check"] = lock_check(dev)
 
     # 2. locked loads: cold, offline warm, the drop-in API
     cold = machine(work, "cold", servers)
     servers.clear()
     code, answer, err = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
-                             "--trust"], cold, cwd)
+                             "--trust"], cold)
     row["locked_cold"] = ("ok" if code == 0 else f"exit {code}: {answer.get('message')}",
                           servers.requests())
     servers.clear()
     code, answer, _ = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
-                           "--trust"], {**cold, "SAFEHUB_OFFLINE": "1"}, cwd)
+                           "--trust"], {**cold, "SAFEHUB_OFFLINE": "1"})
     row["locked_offline_warm"] = ("ok" if code == 0 else
                                   f"exit {code}: {answer.get('message')}", servers.requests())
     servers.clear()
     done = subprocess.run([sys.executable, "-c", LOAD, "safehub", spec, real.entrypoint,
-                           kwargs], env={**cold, "SAFEHUB_LOCKED": "1"}, cwd=cwd,
+                           kwargs], env={**cold, "SAFEHUB_LOCKED": "1"}, cwd=cold["BENCH_CWD"],
                           capture_output=True, text=True, check=False)
     row["api_locked_warm"] = ("ok " + done.stdout.strip() if done.returncode == 0 else
                               done.stderr.strip().splitlines()[-1:], servers.requests())
@@ -354,21 +399,21 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
     # 3. an entrypoint whose file is not pinned
     servers.clear()
     code, answer, _ = cli(["load", spec, real.unpinned, "--kwargs", kwargs, "--locked",
-                           "--trust"], cold, cwd)
+                           "--trust"], cold)
     row["unpinned_refused"] = (answer.get("error"), answer.get("message", "")[:160],
-                               servers.requests())
+                               servers.requests(), servers.weights_paths())
 
     # 4. a fleet node from the registry
     target = f"{servers.registry.host}/real/{key}"
-    code, answer, err = cli(["prefetch", "--oci", target, spec], dev, cwd)
+    code, answer, err = cli(["prefetch", "--oci", target, spec], dev)
     if code:
         raise RuntimeError(f"prefetch --oci failed: {answer or err[-3000:]}")
     node = machine(work, "node", servers, SAFEHUB_OCI=target)
     servers.clear()
     code, answer, err = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
-                             "--trust"], node, cwd)
+                             "--trust"], node)
     row["fleet_node"] = ("ok" if code == 0 else f"exit {code}: {answer.get('message')}",
-                         servers.requests())
+                         servers.requests(), servers.weights_paths())
 
     # 5. the weight file swapped on the server
     # (a Hub file: the pinned commit's file rewritten with its LFS oid, so the Hub's own
@@ -380,11 +425,13 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
         else:
             rewrite_hub_file(servers.hub, f["hf"], commits[f["hf"]], f["path"], data)
     swap = machine(work, "swap", servers)
+    servers.clear()
     code, answer, _ = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
-                           "--trust"], swap, cwd)
-    row["swap_refused"] = (answer.get("error"), answer.get("message", "")[:200],
-                           hub_and_torch_files(swap))
-    row["lock_check_swapped"] = lock_check(dev, cwd)
+                           "--trust"], swap)
+    row["swap_refused"] = ("NOT REFUSED: loaded" if code == 0 else answer.get("error"),
+                           answer.get("message", "")[:200], hub_and_torch_files(swap),
+                           servers.weights_paths())
+    row["lock_check_swapped"] = lock_check(dev)
     for f in files:
         if "url" in f:
             servers.github.add_static(urlsplit(f["url"]).path, Path(f["file"]).read_bytes())
@@ -398,27 +445,36 @@ def check_repo(key: str, real: Real, clone: Path, work: Path, servers: Servers,
                                              "config.json": b"{}\n"})
         moved = machine(work, "moved", servers)
         code, answer, _ = cli(["load", spec, real.entrypoint, "--kwargs", kwargs, "--locked",
-                               "--trust"], moved, cwd)
+                               "--trust"], moved)
         row["branch_moved"] = "pinned commit loaded" if code == 0 else \
             f"{answer.get('error')}: {answer.get('message', '')[:200]}"
 
     # 6. a fresh process, warm: safehub.load beside torch.hub.load
-    row.update(fresh_warm(spec, real, work, servers, rounds, cwd))
+    try:
+        row.update(fresh_warm(spec, real, work, servers, rounds))
+    except RuntimeError as e:
+        row["fresh_failed"] = str(e)[-1500:]
     return row
 
 
-def fresh_warm(spec: str, real: Real, work: Path, servers: Servers, rounds: int,
-               cwd: Path) -> dict[str, Any]:
+def fresh_warm(spec: str, real: Real, work: Path, servers: Servers, rounds: int
+               ) -> dict[str, Any]:
     envs = {w: {k: v for k, v in machine(work, f"fresh-{w}", servers).items()
                 if k != "PYTHONDONTWRITEBYTECODE"} for w in ("torch", "safehub")}
     args = [spec, real.entrypoint, json.dumps(real.kwargs)]
     for which in ("torch", "safehub"):  # untimed: caches filled, bytecode written
-        _spawn_timed([sys.executable, "-c", LOAD, which, *args], {**envs[which]})
+        done = subprocess.run([sys.executable, "-c", LOAD, which, *args], env=envs[which],
+                              cwd=envs[which]["BENCH_CWD"], capture_output=True, text=True,
+                              check=False)
+        if done.returncode:
+            log = work / f"fresh-{which}.log"
+            log.write_text(done.stderr)
+            raise RuntimeError(f"{which} failed (its output: {log}): {done.stderr[-1000:]}")
     runs: dict[str, list[float]] = {"torch": [], "safehub": []}
     for r in range(rounds):
         for which in (("torch", "safehub") if r % 2 == 0 else ("safehub", "torch")):
             prev = os.getcwd()
-            os.chdir(cwd)
+            os.chdir(envs[which]["BENCH_CWD"])
             try:
                 _, _, cpu, _ = _spawn_timed([sys.executable, "-c", LOAD, which, *args],
                                             envs[which])
@@ -452,7 +508,8 @@ def start(work: Path, hosts: list[str]) -> Servers:
            and k.lower() not in ("https_proxy", "http_proxy", "all_proxy", "no_proxy")}
     env.update(env_for(github))
     loopback = ",".join(["localhost", *(f"127.0.0.{i}" for i in range(1, 8))])
-    env.update({"SSL_CERT_FILE": str(tls.ca_cert), "HF_ENDPOINT": hub.endpoint,
+    env.update({"SSL_CERT_FILE": str(tls.ca_cert), "CURL_CA_BUNDLE": str(tls.ca_cert),
+                "HF_ENDPOINT": hub.endpoint,
                 "HTTPS_PROXY": proxy.url, "NO_PROXY": loopback, "no_proxy": loopback,
                 "HF_HUB_DISABLE_TELEMETRY": "1", "BENCH_DIR": str(HERE),
                 "SAFEHUB_NONINTERACTIVE": "1",
@@ -482,6 +539,9 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['repo']} | {r['entrypoint']} | failed: {r['failed']} |"
                          " | | | | | |")
             continue
+        cpu = (f"{r['cpu_ms']['torch']} / {r['cpu_ms']['safehub']} ms, {r['cpu_ratio']}x "
+               f"(paired {r['cpu_ratio_paired']}x)" if "cpu_ms" in r else
+               f"not measured: {r.get('fresh_failed', '')[-200:]}")
         lc, lo, la = r["locked_cold"], r["locked_offline_warm"], r["api_locked_warm"]
         un, sw, fl = r["unpinned_refused"], r["swap_refused"], r["fleet_node"]
         lines.append(
@@ -489,9 +549,7 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{', '.join(r['lock_check'])} / {', '.join(r['lock_check_swapped'])} | {lc[0]} "
             f"({reqs(lc[1])}) / {lo[0]} ({sum(lo[1].values())} requests) / "
             f"{str(la[0]).split()[0]} | {un[0]} ({sum(un[2].values())} requests) | {sw[0]} "
-            f"({len(sw[2])}) | {fl[0]} ({reqs(fl[1])}) | {r['cpu_ms']['torch']} / "
-            f"{r['cpu_ms']['safehub']} ms, {r['cpu_ratio']}x (paired {r['cpu_ratio_paired']}x)"
-            " |")
+            f"({len(sw[2])}) | {fl[0]} ({reqs(fl[1])}) | {cpu} |")
     return "\n".join(lines)
 
 
