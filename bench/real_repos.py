@@ -40,6 +40,7 @@ see bench/README.md. It is not run by CI.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import os
@@ -184,6 +185,10 @@ class ConnectProxy:
             threading.Thread(target=self._tunnel, args=(conn,), daemon=True).start()
 
     def _tunnel(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # a peer that reset (a client giving up)
+            self._relay(conn)
+
+    def _relay(self, conn: socket.socket) -> None:
         with conn:
             head = b""
             while b"\r\n\r\n" not in head and len(head) < 65536:
