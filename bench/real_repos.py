@@ -246,8 +246,9 @@ class Servers:
 
     def weights_paths(self) -> list[str]:
         """What the weights hosts were asked since :meth:`clear` (method, host, path, agent)."""
-        return [f"{r.method} {r.host}{r.path} ({(r.user_agent or '').split('/')[0]})"
-                for r in self.github.requests_log if r.role == "mirror"]
+        return [f"CONNECT {h}" for h in self.proxy.hosts] + [
+            f"{r.method} {r.host}{r.path} ({(r.user_agent or '').split('/')[0]})"
+            for r in self.github.requests_log if r.role == "mirror"]
 
 
 def make_weights(real: Real, clone: Path, out: Path, seed: int) -> list[dict[str, Any]]:

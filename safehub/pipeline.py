@@ -324,7 +324,12 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     try:
         with torchhub.handling(handlers), hfhub.offline_during(ctx.settings.offline), \
                 guard.active():
-            result = code(prepared.path)
+            try:
+                result = code(prepared.path)
+            except Exception as e:  # the repo's own error, after it caught a refusal
+                if refused:
+                    raise refused[0] from e
+                raise
         if refused:  # the repo's code caught the refusal and went on (another downloader)
             raise refused[0]
         return result

@@ -237,3 +237,11 @@ def test_a_refusal_the_repo_catches_still_fails_the_load(
         safehub.load("acme/fallback:v1.0", "fallback", weights, str(target),
                      trust_repo=True, verbose=False)
     assert target.read_bytes() == b"fetched another way"
+    # The repo's own error after it caught the refusal: the refusal is what the load says.
+    make_hub_repo("acme", "gives-up", {"hubconf.py": FALLBACK.replace(
+        'f.write(b"fetched another way")', 'raise RuntimeError("the other way failed too")')})
+    assert main(["lock", "acme/gives-up:v1.0"]) == 0
+    with pytest.raises(PinError, match="new.pth") as err:
+        safehub.load("acme/gives-up:v1.0", "fallback", other, str(isolated / "y.bin"),
+                     trust_repo=True, verbose=False)
+    assert "the other way failed too" in str(err.value.__cause__)
