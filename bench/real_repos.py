@@ -575,9 +575,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="safehub-real-repos-"))
     print(f"work folder {work}; {os.cpu_count()} CPUs, load average "
           f"{os.getloadavg()[0]:.2f}", flush=True)
-    hosts = sorted({urlsplit(f["url"]).hostname or "" for key, path in clones.items()
-                    for f in make_weights(REPOS[key], Path(path), work / "probe" / key, 0)
-                    if "url" in f})
+    files = [f for key, path in clones.items()
+             for f in make_weights(REPOS[key], Path(path), work / "probe" / key, 0)]
+    hosts = sorted({urlsplit(f["url"]).hostname or "" for f in files if "url" in f} |
+                   ({"api.github.com"} if any("static" in f for f in files) else set()))
     servers = start(work, hosts)
     rows = []
     try:
