@@ -575,6 +575,11 @@ def weights_rows(n: int, megabytes: int, work: Path, project: Path, origin: obje
     server.add_static("/weights/big.bin", data)  # type: ignore[attr-defined]
     url = server.api_url.rsplit("/api", 1)[0] + "/weights/big.bin"  # type: ignore[attr-defined]
     spec, host = "bench/weighted:v1.0", origin.host  # type: ignore[attr-defined]
+    # `lock --entrypoint` runs its child confined: the loopback weights host's port granted
+    user = Path(os.environ["XDG_CONFIG_HOME"]) / "safehub" / "policy.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    with open(user, "a") as f:
+        f.write(f"\n[confine]\nconnect_ports = [443, {server.port}]\n")  # type: ignore[attr-defined]
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         t = time.perf_counter()

@@ -14,11 +14,11 @@ prefetch, so a rename, a default branch or a denial gets the same verdict everyw
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.warn import warn
 from safehub.errors import PinError, PolicyDenied
 from safehub.policy import Decision, Policy
@@ -33,8 +33,7 @@ __all__ = ["Admission", "Admitted", "Lockfiles"]
 Resolution = Literal["normal", "fresh", "online"]
 
 
-@dataclass(frozen=True)
-class Admitted:
+class Admitted(Frozen):
     """A spec the policy admits, resolved to one commit, with the decision that holds."""
 
     spec: RepoSpec

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.hosts import normalise_host
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
@@ -40,8 +41,7 @@ __all__ = ["DEFAULTS", "ENVIRONMENT", "EnvVar", "Ignored", "Limits", "Origin", "
 APP = "safehub"
 
 
-@dataclass(frozen=True)
-class EnvVar:
+class EnvVar(Frozen):
     """An environment variable safehub reads, and what it means (``safehub docs env``)."""
 
     name: str
@@ -192,8 +192,7 @@ def noninteractive(policy: Policy, environ: Mapping[str, str]) -> bool:
                 or environ.get("SAFEHUB_CONFINED") or not _stdin_is_tty())
 
 
-@dataclass(frozen=True)
-class OwnPlace:
+class OwnPlace(Frozen):
     """A place where safehub keeps what a later run trusts: ``path``, ``what`` it is (as
     messages name it), ``moved_by``: the setting that moves it elsewhere, and whether it is
     one ``file`` (written in its folder) rather than a folder."""
@@ -204,8 +203,7 @@ class OwnPlace:
     file: bool = False
 
 
-@dataclass(frozen=True)
-class Origin:
+class Origin(Frozen):
     """Where a setting's value came from: a ``variable``, a policy ``file``, a ``hub``
     argument or the ``default``; ``where`` names it, ``str()`` as messages say it."""
 
@@ -215,6 +213,10 @@ class Origin:
 
     def __str__(self) -> str:
         return self.text
+
+
+_OFFLINE_VARIABLE = Origin("variable", "SAFEHUB_OFFLINE", "SAFEHUB_OFFLINE=1")
+_LOCKED_VARIABLE = Origin("variable", "SAFEHUB_LOCKED", "SAFEHUB_LOCKED=1")
 
 
 def resolve_setting(policy: Policy, name: str, environ: Mapping[str, str]
@@ -254,7 +256,7 @@ class Settings:
     """Whether the per-file check may stand in when .gitattributes rewrites exports."""
     runtime: str = "observe"
     """The runtime guard's mode while hubconf runs (``observe``, ``enforce``, ``off``)."""
-    offline_source: Origin = Origin("variable", "SAFEHUB_OFFLINE", "SAFEHUB_OFFLINE=1")
+    offline_source: Origin = _OFFLINE_VARIABLE
     """Where offline mode was switched on (for messages and their fixes)."""
     confine: bool = False
     """``safehub run`` confines its command (``SAFEHUB_CONFINE=1`` or ``confine = true``)."""
@@ -268,7 +270,7 @@ class Settings:
     """Locked mode (``SAFEHUB_LOCKED=1``, ``locked = true``, ``--locked``): whatever a load
     runs or fetches through a held path must be pinned in the lockfile, and nothing is
     pinned on first use."""
-    locked_source: Origin = Origin("variable", "SAFEHUB_LOCKED", "SAFEHUB_LOCKED=1")
+    locked_source: Origin = _LOCKED_VARIABLE
     """Where locked mode was switched on (for messages)."""
     oci: tuple[str, ...] = ()
     """Where locked specs load from instead of GitHub (``SAFEHUB_OCI``, ``oci = [...]``):

@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+
+from safehub._internal.frozen import Frozen
 
 __all__ = [
     "DIGEST_HEADER",
@@ -77,8 +78,7 @@ def blob_id(data: bytes) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
-class FileEntry:
+class FileEntry(Frozen):
     """One file of a tree: relative POSIX path, git mode, size and both hashes."""
 
     path: str

@@ -8,7 +8,6 @@ downloads), verifies in a staging folder, and installs with one atomic rename.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shlex
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.frozen import replace
 from safehub._internal.fsutil import rmtree
 from safehub._internal.text import printable
 from safehub._internal.warn import warn
@@ -100,7 +100,7 @@ class TreeFetcher:
         found = integrity.survey(tree.path)
         self.verified.record(tree.commit, tree.digest, tree.tree, str(tree.path), found)
         warm.STATE.surveys[(str(tree.path), tree.digest)] = found  # see warm, 3
-        return dataclasses.replace(tree, verified_ns=found.verified_ns, ident=found.ident)
+        return replace(tree, verified_ns=found.verified_ns, ident=found.ident)
 
     def cache_hit(self, resolved: Resolved, locked: Locked | None, *,
                   checked_on_open: bool = False) -> CachedTree | None:
@@ -148,7 +148,7 @@ class TreeFetcher:
                                              fixes.say("check how the lockfile was made")),
                                 "nothing ran; "))
         if fast is not None:
-            return dataclasses.replace(hit, verified_ns=fast, ident=ident)
+            return replace(hit, verified_ns=fast, ident=ident)
         return self._remember(hit)
 
     def download(self, resolved: Resolved, out_path: Path, *, verbose: bool) -> None:

@@ -116,13 +116,15 @@ def _weight_layers(hub: Hub, lock: LockEntry, work: Path
                    ) -> tuple[tuple[Descriptor, Path], ...]:
     """Each file the entry pins, as a layer whose digest is its pin: from the snapshot a
     ``SAFEHUB_OCI`` node reads, else the user's records or the file's own URL (held to the
-    policy's weights patterns), its bytes checked against the pin."""
-    from safehub.operations.pinned import fetch_pinned, is_file_pin
+    policy's weights patterns), its bytes checked against the pin. A Hub snapshot's
+    listing (``hf://REPO@REV/``) is one too: its canonical text, asked of the Hub at its
+    pinned commit where no record holds it."""
+    from safehub.operations.pinned import fetch_pinned
     from safehub.sources.oci.artifact import weights_layer
 
     from_snapshot = hub.context.snapshot_weights(lock) if hub.settings.oci else None
     layers = []
-    for pin in filter(is_file_pin, lock.weights):
+    for pin in lock.weights:
         path = work / f"weights-{pin.sha256}"
         with open(path, "w+b") as out:
             if from_snapshot is None or not from_snapshot(pin.url, pin.sha256, out):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from safehub._internal.frozen import Frozen
 
 __all__ = ["DEFAULTS", "Limits"]
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(Frozen):
     """Bounds on what a download may be; each one stops a resource-exhaustion attack."""
 
     max_archive_bytes: int = 512 * 1024 * 1024

@@ -16,11 +16,11 @@ something else keeps its decision and names what was raised.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within
 from safehub.errors import PolicyDenied, SafehubError, UntrustedRepoError
 
@@ -46,8 +46,7 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(Frozen):
     """A repo that passed every check: where its verified tree is and why it may run."""
 
     spec: RepoSpec

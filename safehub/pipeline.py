@@ -30,10 +30,12 @@ from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 from safehub._internal import fixes, gcpause
 from safehub.errors import (
     HubconfError,
+    IntegrityError,
     NoHubconfError,
     OfflineError,
     PinError,
     RepoMovedError,
+    SafehubError,
     SpecError,
 )
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
@@ -300,7 +302,9 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         data_dir=ctx.settings.data_dir, transport=ctx.weights_transport,
         locked=ctx.locked_mode(), entrypoint=seen.outcome.entrypoint,
         bound=_bound_weights(ctx, prepared))
-    handlers = {**weights.handlers(), **hfhub.handlers(weights),
+    refused: list[SafehubError] = []
+    handlers = {**_final(weights.handlers(), refused, (IntegrityError, PinError)),
+                **_final(hfhub.handlers(weights), refused, (IntegrityError,)),
                 **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
         prepared.resolved.location, prepared.decision, prepared.tree,
@@ -320,7 +324,15 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     try:
         with torchhub.handling(handlers), hfhub.offline_during(ctx.settings.offline), \
                 guard.active():
-            return code(prepared.path)
+            try:
+                result = code(prepared.path)
+            except Exception as e:  # the repo's own error, after it caught a refusal
+                if refused:
+                    raise refused[0] from e
+                raise
+        if refused:  # the repo's code caught the refusal and went on (another downloader)
+            raise refused[0]
+        return result
     except HubconfError as e:  # name the repo, not the cache folder
         if repr(str(prepared.path)) not in e.message:
             raise
@@ -333,6 +345,28 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
                 "branch; torch.hub loads only hubconf.py at the repo root)")) from e
         raise HubconfError(named, fix=fixes.run(f"safehub list {r.spec.repo}:{r.commit}",
                                                 "to see its entrypoints")) from e
+
+
+def _final(handlers: dict[str, Callable[..., Any]], refused: list[SafehubError],
+           kinds: tuple[type[SafehubError], ...]) -> dict[str, Callable[..., Any]]:
+    """``handlers`` whose refusals of ``kinds`` are final for the load: noted, so that the
+    load fails with the first even where the repo's code catches it and fetches the file
+    another way (yolov5's ``safe_download`` falls back to ``curl``). A file that is not the
+    pinned one (``IntegrityError``) is final on every held path; a URL locked mode does not
+    pin (``PinError``) on torch.hub's helpers (a Hub library may probe for optional files
+    and go on without them). Other errors (a 404, offline) are the code's to handle."""
+
+    def final(handler: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return handler(*args, **kwargs)
+            except kinds as e:
+                refused.append(e)
+                raise
+
+        return call
+
+    return {name: final(handler) for name, handler in handlers.items()}
 
 
 def _bound_weights(ctx: Context, prepared: Prepared) -> dict[str, str]:

@@ -25,13 +25,12 @@ annotated tag 3, a branch 3, no ref 3 (repo, ``git/ref``, ``git/commits``), a fu
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, replace
 from safehub.errors import NotFoundError, PinError, RepoMovedError
 from safehub.spec import RepoSpec, is_full_sha, looks_like_sha
 from safehub.store.cache import Cache, CommitProof, RefRecord
@@ -46,8 +45,7 @@ MAX_COMPARES = 30
 """Most extra ``compare`` calls spent proving an old commit that is off the default branch."""
 
 
-@dataclass(frozen=True)
-class Resolved:
+class Resolved(Frozen):
     """A spec turned into one commit, with the evidence that it is the repo's own."""
 
     spec: RepoSpec
@@ -254,7 +252,7 @@ class Resolver:
         if resolved.name:
             return resolved
         _, name = self._source().repo_info(resolved.location)
-        return dataclasses.replace(resolved, name=name)
+        return replace(resolved, name=name)
 
     def cached(self, spec: RepoSpec) -> Resolved | None:
         """An earlier resolution from the cache's record, or None."""

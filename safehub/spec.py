@@ -16,9 +16,9 @@ True
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import SpecError
 
 __all__ = ["FULL_REF", "FULL_SHA", "RepoSpec", "is_full_sha", "looks_like_sha", "plain_text",
@@ -153,8 +153,7 @@ def _from_url(text: str) -> str | None:
     return f"{owner}/{name}" + (f":{ref}" if ref else "")
 
 
-@dataclass(frozen=True)
-class RepoSpec:
+class RepoSpec(Frozen):
     """A validated GitHub repo reference.
 
     ``owner`` and ``name`` keep the case the user typed (GitHub answers in either case);

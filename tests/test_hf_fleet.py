@@ -134,3 +134,78 @@ def test_a_node_whose_lockfile_has_no_commit_for_the_file_asks_the_hub(
     before = len(hub.log)
     assert safehub.load(SPEC, "tiny", verbose=False)["w"].tolist() == [1.0, 1.0]  # type: ignore[index]
     assert len(hub.log) > before
+
+
+# -- snapshot_download on a node, and its files locked by a confined child --------------------
+
+
+def _locked_snapshot(hub: HubStandIn, isolated: Path, target: str,  # noqa: F811
+                     capsys: pytest.CaptureFixture[str]) -> Lockfile:
+    """``snap`` (a snapshot_download) locked by ``lock --entrypoint`` (its child confined
+    where the kernel allows: the Hub stand-in's port granted) and pushed with the snapshot."""
+    from tests.helpers_load import policy
+    from tests.test_hfhub import _rule
+
+    port = hub.endpoint.rsplit(":", 1)[1]
+    policy(isolated, f"[confine]\nconnect_ports = [{port}]\n" + _rule("hf://acme/tiny", hub))
+    capsys.readouterr()
+    assert main(["lock", SPEC, "--entrypoint", "snap", "--trust"]) == 0, capsys.readouterr()
+    assert main(["prefetch", "--oci", target, SPEC]) == 0, capsys.readouterr()
+    capsys.readouterr()
+    return Lockfile.load(Path("safehub.lock"))
+
+
+LISTING = "hf://acme/tiny@main/"
+
+
+def test_a_node_serves_snapshot_download_from_the_snapshot_with_no_hub_request(
+        hub: HubStandIn, isolated: Path, target: str, server: GitHubStandIn,  # noqa: F811
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub.config import Settings
+    from safehub.run.hfcache import listing_bytes
+    from safehub.sources.oci import place
+    from safehub.sources.oci.artifact import WEIGHTS_URL, parse_manifest
+
+    entry = _locked_snapshot(hub, isolated, target, capsys).entries[SPEC]
+    commit = hub.repos["acme/tiny"].refs["main"]
+    pins = {w.url: w for w in entry.weights}
+    assert set(pins) == {LISTING, "hf://acme/tiny@main/config.json", KEY}
+    assert all(w.commit == commit for w in pins.values())
+    listed = listing_bytes(["config.json", "model.safetensors"])
+    assert pins[LISTING].sha256 == hashlib.sha256(listed).hexdigest()
+    registry_ = place(target, Settings.from_env().transport())
+    snap = parse_manifest(registry_.manifest(entry.oci), entry.oci, target)  # type: ignore[attr-defined]
+    layers = {(d.annotations or {})[WEIGHTS_URL]: d for d in snap.weights}
+    assert layers[LISTING].digest == f"sha256:{pins[LISTING].sha256}"  # the listing's layer
+    cache = _hub_node(tmp_path, monkeypatch, target, "snapnode")
+    server.clear_log()
+    before = len(hub.log)
+    assert safehub.load(SPEC, "snap", verbose=False) == ["config.json", "model.safetensors"]
+    assert len(hub.log) == before  # not the listing, not a file: the Hub was not asked
+    assert server.requests_log == []
+    storage = cache / "models--acme--tiny"
+    assert (storage / ".safehub" / f"{commit}.json").read_bytes() == listed
+    assert (storage / "refs" / "main").read_text() == commit
+    assert safehub.load(SPEC, "snap", verbose=False) == ["config.json", "model.safetensors"]
+    assert len(hub.log) == before  # warm
+
+
+def test_a_registry_that_lies_about_the_listing_leaves_nothing_in_the_hub_cache(
+        hub: HubStandIn, isolated: Path, target: str, registry,  # type: ignore[no-untyped-def]  # noqa: F811
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    entry = _locked_snapshot(hub, isolated, target, capsys).entries[SPEC]
+    pin = next(w for w in entry.weights if w.url == LISTING)
+    data = _blob_data(registry, f"sha256:{pin.sha256}")
+    honest = data.read_bytes()
+    try:
+        data.write_bytes(b'["config.json", "evil.bin", "model.safetensors"]\n')
+        cache = _hub_node(tmp_path, monkeypatch, target, "liar")
+        before = len(hub.log)
+        with pytest.raises(SafehubError) as e:
+            safehub.load(SPEC, "snap", verbose=False)
+        assert type(e.value).__name__ == "IntegrityError", e.value
+        assert hub_cache_files(cache) == [] and len(hub.log) == before
+    finally:
+        data.write_bytes(honest)

@@ -455,3 +455,24 @@ def test_a_module_imported_again_is_routed_again(hub: HubStandIn) -> None:
             "<safehub routing of huggingface_hub._snapshot_download")
     finally:
         sys.modules["huggingface_hub._snapshot_download"] = fresh
+
+
+def test_lock_check_asks_the_hub_whether_a_pinned_listing_still_answers(
+        hub: HubStandIn, capsys: pytest.CaptureFixture[str]) -> None:
+    from safehub.cli import main
+
+    _load("snap")
+    assert main(["lock", "acme/hubby:v1.0"]) == 0
+    capsys.readouterr()
+
+    def listing_state() -> tuple[int, dict[str, object]]:
+        code = main(["lock", "--check", "--json"])
+        files = json.loads(capsys.readouterr().out)["weights"]
+        return code, next(f for f in files if f["url"] == "hf://acme/tiny@main/")
+
+    code, state = listing_state()
+    assert code == 0 and (state["state"], state["how"]) == ("ok", "listing"), state
+    moved = hub.commit("acme/tiny", {"model.safetensors": _weights(1.0),
+                                     "config.json": b'{"n": 2}\n', "extra.bin": b"x"})
+    code, state = listing_state()
+    assert code == 1 and state["state"] == "moved" and state["now_commit"] == moved, state

@@ -15,7 +15,7 @@ import pytest
 
 import safehub
 from safehub.cli import main
-from safehub.errors import PinError
+from safehub.errors import IntegrityError, PinError
 from safehub.policy import Policy
 from tests.helpers_load import policy
 from tests.support import GitHubStandIn
@@ -35,6 +35,23 @@ def fetch(url, path):
     """Download url to path."""
     torch.hub.download_url_to_file(url, path, progress=False)
     return path
+'''
+
+FALLBACK = '''\
+import torch
+
+dependencies = ["torch"]
+
+
+def fallback(url, path):
+    """Download url to path; if that fails, fetch it another way (as yolov5's
+    safe_download falls back to curl)."""
+    try:
+        torch.hub.download_url_to_file(url, path, progress=False)
+    except Exception:
+        with open(path, "wb") as f:
+            f.write(b"fetched another way")
+    return open(path, "rb").read()
 '''
 
 OUTER = '''\
@@ -193,3 +210,38 @@ def test_check_says_what_a_locked_load_would_do(
     monkeypatch.setenv("SAFEHUB_LOCKED", "1")
     capsys.readouterr()
     assert main(["check", "acme/weighted:v1.0", "--json"]) == 0
+
+
+def test_a_refusal_the_repo_catches_still_fails_the_load(
+        weights: str, server: GitHubStandIn, make_hub_repo,  # type: ignore[no-untyped-def]
+        monkeypatch: pytest.MonkeyPatch, isolated: Path) -> None:
+    """A repo that catches the refusal and fetches the file another way (yolov5's
+    ``safe_download`` falls back to ``curl``) gets no model out of the load: an unpinned
+    URL in locked mode (PinError) and bytes that are not the pinned ones (IntegrityError)
+    are final."""
+    make_hub_repo("acme", "fallback", {"hubconf.py": FALLBACK})
+    target = isolated / "fetched.bin"
+    # The honest case: the pinned file loads, the fallback never runs.
+    assert safehub.load("acme/fallback:v1.0", "fallback", weights, str(target),
+                        trust_repo=True, verbose=False).startswith(b"PK")
+    assert main(["lock", "acme/fallback:v1.0"]) == 0
+    monkeypatch.setenv("SAFEHUB_LOCKED", "1")
+    other = weights.replace("good.pth", "new.pth")
+    with pytest.raises(PinError, match="new.pth"):
+        safehub.load("acme/fallback:v1.0", "fallback", other, str(isolated / "x.bin"),
+                     trust_repo=True, verbose=False)
+    assert (isolated / "x.bin").read_bytes() == b"fetched another way"  # it ran, and failed
+    server.add_static("/weights/good.pth", b"other bytes at the pinned URL")
+    target.unlink()
+    with pytest.raises(IntegrityError, match="good.pth"):
+        safehub.load("acme/fallback:v1.0", "fallback", weights, str(target),
+                     trust_repo=True, verbose=False)
+    assert target.read_bytes() == b"fetched another way"
+    # The repo's own error after it caught the refusal: the refusal is what the load says.
+    make_hub_repo("acme", "gives-up", {"hubconf.py": FALLBACK.replace(
+        'f.write(b"fetched another way")', 'raise RuntimeError("the other way failed too")')})
+    assert main(["lock", "acme/gives-up:v1.0"]) == 0
+    with pytest.raises(PinError, match="new.pth") as err:
+        safehub.load("acme/gives-up:v1.0", "fallback", other, str(isolated / "y.bin"),
+                     trust_repo=True, verbose=False)
+    assert "the other way failed too" in str(err.value.__cause__)

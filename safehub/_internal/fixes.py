@@ -38,8 +38,9 @@ run:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, fields, replace
 from typing import Any
+
+from safehub._internal.frozen import Frozen, fields, replace
 
 __all__ = ["SURFACES", "AddLines", "AllOf", "AnyOf", "Call", "CommandLine", "Fix", "Noted",
            "RemoveRule", "Run", "Say", "SetKeys", "add", "both", "call", "change",
@@ -52,24 +53,21 @@ SURFACES = ("api", "cli", "torchhub", "json")
 _INDENT = "      "
 
 
-@dataclass(frozen=True)
-class Run:
+class Run(Frozen):
     """A command to run (``where``: a condition, such as "on a machine with network")."""
 
     command: str
     where: str = ""
 
 
-@dataclass(frozen=True)
-class AddLines:
+class AddLines(Frozen):
     """Lines to add at the end of the policy file ``file``."""
 
     file: str
     lines: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class SetKeys:
+class SetKeys(Frozen):
     """``key = value`` lines to set in ``rule`` (``[[allow]] #N (repo)``) of ``file``."""
 
     file: str
@@ -77,16 +75,14 @@ class SetKeys:
     keys: tuple[str, ...]
 
 
-@dataclass(frozen=True)
-class RemoveRule:
+class RemoveRule(Frozen):
     """Remove ``rule`` (``[[deny]] #N (repo)``) from the policy file ``file``."""
 
     file: str
     rule: str
 
 
-@dataclass(frozen=True)
-class Call:
+class Call(Frozen):
     """An argument of the Python call (``force_reload``), its value (``True``; empty: the
     argument named alone) and the function (``load``: "pass ... to safehub.load"; empty:
     the call that failed). The command line writes it as the flag for it (``--trust``),
@@ -98,29 +94,25 @@ class Call:
     function: str = ""
 
 
-@dataclass(frozen=True)
-class Say:
+class Say(Frozen):
     """Anything that is not applied mechanically: an API argument, a flag, advice."""
 
     text: str
 
 
-@dataclass(frozen=True)
-class AnyOf:
+class AnyOf(Frozen):
     """Alternatives: any one of them is enough."""
 
     options: tuple[Fix, ...]
 
 
-@dataclass(frozen=True)
-class AllOf:
+class AllOf(Frozen):
     """Fixes that are all needed (two requirements block)."""
 
     needed: tuple[Fix, ...]
 
 
-@dataclass(frozen=True)
-class Noted:
+class Noted(Frozen):
     """``fix`` with words before and after it (why, or what to check first)."""
 
     fix: Fix
@@ -131,15 +123,14 @@ class Noted:
 Fix = Run | AddLines | SetKeys | RemoveRule | Call | Say | AnyOf | AllOf | Noted
 
 
-@dataclass(frozen=True)
-class CommandLine:
+class CommandLine(Frozen):
     """What the command line's rendering needs from the command that failed: the shared
     options it was given (``("--cache-dir", DIR)``), which a command a fix names carries too
     where that command takes them (``takes``: command words, such as ``cache clear``, to
     its options), else the fix would act on other files."""
 
     given: tuple[tuple[str, str], ...] = ()
-    takes: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    takes: Mapping[str, frozenset[str]] | None = None
 
 
 #: The command line's flag for an argument of the Python API (else ``--the-argument``).
@@ -266,8 +257,9 @@ def _with_options(command: str, command_line: CommandLine) -> str:
     words = command.split()
     if len(words) < 2 or words[0] != "safehub" or not command_line.given:
         return command
-    verb = " ".join(words[1:3]) if " ".join(words[1:3]) in command_line.takes else words[1]
-    takes = command_line.takes.get(verb, frozenset())
+    options = command_line.takes or {}
+    verb = " ".join(words[1:3]) if " ".join(words[1:3]) in options else words[1]
+    takes = options.get(verb, frozenset())
     command, gap, note = command.partition("   (")  # a note after the command
     for flag, value in command_line.given:
         if flag in takes and flag not in words:
@@ -288,16 +280,16 @@ def to_json(fix: Fix, surface: str = "api", *,
     line = command_line or CommandLine()
     kind = next(name for name, cls in _KINDS.items() if cls is type(fix))
     data: dict[str, Any] = {"kind": kind}
-    for f in fields(fix):
-        value = getattr(fix, f.name)
+    for name in fields(fix):
+        value = getattr(fix, name)
         if isinstance(value, tuple):
             value = [to_json(v, surface, command_line=line) if not isinstance(v, str) else v
                      for v in value]
         elif not isinstance(value, str):
             value = to_json(value, surface, command_line=line)
-        elif isinstance(fix, Run) and f.name == "command" and surface == "cli":
+        elif isinstance(fix, Run) and name == "command" and surface == "cli":
             value = _with_options(value, line)
-        data[f.name] = value
+        data[name] = value
     if isinstance(fix, Call):
         data["text"] = _call(fix, surface)
     return data
@@ -315,17 +307,17 @@ def from_json(data: Any) -> Fix:
         raise ValueError(f"not a fix: {str(data)[:80]!r}")
     kind = _KINDS[data["kind"]]
     values: dict[str, Any] = {}
-    for f in fields(kind):
-        value = data.get(f.name, "")
-        if f.name in ("options", "needed"):
+    for name in fields(kind):
+        value = data.get(name, "")
+        if name in ("options", "needed"):
             value = tuple(from_json(v) for v in value)
-        elif f.name == "fix":
+        elif name == "fix":
             value = from_json(value)
-        elif f.name in ("lines", "keys"):
+        elif name in ("lines", "keys"):
             value = tuple(str(v) for v in value)
         elif not isinstance(value, str):
-            raise ValueError(f"not a fix: {f.name} is not text")
-        values[f.name] = value
+            raise ValueError(f"not a fix: {name} is not text")
+        values[name] = value
     fix: Fix = kind(**values)
     return fix
 
@@ -338,13 +330,13 @@ _KINDS: dict[str, Any] = {"run": Run, "add_lines": AddLines, "set_keys": SetKeys
 def reworded(fix: Fix, change: Callable[[str], str]) -> Fix:
     """``fix`` with ``change`` applied to each of its texts (a command, a line, a file...)."""
     values: dict[str, Any] = {}
-    for f in fields(fix):
-        value = getattr(fix, f.name)
+    for name in fields(fix):
+        value = getattr(fix, name)
         if isinstance(value, str):
-            values[f.name] = change(value)
+            values[name] = change(value)
         elif isinstance(value, tuple):
-            values[f.name] = tuple(change(v) if isinstance(v, str) else reworded(v, change)
-                                   for v in value)
+            values[name] = tuple(change(v) if isinstance(v, str) else reworded(v, change)
+                                 for v in value)
         else:
-            values[f.name] = reworded(value, change)
+            values[name] = reworded(value, change)
     return replace(fix, **values)

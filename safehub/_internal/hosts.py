@@ -14,7 +14,8 @@ import contextlib
 import ipaddress
 import re
 import socket
-from dataclasses import dataclass
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["HostPattern", "is_name", "local_name", "normalise_host",
            "parse_ip"]
@@ -54,8 +55,7 @@ def normalise_host(host: str) -> str:
     return str(ip) if ip is not None else host
 
 
-@dataclass(frozen=True)
-class HostPattern:
+class HostPattern(Frozen):
     """One ``network`` entry: ``host``, ``host:port``, ``*.suffix[:port]``, ``[v6]:port``,
     an IP address, or ``unix:/path`` for a Unix socket.
 

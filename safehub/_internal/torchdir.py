@@ -18,13 +18,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["TorchHubDir", "torch_hub_dir"]
 
 
-@dataclass(frozen=True)
-class TorchHubDir:
+class TorchHubDir(Frozen):
     """torch's hub dir (``path``, as ``get_dir()`` would return it) and what moved it from
     torch's default (``"torch.hub.set_dir()"``, ``"TORCH_HOME"``), or None where it is
     torch's default."""

@@ -211,8 +211,11 @@ def _lock_entrypoint(args: argparse.Namespace, hub: Any) -> int:
     specs = specs_from(args)
     if len(specs) != 1 or args.rewrite:
         raise _Usage("--entrypoint takes one SPEC (and no --rewrite)", "safehub lock")
+    from safehub.run.autoinstall import launch
+
     changes, ran = operations.lock_entrypoint(hub, specs[0], args.entrypoint, args.kwargs,
-                                              upgrade=args.upgrade, trust=args.trust)
+                                              launch=launch, upgrade=args.upgrade,
+                                              trust=args.trust)
     _emit(args, {"lockfile": str(hub.lockfile_path), "changes": [c.to_json() for c in changes],
                  "fetched": ran.to_json()},
           text.lock_changes(changes, hub.lockfile_path) + "\n" + text.entrypoint_pins(ran))

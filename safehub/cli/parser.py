@@ -293,8 +293,9 @@ def _pinning(add: _Adder) -> None:
                       help="ask GitHub whether every locked ref still names its commit, and "
                       "every pinned file whether it still answers with its size and digest")
     lock.add_argument("--entrypoint", type=_entrypoint, metavar="NAME",
-                      help="run NAME once, as `safehub load` would (in a child process), and "
-                      "pin every file it fetched: URL, size and sha256")
+                      help="run NAME once, as `safehub load` would (in a child process, "
+                      "confined where the kernel allows), and pin every file it fetched: URL, "
+                      "size and sha256")
     lock.add_argument("--kwargs", metavar="JSON",
                       help="with --entrypoint: its keyword arguments, a JSON object")
     lock.add_argument("--trust", action="store_true",

@@ -8,7 +8,10 @@ The job can change nothing a later safehub run trusts, so an honest job asks
   lockfile, and installs it; the job then loads it read-only. The job names a spec and the
   commit it resolved; nothing else it says is used, and nothing is trusted or run.
 * ``audit``: one of the job's audit lines, appended to the real log as it is, marked
-  ``"confined_job": true`` (what the job says about itself, recorded as such).
+  ``"confined_job": true`` (what the job says about itself, recorded as such);
+* ``pinned``: a weights file a load in the job checked (URL, sha256, size, commit). A job's
+  word is no pin: ``safehub run`` records nothing of it; ``safehub lock --entrypoint``
+  (:mod:`safehub.operations.lock`) asks each file itself before it pins it.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from safehub._internal import fixes
-from safehub._internal.broker import Broker
+from safehub._internal.broker import Broker, Handler
 from safehub.errors import CacheError
 from safehub.spec import is_full_sha
 
@@ -26,8 +29,10 @@ if TYPE_CHECKING:
 _RECORD_BYTES = 1 << 16
 
 
-def serve(hub: Hub) -> Broker:
-    """The broker for one confined job, answering with ``hub`` (the parent's)."""
+def serve(hub: Hub, pinned: Handler | None = None) -> Broker:
+    """The broker for one confined job, answering with ``hub`` (the parent's);
+    ``pinned``: what is done with the files the job says it checked (nothing, unless
+    given)."""
 
     def prefetch(request: dict[str, Any]) -> dict[str, Any]:
         from safehub.operations.cache import prefetch as fill
@@ -51,4 +56,5 @@ def serve(hub: Hub) -> Broker:
         hub.audit.append_record({**record, "confined_job": True})
         return {"ok": True}
 
-    return Broker({"prefetch": prefetch, "audit": audit})
+    return Broker({"prefetch": prefetch, "audit": audit,
+                   "pinned": pinned or (lambda request: {"ok": True})})

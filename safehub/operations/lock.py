@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,7 @@ from safehub.store.records import WeightPins
 if TYPE_CHECKING:
     from safehub.hub import Hub
     from safehub.operations.pinned import PinStatus
+    from safehub.run.confine import Ruleset
 
 __all__ = ["EntrypointFetches", "LockChange", "LockStatus", "lock", "lock_check",
            "lock_check_weights", "lock_entrypoint"]
@@ -29,6 +31,9 @@ _LOCK = pipeline.Plan(upto="signature", resolution="fresh", locked=True, pinned=
 written), the policy's signature verified (its signer is pinned)."""
 _ONLINE = pipeline.Plan(upto="admit", resolution="online")
 """``lock --check``: admission with the ref asked online, nothing recorded."""
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+_MOST_FILES = 10_000
+"""The most files one ``lock --entrypoint`` child may tell it checked."""
 
 
 @dataclass(frozen=True)
@@ -162,17 +167,25 @@ class EntrypointFetches(Report):
     """Every URL safehub downloaded while it ran (redirect hops included)."""
 
 
+Launch = Callable[..., int]
+"""What starts the child and waits for it: ``safehub run``'s own launcher
+(``safehub.run.autoinstall.launch``, given by the command line, a layer above)."""
+
+
 def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = None, *,
-                    upgrade: bool = False, trust: bool = False
+                    launch: Launch, upgrade: bool = False, trust: bool = False
                     ) -> tuple[list[LockChange], EntrypointFetches]:
     """Lock ``spec``, run its ``entrypoint`` once as ``safehub load`` would (same policy,
     admission and trust; ``kwargs`` a JSON object), and pin every file it fetched in the
     entry: URL, sha256, size (and a Hub file's commit).
 
     The entrypoint runs in a child process (``python -m safehub load``, the locked commit)
-    with a fresh torch hub dir of its own, so every file it needs is fetched and hashed
-    there rather than taken from a checkpoint folder; the files are pinned only if the whole
-    load succeeded.
+    with a torch hub dir and a Hub cache of its own, so every file it needs is fetched and
+    hashed there; under ``--confine``'s rules where the kernel offers them (:func:`_runner`).
+    The child tells each file it checked over a channel this process owns; each is then
+    asked again here (:func:`_checked_here`), and pinned only if the whole load succeeded
+    and every file answers with what the child saw. ``launch`` starts it, as ``safehub run``
+    starts its job (its ruleset, a channel for its requests).
     """
     import json
 
@@ -188,14 +201,13 @@ def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = N
                             fix=fixes.say("""e.g. --kwargs '{"pretrained": true}'"""))
     changes = lock(hub, [spec], upgrade=upgrade)
     key, repo = changes[0].spec, RepoSpec.parse(spec).key
-    records = WeightPins(hub.settings.data_dir)
-    before = {url: records.get(url) for url in records.for_repo(repo)}
-    fetched = _run_entrypoint(hub, key, entrypoint, kwargs, trust)
-    now = {url: records.get(url) for url in records.for_repo(repo)}
-    pins = tuple(_pin(url, seen) for url, seen in sorted(now.items())
-                 if seen is not None and (before.get(url) != seen or url in fetched))
+    # Consent is asked here, where the terminal is (a confined child never prompts).
+    hub.prepare(key, entrypoint=entrypoint, trust_repo=True if trust else "check",
+                verbose=False)
+    fetched, told = _run_entrypoint(hub, key, entrypoint, kwargs, launch)
     lockfile = Lockfile.load(hub.lockfile_path)
     entry = lockfile.entries[key]
+    pins = _checked_here(hub, entry, told, entrypoint)
     held = {w.url: w for w in entry.weights}
     for pin in pins:
         old = held.get(pin.url)
@@ -206,6 +218,7 @@ def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = N
                 fix=fixes.say("review why the file changed; if it should, remove its "
                               "[[repo.weights]] entry and lock again"))
         held[pin.url] = pin
+    records = WeightPins(hub.settings.data_dir)
     lockfile.put(dataclasses.replace(entry, weights=tuple(held[u] for u in sorted(held)))
                  .with_pins(_pins(records, repo)))
     lockfile.save()
@@ -231,40 +244,121 @@ def _pin(url: str, seen: Mapping[str, Any]) -> WeightPin:
     return WeightPin(url, str(seen["sha256"]), size, hub_commit)
 
 
+def _told(into: dict[str, WeightPin]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """The parent's end of the child's ``pinned`` requests: each kept as the child said
+    it, to be asked again here (a malformed one is refused, and fails the child's load)."""
+    def pinned(request: dict[str, Any]) -> dict[str, Any]:
+        url, sha256, size, commit = (request.get(k) for k in ("url", "sha256", "size",
+                                                               "commit"))
+        if not (isinstance(url, str) and 0 < len(url) <= 4096 and isinstance(sha256, str)
+                and _HEX64.fullmatch(sha256) and type(size) is int and size >= 0
+                and isinstance(commit, str) and (not commit or is_full_sha(commit))
+                and len(into) < _MOST_FILES):
+            raise ValueError("a pinned file is a url, a sha256, a size and a commit")
+        into[url] = WeightPin(url, sha256, size, commit if url.startswith("hf://") else "")
+        return {"ok": True}
+
+    return pinned
+
+
+def _checked_here(hub: Hub, entry: LockEntry, told: Mapping[str, WeightPin],
+                  entrypoint: str) -> tuple[WeightPin, ...]:
+    """What the child said it checked, asked again by this process: each URL must be one
+    the policy's ``weights`` patterns allow for the repo, and answer with the size and
+    digest the child saw (:func:`~safehub.operations.pinned.confirm`: a digest the server
+    gives, else a download hashed here). The child's word is no pin."""
+    from safehub.operations.pinned import confirm
+
+    pins = tuple(told[u] for u in sorted(told))
+    for pin in pins:
+        try:
+            confirm(hub, entry, pin)
+        except SafehubError as e:
+            message = (f"{entrypoint} of {entry.spec} fetched {pin.url}, but asked again here "
+                       f"it does not answer as it did: {e.message}; nothing was pinned")
+            try:
+                refusal = type(e)(message, fix=e.fix)
+            except TypeError:  # an error that carries more than words
+                refusal = SafehubError(message, fix=e.fix)
+            raise refusal from e
+    return pins
+
+
 def _run_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None,
-                    trust: bool) -> list[str]:
-    """``safehub load SPEC ENTRYPOINT`` in a child process with a torch hub dir of its own;
-    the URLs it fetched (its runtime report), or its refusal raised here."""
-    import json
+                    launch: Launch) -> tuple[list[str], dict[str, WeightPin]]:
+    """``safehub load SPEC ENTRYPOINT`` in a child process (confined where the kernel
+    allows), with a torch hub dir and a Hub cache of its own; the URLs it fetched (its
+    runtime report) and the files it told it checked, or its refusal raised here."""
     import os
-    import subprocess
     import sys
     import tempfile
 
-    from safehub import errors
+    from safehub.operations.job import serve
 
     command = [sys.executable, "-m", "safehub", "load", spec, entrypoint, "--json", "--report",
                "--quiet", "--lockfile", str(hub.lockfile_path),
-               *(["--kwargs", kwargs] if kwargs is not None else []),
-               *(["--trust"] if trust else [])]
-    with tempfile.TemporaryDirectory(prefix="safehub-lock-") as home:
-        env = {**os.environ, "TORCH_HOME": home, "SAFEHUB_CACHE_DIR": str(hub.cache.root)}
-        done = subprocess.run(command, env=env, stdout=subprocess.PIPE, text=True,
-                              check=False)
-    try:
-        answer = json.loads(done.stdout) if done.stdout.strip() else {}
-    except (ValueError, RecursionError):
-        answer = {}
-    if done.returncode != 0 or not isinstance(answer, dict) or "error" in answer:
-        kind = getattr(errors, str(answer.get("error", "")), None) \
-            if isinstance(answer, dict) else None
+               *(["--kwargs", kwargs] if kwargs is not None else [])]
+    told: dict[str, WeightPin] = {}
+    ruleset = _runner(hub, command)
+    with tempfile.TemporaryDirectory(prefix="safehub-lock-") as own, \
+            tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace") as out:
+        home = ruleset.job if ruleset is not None and ruleset.job else own
+        env = {"TORCH_HOME": os.path.join(home, "torch"),
+               "HF_HUB_CACHE": os.path.join(home, "huggingface"),
+               "SAFEHUB_CACHE_DIR": str(hub.cache.root)}
+        code = launch(command, ruleset, broker=serve(hub, pinned=_told(told)),
+                      environment=env, stdout=out, routed=False)
+        out.seek(0)
+        answer = _answer(out.read(1 << 20))
+    if code != 0 or "error" in answer:
+        from safehub import errors
+
+        kind = getattr(errors, str(answer.get("error", "")), None)
         cls = kind if isinstance(kind, type) and issubclass(kind, SafehubError) else SafehubError
-        message = answer.get("message") if isinstance(answer, dict) else None
-        hint = answer.get("hint") if isinstance(answer, dict) else None
+        message, hint = answer.get("message"), answer.get("hint")
         raise cls(f"running {entrypoint} of {spec} to lock what it fetches failed: "
-                  f"{message or f'exit {done.returncode}'}; nothing was pinned",
+                  f"{message or f'exit {code}'}; nothing was pinned",
                   fix=fixes.say(str(hint)) if hint else fixes.say(
                       f"run `safehub load {spec} {entrypoint}` to see why"))
     runtime = answer.get("runtime") if isinstance(answer.get("runtime"), dict) else {}
     urls = runtime.get("fetched", []) if isinstance(runtime, dict) else []
-    return [u for u in urls if isinstance(u, str)] if isinstance(urls, list) else []
+    return ([u for u in urls if isinstance(u, str)] if isinstance(urls, list) else []), told
+
+
+def _answer(text: str) -> dict[str, Any]:
+    """The child's ``--json`` answer: the whole output, else its last line (a native
+    library may have written to the same stream first); {} if there is none."""
+    import json
+
+    lines = [line for line in text.splitlines() if line.strip()]
+    for candidate in (text, lines[-1] if lines else ""):
+        try:
+            answer = json.loads(candidate)
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(answer, dict):
+            return answer
+    return {}
+
+
+def _runner(hub: Hub, command: Sequence[str]) -> Ruleset | None:
+    """The ruleset the child runs under: ``safehub run --confine``'s for the command
+    (its ``[confine]`` rules, its own temp dir, which holds its torch hub dir and Hub
+    cache). Where the kernel cannot confine it, None (said once, and the child runs as
+    ``safehub load`` would), unless confinement is required (``SAFEHUB_CONFINE``, a
+    policy's ``confine = true``): then that is refused as ``safehub run`` refuses it."""
+    from safehub._internal.warn import warn
+    from safehub.errors import ConfineError
+    from safehub.run import confine
+    from safehub.run.confine.plan import confinement
+
+    try:
+        confine.available()
+    except ConfineError as e:
+        if hub.settings.confine:
+            raise
+        warn(f"safehub lock --entrypoint: {e.message}; the entrypoint runs unconfined, as "
+             "`safehub load` would")
+        return None
+    return confinement(hub, command)  # a ruleset it refuses (a write grant that holds
+    # the lockfile, say) is refused here too

@@ -36,23 +36,109 @@ if TYPE_CHECKING:
     from safehub.hub import Hub
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["PinState", "PinStatus", "check_pins", "fetch_pinned", "hub_file", "is_file_pin",
-           "source_url"]
+__all__ = ["PinState", "PinStatus", "check_pins", "confirm", "fetch_pinned", "hub_file",
+           "hub_listing", "is_file_pin", "listing", "source_url"]
 
 HF_ENDPOINT = "https://huggingface.co"
 _HF = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
                  r"@(?P<revision>[^/]+)/(?P<path>.+)")
+_LISTING = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
+                      r"@(?P<revision>[^/]+)/")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def is_file_pin(pin: WeightPin) -> bool:
     """Whether ``pin`` names one file (a Hub snapshot's listing, ``hf://REPO@REV/``, is
-    pinned too, but is no file of its own to fetch or to carry).
+    pinned too: its bytes are the canonical text of the list, asked of the Hub's API).
 
     >>> is_file_pin(WeightPin("hf://acme/tiny@main/", "0" * 64))
     False
     """
     return not pin.url.startswith("hf://") or hub_file(pin.url) is not None
+
+
+def hub_listing(url: str) -> tuple[str, str, str] | None:
+    """(kind, repo id, revision) of a Hub snapshot's listing pin (``hf://REPO@REV/``).
+
+    >>> hub_listing("hf://datasets/acme/tiny@main/")
+    ('datasets', 'acme/tiny', 'main')
+    >>> hub_listing("hf://acme/tiny@main/model.safetensors") is None
+    True
+    """
+    m = _LISTING.fullmatch(url)
+    return None if m is None else (m["kind"] or "", m["repo"], unquote(m["revision"]))
+
+
+def listing(hub: Hub, pin: WeightPin, *, at: str = "") -> bytes:
+    """The canonical bytes of a Hub snapshot's listing pin, asked of the Hub's API at
+    ``at`` (the pinned commit unless given: the revision, to see whether it moved); the
+    Hub must answer at the pinned commit and the bytes must hash to the pin, else an
+    :class:`IntegrityError`."""
+    sha, data = _asked_listing(hub, pin, at)
+    digest = hashlib.sha256(data).hexdigest()
+    if (pin.commit and sha != pin.commit) or digest != pin.sha256:
+        raise IntegrityError(
+            f"the Hub lists {pin.url} at commit {sha[:40]} with files of sha256 {digest}, "
+            f"but the pin is commit {pin.commit or '(none)'} and sha256 {pin.sha256}",
+            fix=fixes.say("the listing changed on the Hub: check why, then lock the "
+                          "entrypoint again (safehub lock SPEC --entrypoint NAME)"))
+    return data
+
+
+def _asked_listing(hub: Hub, pin: WeightPin, at: str) -> tuple[str, bytes]:
+    """(the commit the Hub names, the listing's canonical bytes) of ``pin``'s repo at
+    ``at`` (else its commit, else its revision). Only the endpoint's own origin is asked."""
+    from safehub._internal.urls import read_url
+    from safehub.errors import FetchError, PolicyDenied
+    from safehub.run.hfcache import listing_bytes
+
+    found = hub_listing(pin.url)
+    assert found is not None
+    kind, repo, revision = found
+    endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
+    origin = read_url(endpoint, http=True).origin
+
+    def allow(hop: str) -> None:
+        if read_url(hop, http=True).origin != origin:
+            raise PolicyDenied(f"the Hub's listing of {repo} was redirected to {hop}",
+                               fix=fixes.say("check HF_ENDPOINT"))
+
+    where = at or pin.commit or revision
+    url = f"{endpoint}/api/{kind or 'models'}/{repo}/revision/{quote(where, safe='')}"
+    what = f"the Hub's listing of {repo}"
+    answer = hub.context.weights_transport().get(url, what=what, allow=allow).json(what)
+    sha = answer.get("sha") if isinstance(answer, dict) else None
+    siblings = answer.get("siblings") if isinstance(answer, dict) else None
+    if not isinstance(sha, str) or not isinstance(siblings, list):
+        raise FetchError(f"{what} at {where} has no commit or file list",
+                         fix=fixes.say("check HF_ENDPOINT; if it is the Hub, retry later"))
+    return sha.lower(), listing_bytes([s["rfilename"] for s in siblings if isinstance(s, dict)
+                                       and isinstance(s.get("rfilename"), str)])
+
+
+def confirm(hub: Hub, entry: LockEntry, pin: WeightPin) -> None:
+    """``pin`` (what a child of ``safehub lock --entrypoint`` said it checked) asked again
+    here: the policy's ``weights`` patterns must allow it for ``entry``'s repo, and it must
+    answer with its size and digest (a Hub listing: at its commit, at its revision still).
+    A refusal, or an :class:`IntegrityError` naming what answered instead."""
+    guard = _guard(hub, entry)
+    guard.check_url(pin.url)
+    if hub_listing(pin.url) is not None:
+        found = hub_listing(pin.url)
+        assert found is not None
+        listing(hub, pin, at=found[2])
+        return
+    if hub_file(pin.url) is not None and not pin.commit:
+        raise IntegrityError(f"{pin.url} was told without the commit its revision is at",
+                             fix=fixes.say("lock the entrypoint again"))
+    status = _check(hub, entry, pin, guard)
+    if not status.ok:
+        raise IntegrityError(
+            f"{pin.url} answers {status.state.value} (sha256 {status.now_sha256}, "
+            f"{status.now_size} bytes, commit {status.now_commit}) where "
+            f"{pin.sha256} ({pin.size} bytes) was fetched",
+            fix=fixes.say("the file is not the same to every asker: check the host, then "
+                          "lock the entrypoint again"))
 
 
 def hub_file(url: str) -> tuple[str, str, str, str] | None:
@@ -101,7 +187,8 @@ def _allow(guard: WeightsGuard, pin: WeightPin) -> Callable[[str], None]:
 def fetch_pinned(hub: Hub, entry: LockEntry, pin: WeightPin, out: IO[bytes], *,
                  max_bytes: int = 64 * 1024**3) -> int:
     """The pinned bytes of ``pin`` into ``out`` (a file the user's records hold with that
-    digest, else downloaded); their size. Other bytes are an :class:`IntegrityError`."""
+    digest, else downloaded; a Hub listing asked of the Hub at its commit); their size.
+    Other bytes are an :class:`IntegrityError`."""
     from safehub.store.records import WeightPins
 
     seen = WeightPins(hub.settings.data_dir).get(pin.url)
@@ -113,6 +200,11 @@ def fetch_pinned(hub: Hub, entry: LockEntry, pin: WeightPin, out: IO[bytes], *,
             return out.tell()
         out.seek(0)
         out.truncate()
+    if hub_listing(pin.url) is not None:  # checked against the pin as it is asked
+        data = listing(hub, pin)
+        out.write(data)
+        out.flush()
+        return len(data)
     guard = _guard(hub, entry)
     url = source_url(pin)
     size = hub.context.weights_transport().download(
@@ -184,10 +276,11 @@ def check_pins(hub: Hub, entry: LockEntry) -> list[PinStatus]:
     """Every file ``entry`` pins, asked whether it still answers with its pin."""
     guard = _guard(hub, entry) if entry.weights else None
     results = []
-    for pin in filter(is_file_pin, entry.weights):
+    for pin in entry.weights:
         assert guard is not None
         try:
-            results.append(_check(hub, entry, pin, guard))
+            results.append(_check(hub, entry, pin, guard) if is_file_pin(pin)
+                           else _check_listing(hub, entry, pin))
         except SafehubError as e:
             results.append(PinStatus(entry.spec, pin.url, PinState.UNREACHABLE, "", pin.sha256,
                                      pin.size, error=f"{type(e).__name__}: {e.message}",
@@ -216,6 +309,18 @@ def _check(hub: Hub, entry: LockEntry, pin: WeightPin, guard: WeightsGuard) -> P
     return PinStatus(entry.spec, pin.url, PinState.OK if same else PinState.CHANGED, how,
                      pin.sha256, pin.size, digest, size, commit,
                      fix=None if same else _relock(entry))
+
+
+def _check_listing(hub: Hub, entry: LockEntry, pin: WeightPin) -> PinStatus:
+    """A Hub listing pin, asked of the Hub's API at its revision (``how``: ``listing``)."""
+    found = hub_listing(pin.url)
+    assert found is not None
+    sha, data = _asked_listing(hub, pin, found[2])
+    digest = hashlib.sha256(data).hexdigest()
+    state = (PinState.MOVED if pin.commit and sha != pin.commit else
+             PinState.OK if digest == pin.sha256 else PinState.CHANGED)
+    return PinStatus(entry.spec, pin.url, state, "listing", pin.sha256, pin.size, digest,
+                     len(data), sha, fix=None if state is PinState.OK else _relock(entry))
 
 
 def _relock(entry: LockEntry) -> fixes.Fix:

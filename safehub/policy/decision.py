@@ -7,10 +7,10 @@ Plain frozen data: the merge that produces it is :mod:`safehub.policy.model`'s.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.globs import Glob
 from safehub.verify.signatures.signers import SignerSet
 
@@ -19,8 +19,7 @@ __all__ = ["Decision", "Requirements", "RuntimeRequirements", "Verdict"]
 Verdict = Literal["allow", "prompt", "deny"]
 
 
-@dataclass(frozen=True)
-class RuntimeRequirements:
+class RuntimeRequirements(Frozen):
     """What the runtime guard holds hubconf code to (every matching rule's keys).
 
     Each key merges as ``each`` (every rule that sets it must allow an action): the merged
@@ -87,8 +86,7 @@ def _common(lists: Sequence[Any]) -> tuple[str, ...] | None:
     return tuple(x for x in first if all(x in other for other in rest))
 
 
-@dataclass(frozen=True)
-class Requirements:
+class Requirements(Frozen):
     """What every matching allow rule asks of the content, merged (all must hold)."""
 
     pin: bool = False
@@ -105,8 +103,7 @@ class Requirements:
     """(file, table) of the rule each entry of ``weights`` comes from."""
 
 
-@dataclass(frozen=True)
-class Decision:
+class Decision(Frozen):
     """The policy's answer for one spec (before or after the ref is resolved)."""
 
     verdict: Verdict

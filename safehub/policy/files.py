@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS
 from safehub.policy.local import holders
@@ -39,8 +39,7 @@ PROJECT_FILE = "safehub.toml"
 SYSTEM_CONFIG_DIR: Path | None = Path("/etc/xdg") if os.name == "posix" else None
 
 
-@dataclass(frozen=True)
-class Candidate:
+class Candidate(Frozen):
     """A place a policy file is looked for, and whether one is there."""
 
     path: Path

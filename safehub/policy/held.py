@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+from safehub._internal.frozen import Frozen
 from safehub.policy.keys import KEYS
 from safehub.policy.model import Policy
 
 __all__ = ["Ignored", "held_back", "ignored_variables", "say_ignored"]
 
 
-@dataclass(frozen=True)
-class Ignored:
+class Ignored(Frozen):
     """A variable or ``Hub(...)`` argument that a policy file overrides: it has no effect,
     and safehub says so (a warning on first use, ``safehub policy show``)."""
 

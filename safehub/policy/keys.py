@@ -16,9 +16,9 @@ and the error messages all read this one table.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from safehub._internal.frozen import Frozen
 from safehub.policy.values import (
     Bool,
     Choice,
@@ -77,8 +77,7 @@ LAYERS: Mapping[str, tuple[str, str]] = {
 MERGES = (*LAYERS, "signer-set", "match", "note")
 
 
-@dataclass(frozen=True)
-class Key:
+class Key(Frozen):
     """One policy key: its table, type, default, documentation and merge rule."""
 
     scope: str

@@ -10,9 +10,9 @@ default, where no earlier file set it; a ``final = true`` file is a floor.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
+from safehub._internal.frozen import Frozen, replace
 from safehub._internal.fsutil import within
 from safehub.policy.keys import KEYS, TABLE_NAMES, Choice, Key
 from safehub.policy.schema import FileSpec, Table
@@ -29,8 +29,7 @@ class Setting(NamedTuple):
     final: bool = False
 
 
-@dataclass(frozen=True)
-class Merged:
+class Merged(Frozen):
     """A key merged across files (:func:`merge_key`): its value, where it came from
     (``default``, a file, or ``A, narrowed by B``), whether a final file holds it, and what
     files asked that it does not grant (``notes``: one line each, naming file, key, entry

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.globs import Glob
 from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
 from safehub.policy.keys import KEYS, WEIGHT_FORMATS, Choice
@@ -34,8 +35,7 @@ from safehub.verify.signatures.signers import KeySigner, Signer, SignerSet
 
 __all__ = ["Decision", "Policy", "Requirements", "Rule", "Setting"]
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Frozen):
     """One allow or deny rule, with the file it came from and compiled patterns."""
 
     kind: Literal["allow", "deny"]
@@ -61,8 +61,7 @@ class Rule:
         return self.repo.match(key)
 
 
-@dataclass(frozen=True)
-class _Refusal:
+class _Refusal(Frozen):
     """One reason to refuse, from one file: ``soft`` if that file says ``mode = "warn"``."""
 
     why: str

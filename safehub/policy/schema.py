@@ -15,11 +15,11 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within
 from safehub._internal.text import did_you_mean
 from safehub.errors import PolicyError
@@ -41,8 +41,7 @@ def _fix(source: str, origin: str) -> str:
             "fault); until then no repo loads on this machine (fail closed)")
 
 
-@dataclass(frozen=True)
-class Table:
+class Table(Frozen):
     """A validated table: every declared key of its scope, given or defaulted.
 
     Read a key as ``table.pin`` or ``table["pin"]``.
@@ -50,7 +49,7 @@ class Table:
 
     scope: str
     values: Mapping[str, Any]
-    given: frozenset[str] = field(default_factory=frozenset)
+    given: frozenset[str] = frozenset()
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]
@@ -69,8 +68,7 @@ class Table:
         return {k: self.values[k] for k in KEYS[self.scope] if k in self.given}
 
 
-@dataclass(frozen=True)
-class FileSpec:
+class FileSpec(Frozen):
     """One policy file as validated: its ``[safehub]`` table and its rules."""
 
     source: str

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.globs import Glob
 from safehub._internal.hosts import HostPattern
 from safehub._internal.ocirefs import split_place
@@ -29,11 +29,10 @@ class Fault(ValueError):
 # -- value types -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ValueType:
+class ValueType(Frozen):
     """A kind of value: how to check it, how to describe it."""
 
-    name: str
+    name: ClassVar[str] = "value"
 
     def check(self, value: Any) -> Any:
         """The value as used internally; raise :class:`Fault` if it is not of this type."""
@@ -61,11 +60,10 @@ def _kind(value: Any) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-@dataclass(frozen=True)
 class Bool(ValueType):
     """``true`` or ``false``."""
 
-    name: str = "true or false"
+    name = "true or false"
 
     def check(self, value: Any) -> bool:
         if type(value) is not bool:
@@ -73,11 +71,10 @@ class Bool(ValueType):
         return value
 
 
-@dataclass(frozen=True)
 class Version(ValueType):
     """The policy format's version: ``1``."""
 
-    name: str = "1"
+    name = "1"
 
     def check(self, value: Any) -> int:
         if type(value) is not int or value != 1:
@@ -85,11 +82,10 @@ class Version(ValueType):
         return value
 
 
-@dataclass(frozen=True)
 class Choice(ValueType):
     """One of ``values``, listed from the loosest to the strictest."""
 
-    name: str = "choice"
+    name = "choice"
     values: tuple[str, ...] = ()
     order: tuple[str, ...] = ()
     """The values from the loosest to the strictest (default: as listed)."""
@@ -107,11 +103,10 @@ class Choice(ValueType):
         return (self.order or self.values).index(value)
 
 
-@dataclass(frozen=True)
 class Choices(ValueType):
     """A non-empty list of ``values`` (``weights_format``), each listed once."""
 
-    name: str = "list of choices"
+    name = "list of choices"
     values: tuple[str, ...] = ()
 
     def check(self, value: Any) -> tuple[str, ...]:
@@ -124,11 +119,10 @@ class Choices(ValueType):
         return "list of " + ", ".join(f'`"{v}"`' for v in self.values)
 
 
-@dataclass(frozen=True)
 class Text(ValueType):
     """A string (``nonempty``: not an empty one)."""
 
-    name: str = "text"
+    name = "text"
     nonempty: bool = False
 
     def check(self, value: Any) -> str:
@@ -138,12 +132,11 @@ class Text(ValueType):
         return text
 
 
-@dataclass(frozen=True)
 class PathValue(ValueType):
     """A path, relative to the policy file's folder. ``exists`` files are checked when the
     file is read (fail closed); ``pem`` ones must hold a PEM public key or certificate."""
 
-    name: str = "path"
+    name = "path"
     exists: bool = False
     pem: str = ""
     absolute: bool = False
@@ -158,22 +151,20 @@ class PathValue(ValueType):
         return text
 
 
-@dataclass(frozen=True)
 class PathList(ValueType):
     """A list of paths, each checked as ``item`` says."""
 
-    name: str = "list of paths"
+    name = "list of paths"
     item: PathValue = PathValue()
 
     def check(self, value: Any) -> tuple[str, ...]:
         return tuple(self.item.check(v) for v in _need_list(value, "paths"))
 
 
-@dataclass(frozen=True)
 class HttpsUrl(ValueType):
     """An ``https://`` URL with a host."""
 
-    name: str = "https:// URL"
+    name = "https:// URL"
 
     def check(self, value: Any) -> str:
         from safehub._internal.urls import UrlError, read_url
@@ -186,14 +177,13 @@ class HttpsUrl(ValueType):
         return text
 
 
-@dataclass(frozen=True)
 class Hosts(ValueType):
     """Host names (``allowed_hosts``); with ``network``, every entry form of the runtime
     guard's ``network`` key (:class:`safehub._internal.hosts.HostPattern`, the one
     grammar): ``host``, ``host:port``, ``*.domain``, an IP address, ``[v6]:port``,
     ``unix:/path``."""
 
-    name: str = "list of host names"
+    name = "list of host names"
     network: bool = False
 
     def check(self, value: Any) -> tuple[str, ...]:
@@ -207,12 +197,11 @@ class Hosts(ValueType):
         return tuple(items)
 
 
-@dataclass(frozen=True)
 class OciPlaces(ValueType):
     """Where locked snapshots are read from (``oci``): ``REGISTRY/REPOSITORY`` or
     ``oci:DIR`` entries, in order (:mod:`safehub._internal.ocirefs`)."""
 
-    name: str = "list of `REGISTRY/REPOSITORY` or `oci:DIR`"
+    name = "list of `REGISTRY/REPOSITORY` or `oci:DIR`"
 
     def check(self, value: Any) -> tuple[str, ...]:
         items = _need_list(value, "registries")
@@ -225,11 +214,10 @@ class OciPlaces(ValueType):
         return tuple(items)
 
 
-@dataclass(frozen=True)
 class GlobValue(ValueType):
     """One glob of the policy dialect (see :mod:`safehub._internal.globs`)."""
 
-    name: str = "glob"
+    name = "glob"
     https: bool = False
     repo: bool = False
 
@@ -238,7 +226,7 @@ class GlobValue(ValueType):
         if not text or not text.isascii():
             raise Fault(f"patterns must be non-empty ASCII (got {text!r})")
         if self.https and text.startswith("hf://"):  # a Hugging Face Hub repo (run/hfhub.py)
-            if not _HF_GLOB.fullmatch(text):
+            if not re.fullmatch(_HF_GLOB, text):
                 raise Fault(f"{text!r}: write a Hub repo as hf://org/name, hf://org/name/* "
                             "or hf://datasets/org/name (globs * ? [ ] allowed)")
         elif self.https and not text.startswith("https://"):
@@ -252,7 +240,7 @@ class GlobValue(ValueType):
             except UrlError as e:
                 raise Fault(f"{e}; no URL safehub fetches could match it: {e.advice}"
                             ) from None
-        if self.repo and not _REPO_GLOB.fullmatch(text):
+        if self.repo and not re.fullmatch(_REPO_GLOB, text):
             raise Fault(f"must be 'owner/name' in GitHub's ASCII characters, with * ? [ ] "
                         f"globs (got {text!r})")
         try:
@@ -262,16 +250,16 @@ class GlobValue(ValueType):
         return text
 
 
-_HF_GLOB = re.compile(r"hf://(?:(?:datasets|spaces)/)?[A-Za-z0-9._*?\[\]!-]+/"
-                      r"[A-Za-z0-9._*?\[\]!-]+(?:/[A-Za-z0-9._~*?\[\]!/-]*)?")
-_REPO_GLOB = re.compile(r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+")
+# Compiled on first use (re's own cache), not by every process that reads the key table.
+_HF_GLOB = (r"hf://(?:(?:datasets|spaces)/)?[A-Za-z0-9._*?\[\]!-]+/"
+            r"[A-Za-z0-9._*?\[\]!-]+(?:/[A-Za-z0-9._~*?\[\]!/-]*)?")
+_REPO_GLOB = r"[A-Za-z0-9*?\[\]!-]+/[A-Za-z0-9._*?\[\]!-]+"
 
 
-@dataclass(frozen=True)
 class Globs(ValueType):
     """A list of globs, each checked as ``item`` says."""
 
-    name: str = "list of globs"
+    name = "list of globs"
     item: GlobValue = GlobValue()
 
     def check(self, value: Any) -> tuple[str, ...]:
@@ -281,12 +269,11 @@ class Globs(ValueType):
         return "list of https:// URL or hf:// repo globs" if self.item.https else self.name
 
 
-@dataclass(frozen=True)
 class Programs(ValueType):
     """``false`` (no process), ``true`` (any), or the programs that may start (names or
     absolute paths: :func:`safehub._internal.programs.check_entry`, the one rule)."""
 
-    name: str = "false, true or a list of program names"
+    name = "false, true or a list of program names"
 
     def check(self, value: Any) -> bool | tuple[str, ...]:
         if type(value) is bool:
@@ -297,11 +284,10 @@ class Programs(ValueType):
         return _programs(items)
 
 
-@dataclass(frozen=True)
 class ProgramList(ValueType):
     """Program names or absolute paths (``[confine] exec``)."""
 
-    name: str = "list of program names or absolute paths"
+    name = "list of program names or absolute paths"
 
     def check(self, value: Any) -> tuple[str, ...]:
         return _programs(_need_list(value, "program names"))
@@ -317,11 +303,10 @@ def _programs(items: list[Any]) -> tuple[str, ...]:
     return tuple(items)
 
 
-@dataclass(frozen=True)
 class Ports(ValueType):
     """TCP port numbers, 1 to 65535."""
 
-    name: str = "list of port numbers"
+    name = "list of port numbers"
 
     def check(self, value: Any) -> tuple[int, ...]:
         items = _need_list(value, "port numbers")
@@ -331,11 +316,10 @@ class Ports(ValueType):
         return tuple(items)
 
 
-@dataclass(frozen=True)
 class Tables(ValueType):
     """A list of tables whose keys are declared in another scope (``[[allow.signers]]``)."""
 
-    name: str = "list of tables"
+    name = "list of tables"
     scope: str = ""
 
     def check(self, value: Any) -> Any:

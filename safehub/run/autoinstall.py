@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import ModuleType, TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import within
@@ -110,7 +110,8 @@ def arm() -> None:
 
 
 def launch(command: Sequence[str], ruleset: Ruleset | None = None,
-           broker: Broker | None = None, environment: Mapping[str, str] | None = None) -> int:
+           broker: Broker | None = None, environment: Mapping[str, str] | None = None,
+           stdout: IO[Any] | None = None, routed: bool = True) -> int:
     """Run ``command`` with torch.hub routed through safehub in every Python process it
     starts (held to ``ruleset`` by the kernel, if given, from before its first
     instruction); wait for it and return its exit code (128 + N if signal N ended it).
@@ -120,12 +121,15 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
     only this process, which passes them on to the job's process group. Its requests (a
     cache miss, its audit lines) are served by ``broker`` (:mod:`safehub.operations.job`);
     its own temp dir (``TMPDIR``) is removed when it ends. ``environment``: variables
-    set for the job (``--locked``: ``SAFEHUB_LOCKED=1``)."""
+    set for the job (``--locked``: ``SAFEHUB_LOCKED=1``); ``stdout``: where its output goes
+    (this process's own, unless given); ``routed=False``: torch.hub is not routed in it
+    (a ``safehub`` command of its own)."""
     import subprocess
 
     env = {**os.environ, **(environment or {})}
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH", ""))
-                                        if p)
+    if routed:
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR),
+                                                        env.get("PYTHONPATH", "")) if p)
     program, prepared, served = command[0], None, broker
     if ruleset is not None:
         from safehub.run import confine
@@ -134,12 +138,12 @@ def launch(command: Sequence[str], ruleset: Ruleset | None = None,
         program = ruleset.exec[0].path  # the command's program, as the ruleset resolved it
         if ruleset.job:
             env["TMPDIR"] = ruleset.job
-        if served is not None:
-            env.update(served.environment())
         prepared = confine.prepare(ruleset)
+    if served is not None:
+        env.update(served.environment())
     try:
         with _Forward(prepared is not None) as forward:
-            job = subprocess.Popen(list(command), executable=program, env=env,
+            job = subprocess.Popen(list(command), executable=program, env=env, stdout=stdout,
                                    start_new_session=prepared is not None, preexec_fn=(
                 None if prepared is None else lambda: confine.enter(prepared)),
                 pass_fds=() if served is None else (served.child_fd,))

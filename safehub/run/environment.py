@@ -17,11 +17,11 @@ holds code that might not be honest.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import atomic_write
 from safehub.errors import PolicyDenied, SafehubError
 
@@ -36,8 +36,7 @@ LINE = ('import sys; exec("try:\\n import safehub.run.autoinstall as _safehub\\n
 """The file's one line (``site`` runs a line that starts with ``import``)."""
 
 
-@dataclass(frozen=True)
-class Hook:
+class Hook(Frozen):
     """Where the environment hook goes, and whether it is in place."""
 
     path: Path

@@ -139,4 +139,20 @@ def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
         entrypoint=entrypoint, sizes={w.url: w.size for w in pins if w.size is not None},
         formats=reqs.weights_format, format_rules=reqs.weights_format_rules,
         bound=dict(bound or {}), spec_asked=str(spec),
-        commits={w.url: w.commit for w in pins if w.commit})
+        commits={w.url: w.commit for w in pins if w.commit}, told=_told_to_parent())
+
+
+def _told_to_parent() -> Callable[[str, str, int, str], None] | None:
+    """Under a parent that asks (``safehub lock --entrypoint``, ``safehub run --confine``:
+    ``SAFEHUB_BROKER``), each file the guard checked is told to it (URL, sha256, size, a Hub
+    file's commit): the parent checks them itself before it pins any."""
+    from safehub._internal import broker
+
+    if not broker.available():
+        return None
+
+    def tell(url: str, sha256: str, size: int, commit: str) -> None:
+        broker.ask({"op": "pinned", "url": url, "sha256": sha256, "size": size,
+                    "commit": commit})
+
+    return tell

@@ -13,20 +13,20 @@ import os
 import shutil
 import tempfile
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.run.weightfile import stat_key
 
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HUB", "KINDS", "Where", "check_hub_file", "created_mode", "hub_cache",
-           "hub_endpoint", "link", "listing_path", "pinned_commit", "pinned_sha256", "place",
-           "read_listing", "write_listing", "write_ref"]
+__all__ = ["HUB", "KINDS", "Where", "check_hub_file", "hub_cache",
+           "hub_endpoint", "link", "listing_bytes", "listing_path", "new_file",
+           "pinned_commit", "pinned_sha256", "place", "read_listing", "write_listing", "write_ref"]
 
 HUB = "https://huggingface.co"
 """The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
@@ -34,8 +34,7 @@ KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 """The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
 
 
-@dataclass(frozen=True)
-class Where:
+class Where(Frozen):
     """Where one call's files come from and go to."""
 
     endpoint: str
@@ -81,14 +80,13 @@ def link(snapshot: Path, blob: Path) -> None:
 
 def write_ref(storage: Path, revision: str, commit: str) -> None:
     """The cache's ref for a revision (huggingface_hub's own offline lookup reads it)."""
-    from safehub._internal.fsutil import atomic_write, within
+    from safehub._internal.fsutil import within
 
     ref = storage / "refs" / revision
     if not within(os.path.normpath(ref), os.path.normpath(storage / "refs")):
         return
     with contextlib.suppress(OSError):
-        ref.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(ref, commit.encode())
+        _replace(ref, commit.encode())
 
 
 def place(file: Path, local_dir: str | os.PathLike[str] | None, path: str) -> Path:
@@ -108,19 +106,34 @@ def place(file: Path, local_dir: str | os.PathLike[str] | None, path: str) -> Pa
     return target
 
 
-def created_mode(folder: Path) -> int:
-    """The mode a new file gets in ``folder`` under the umask (read without changing the
-    umask, which other threads share)."""
-    fd, probe = tempfile.mkstemp(dir=folder, prefix=".mode.")
+def new_file(folder: Path, prefix: str, suffix: str) -> tuple[int, str]:
+    """A new file in ``folder`` (its descriptor, open for reading and writing, and path),
+    made with the mode huggingface_hub's own files get (``0o644`` under the umask): no
+    ``chmod`` afterwards, which a confined job may not make."""
+    import secrets
+
+    for _ in range(100):
+        path = os.path.join(folder, f"{prefix}{secrets.token_hex(8)}{suffix}")
+        try:
+            return os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC
+                           | os.O_NOFOLLOW, 0o644), path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no new file name is free in {folder}")
+
+
+def _replace(path: Path, data: bytes) -> None:
+    """``path`` holds ``data``, written beside it and moved in (atomic)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = new_file(path.parent, f".{path.name}.", ".tmp")
     try:
-        os.close(fd)
-        os.unlink(probe)
-        fd = os.open(probe, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        os.close(fd)
-        return os.stat(probe).st_mode & 0o777
-    finally:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
         with contextlib.suppress(FileNotFoundError):
-            os.unlink(probe)
+            os.unlink(tmp)
+        raise
 
 
 def listing_path(storage: Path, commit: str) -> Path:
@@ -131,12 +144,18 @@ def listing_path(storage: Path, commit: str) -> Path:
 
 def write_listing(storage: Path, commit: str, paths: list[str]) -> Path:
     """The listing written as one canonical text (the same files, the same sha256)."""
-    from safehub._internal.fsutil import atomic_write
-
     path = listing_path(storage, commit)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write(path, (json.dumps(sorted(set(paths))) + "\n").encode())
+    _replace(path, listing_bytes(paths))
     return path
+
+
+def listing_bytes(paths: list[str]) -> bytes:
+    """A listing's one canonical text, whoever writes it (its sha256 is its pin).
+
+    >>> listing_bytes(["b", "a", "b"])
+    b'["a", "b"]\\n'
+    """
+    return (json.dumps(sorted(set(paths))) + "\n").encode()
 
 
 def read_listing(path: Path, key: str) -> list[str]:
@@ -203,7 +222,9 @@ def check_hub_file(guard: WeightsGuard, key: str, path: Path, commit: str,
                    size: int | None) -> None:
     """:meth:`WeightsGuard.check_file` for a Hub file; its pin keeps the commit its
     revision was at."""
-    guard.check_file(key, path)
+    digest = guard.check_file(key, path)
+    if guard.told is not None:
+        guard.told(key, digest, path.stat().st_size, commit)
     seen = guard.records.get(key) if guard.records is not None else None
     if seen is not None and seen.get("commit") != commit:
         from safehub.run.runtime import own_work

@@ -24,7 +24,8 @@ kinds, the revision as the code asked for it, percent-encoded):
   endpoint's own origin, the Hub's CDN hosts (``*.huggingface.co``, ``*.hf.co``, when the
   endpoint is ``https://huggingface.co``), or a URL a ``weights`` pattern allows;
 * on a fleet node (``SAFEHUB_OCI``) a file the lockfile pins with its commit comes from
-  the snapshot's layer, with no request to the Hub (:mod:`safehub.run.hfsnapshot`);
+  the snapshot's layer, and so does a pinned ``snapshot_download`` listing, with no request
+  to the Hub (:mod:`safehub.run.hfsnapshot`);
 * ``SAFEHUB_OFFLINE=1`` and ``HF_HUB_OFFLINE=1`` mean the same: files come from the Hub
   cache (a pinned commit, or the cache's own ref for the revision) or the load is refused.
 
@@ -39,7 +40,6 @@ import hashlib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,10 +60,10 @@ from safehub.run.hfcache import (
     KINDS,
     Where,
     check_hub_file,
-    created_mode,
     hub_endpoint,
     link,
     listing_path,
+    new_file,
     pinned_commit,
     pinned_sha256,
     place,
@@ -71,7 +71,7 @@ from safehub.run.hfcache import (
     write_listing,
     write_ref,
 )
-from safehub.run.hfsnapshot import from_snapshot
+from safehub.run.hfsnapshot import from_snapshot, listing_from_snapshot
 
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
@@ -352,7 +352,7 @@ class HubFiles:
                                  fix=_REPIN)
         blobs = where.storage(repo_id, kind) / "blobs"
         blobs.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=blobs, prefix=f".{meta.etag}.", suffix=".incomplete")
+        fd, tmp = new_file(blobs, f".{meta.etag}.", ".incomplete")  # as the library's blobs
         url = where.resolve_url(repo_id, kind, meta.commit, path)
         cap = meta.size if meta.size is not None else self.guard.max_bytes
         try:
@@ -367,7 +367,6 @@ class HubFiles:
                                          fix=_RETRY) from e
                 self._verify(key, out, got, meta, pinned)
             blob = blobs / meta.etag
-            os.chmod(tmp, created_mode(blobs))  # as huggingface_hub leaves its blobs
             os.replace(tmp, blob)
         finally:
             with contextlib.suppress(FileNotFoundError):
@@ -439,6 +438,9 @@ class HubFiles:
             if kept.is_file():
                 self._checked(key, kept, commit)
                 return commit, read_listing(kept, key)
+        served = listing_from_snapshot(self.guard, key, storage, revision, self._checked)
+        if served is not None:  # a fleet node's snapshot (SAFEHUB_OCI): no request to the Hub
+            return self.guard.commits[key], read_listing(served, key)
         if offline is not None:
             raise _as_library(OfflineError(
                 f"offline mode ({offline}) and the listing of {key} is not in the Hub cache",

@@ -29,10 +29,10 @@ import re
 import sys
 import threading
 from collections.abc import Collection
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within_any
 
 if TYPE_CHECKING:  # imported where used: it costs a start that never needs it
@@ -47,8 +47,7 @@ _NEVER_IMPORTED = frozenset({"test", "idlelib", "turtledemo", "this", "antigravi
 _SKIPPED = frozenset({"hubconf"})  # torch imports it by file, not by name
 
 
-@dataclass(frozen=True)
-class Shadow:
+class Shadow(Frozen):
     """A top-level module of the tree that has a namesake elsewhere.
 
     ``shadows`` is ``"stdlib"``, ``"distribution NAME"`` (an installed distribution's
@@ -160,10 +159,11 @@ def _list_module_names(tree: Path) -> dict[str, Path]:
         entries = sorted(os.scandir(tree), key=lambda e: e.name)
     except OSError:
         return names
+    shortest = sorted(suffixes, key=len)  # "__init__.py" first: one stat for most packages
     for entry in entries:
         if entry.is_dir():
-            init = any(os.path.isfile(os.path.join(entry.path, "__init__" + s)) for s in suffixes)
-            if init and entry.name.isidentifier():
+            if entry.name.isidentifier() and any(
+                    os.path.isfile(os.path.join(entry.path, "__init__" + s)) for s in shortest):
                 names[entry.name] = Path(entry.path)  # a package wins over a module
             continue
         for suffix in suffixes:

@@ -115,10 +115,13 @@ def trampoline(name: str, func: types.FunctionType,
 
 def _route() -> None:
     """Swap torch.hub's functions' code for trampolines (once per process)."""
+    # torch.hub first, outside the check: its first import may route it already (under
+    # ``safehub run`` the import hook installs safehub), and a copy taken after that
+    # would be of a trampoline, which dispatches back here for ever.
+    hub = torch_hub()
     with _LOCK:
         if _SWAPPED:
             return
-        hub = torch_hub()
         for name in ROUTED:
             func = getattr(hub, name)
             if not isinstance(func, types.FunctionType) or func.__closure__:

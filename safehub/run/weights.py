@@ -114,6 +114,9 @@ class WeightsGuard:
     """The spec as the load asked for it (the ``safehub trust`` a fix names)."""
     commits: dict[str, str] = field(default_factory=dict)
     """The lockfile's commit of each pinned Hub file (``hf://`` key -> 40-hex commit)."""
+    told: Callable[[str, str, int, str], None] | None = None
+    """Told each file checked (URL, sha256, size, a Hub file's commit): in a child of
+    ``safehub lock --entrypoint``, its parent, which checks each and writes the lockfile."""
 
     def check_url(self, url: str) -> None:
         """Refuse ``url`` unless the policy's weights patterns allow it, as the transport
@@ -178,12 +181,12 @@ class WeightsGuard:
                     fixes.change(path, table, [f"weights = [{wanted}]"]),
                                                             "if the repo should download it: "))
 
-    def check_file(self, url: str, path: Path, *, sha256: str | None = None) -> None:
+    def check_file(self, url: str, path: Path, *, sha256: str | None = None) -> str:
         """Refuse (and delete) the file at ``path`` unless it is the pinned one, of a format
         the policy allows, with a truthful header if it is safetensors; then record it.
         ``sha256``: its digest, taken as it was downloaded (else it is hashed here, unless
         its stat identity is the one recorded when it was last checked: then nothing of it
-        is read)."""
+        is read). Returns its sha256."""
         self._require_pin(url)  # a caller that fetched without asking check_url first
         seen = self.records.get(url) if self.records is not None else None
         known = seen if sha256 is None and same_file(seen, path) else None
@@ -193,6 +196,7 @@ class WeightsGuard:
 
         with own_work():  # safehub's own records, written while the repo's code runs
             self._record(url, path, digest, seen, kind)
+        return digest
 
     def _verify(self, url: str, path: Path, digest: str, seen: dict[str, Any] | None,
                 known: dict[str, Any] | None = None) -> str:
@@ -249,6 +253,8 @@ class WeightsGuard:
                 kind: str) -> None:
         """Remember the file's digest, format and stat identity; a new URL is pinned here,
         never in locked mode (no trust on first use)."""
+        if self.told is not None and not url.startswith("hf://"):  # a Hub file's commit:
+            self.told(url, digest, path.stat().st_size, "")  # hfcache.check_hub_file
         if self.records is None:
             return
         pinned = url in self.locked or seen is not None
@@ -256,7 +262,7 @@ class WeightsGuard:
             return
         self.records.put(url, digest, path, lambda p: stat_key(p.stat()),
                          repo=self.repo_key, kind=kind, durable=url not in self.locked)
-        if not pinned:
+        if not pinned and self.told is None:  # else the parent that asked pins (or not)
             _say_pinned(self, url, digest)
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------

@@ -20,10 +20,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import ConfineError
 from safehub.run.confine.ruleset import ENV, Grant, Ruleset, current
 
@@ -99,8 +99,7 @@ def _with_seccomp(step: Callable[[], _T]) -> _T:
                            fix=_SECCOMP_FIX) from e
 
 
-@dataclass(frozen=True)
-class Prepared:
+class Prepared(Frozen):
     """What :func:`prepare` built in the parent: the Landlock ruleset (a descriptor,
     close-on-exec) and the seccomp filter (BPF in memory)."""
 

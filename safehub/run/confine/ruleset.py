@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within
 
 __all__ = ["ENV", "Grant", "Ruleset", "current"]
@@ -29,8 +30,7 @@ ENV = "SAFEHUB_CONFINED"
 """The variable a confined command finds its ruleset in (JSON; for records only)."""
 
 
-@dataclass(frozen=True)
-class Grant:
+class Grant(Frozen):
     """One path the ruleset allows something beneath (a real path), and why."""
 
     path: str

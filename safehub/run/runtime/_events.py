@@ -17,16 +17,15 @@ import os
 import socket
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.programs import command_line, find_program, shell_program
 
 __all__ = ["EVENTS", "Action", "writes"]
 
 
-@dataclass(frozen=True)
-class Action:
+class Action(Frozen):
     """One thing the code tried to do.
 
     ``kind`` is ``lookup`` (a name resolved, or an address looked up in reverse),

@@ -20,6 +20,7 @@ from typing import Literal
 
 from safehub._internal import fixes
 from safehub._internal.fixes import Fix
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within, within_any
 from safehub._internal.hosts import HostPattern, local_name, normalise_host, parse_ip
 from safehub._internal.programs import check_entry
@@ -174,8 +175,7 @@ class RuntimeRules:
         return f"{key} = {toml_list(value)}"
 
 
-@dataclass(frozen=True)
-class OwnWork:
+class OwnWork(Frozen):
     """What safehub's own work may touch while a repo's code runs (a nested load's fetch
     and checks, a weights download, the audit line): connect to ``hosts`` (None: any, as
     weights patterns that name no host allow), write under ``roots`` (its cache, data and

@@ -42,11 +42,11 @@ import hashlib
 import os
 import stat
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import rmtree
 from safehub.digest import MODE_EXEC, MODE_LINK, FileEntry, git_tree_id, parents
 from safehub.errors import IntegrityError
@@ -136,8 +136,7 @@ def _scan_folders(root: Path, folders: Sequence[str] | None) -> str:
     return h.hexdigest()
 
 
-@dataclass(frozen=True)
-class Survey:
+class Survey(Frozen):
     """What a verified tree looks like on disk, taken in one walk (see :func:`survey`)."""
 
     scan: str

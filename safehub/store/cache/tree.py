@@ -6,9 +6,9 @@ the re-hash, the check of each file as it is opened).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import read_json, write_json
 from safehub.digest import content_digest
 from safehub.store.cache.integrity import tamper
@@ -17,8 +17,7 @@ from safehub.store.cache.records import FORMAT, Verdict
 __all__ = ["CachedTree", "write_entry"]
 
 
-@dataclass(frozen=True)
-class CachedTree:
+class CachedTree(Frozen):
     """A verified tree in the cache, as its small ``entry.json`` describes it.
 
     Whether a hit may be served without re-hashing is decided by the caller, against a

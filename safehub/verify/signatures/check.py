@@ -6,13 +6,12 @@ signed load does not verify again, and a changed policy or key verifies again.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, replace
 from safehub._internal.warn import warn
 from safehub.errors import SignatureError
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet, fingerprint
@@ -28,8 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["SignatureCheck", "SignatureStatus", "verify_complete"]
 
 
-@dataclass(frozen=True)
-class SignatureStatus:
+class SignatureStatus(Frozen):
     """What the signature step found, as data: its ``kind``, a line for the prompt and the
     audit, and the signer.
 
@@ -61,7 +59,7 @@ class SignatureStatus:
         one place a load and ``safehub check`` change the decision after admission."""
         if not self.failed:
             return decision
-        return dataclasses.replace(decision, verdict="prompt",
+        return replace(decision, verdict="prompt",
                                    violations=(*decision.violations, self.failed))
 
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["DEFAULT_SIGNATURE", "KeySigner", "Signer", "SignerSet", "fingerprint"]
 
@@ -19,8 +20,7 @@ DEFAULT_SIGNATURE = "model.sig"
 """Where a signature sits in a repo unless the policy says otherwise (as model_signing)."""
 
 
-@dataclass(frozen=True)
-class Signer:
+class Signer(Frozen):
     """A keyless identity the policy accepts (every field given must match)."""
 
     issuer: str
@@ -36,8 +36,7 @@ class Signer:
         return f"{self.identity} ({self.issuer})" + (f" [{', '.join(claims)}]" if claims else "")
 
 
-@dataclass(frozen=True)
-class KeySigner:
+class KeySigner(Frozen):
     """A public key the policy accepts."""
 
     path: Path
@@ -46,8 +45,7 @@ class KeySigner:
         return f"key {self.path}"
 
 
-@dataclass(frozen=True)
-class SignerSet:
+class SignerSet(Frozen):
     """The signers one policy rule accepts; a signature must satisfy every set that applies.
 
     ``rule`` names the rule for messages (``[[allow]] #2 (org/*)``) and ``policy_file`` the
