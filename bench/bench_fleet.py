@@ -89,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--oci-only", action="store_true", help="only part 5 (OCI)")
     ap.add_argument("--big-mb", type=int, default=100, help="size of part 5's big snapshot")
     ap.add_argument("--profile", action="store_true",
-                    help="part 5 only: one node under cProfile and -X importtime, then stop")
+                    help="part 5 only: one node under cProfile and -X importtime, unsigned "
+                    "and with the fleet signature required, then stop")
     ap.add_argument("--weights-mb", type=int, default=100, help="part 6's checkpoint size")
     ap.add_argument("--weights-only", action="store_true", help="only part 6 (weights)")
     args = ap.parse_args(argv)
@@ -264,6 +265,13 @@ def oci_bench(n: int, big_mb: int, weights_mb: int = 100, *, weights_only: bool 
                 profile_node(specs, {**node_env, "SAFEHUB_OCI": f"{origin.host}/bench/hub",
                                      "SAFEHUB_CACHE_DIR": str(work / "prof/cache"),
                                      "XDG_DATA_HOME": str(work / "prof/data")}, project)
+                print("\n-- the same node, the fleet signature required --")
+                policy = sign_snapshots(work, origin.host, specs)
+                profile_node(specs, {**node_env, "SAFEHUB_OCI": f"{origin.host}/bench/signed",
+                                     "SAFEHUB_POLICY": str(policy),
+                                     "SAFEHUB_CACHE_DIR": str(work / "prof-signed/cache"),
+                                     "XDG_DATA_HOME": str(work / "prof-signed/data")},
+                             project)
                 return 0
             for label, host in (("registry", origin.host), ("pull-through cache", proxy.host),
                                 ("filled pull-through cache", proxy.host)):
@@ -354,10 +362,9 @@ def _nodes(n: int, code: str, specs: list[str], envs: list[dict[str, str]], cwd:
     return times
 
 
-def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
-           node_env: dict[str, str], server: object) -> list[str]:
-    """The same N nodes x 3 specs: with the fleet signature required, from a shared
-    read-only cache folder, and torch.hub cold from the GitHub stand-in."""
+def sign_snapshots(work: Path, host: str, specs: list[str]) -> Path:
+    """Push ``specs`` to ``host``/bench/signed signed with a new key (work/fleet.pem); the
+    node policy that requires that key's fleet signature (work/require.toml)."""
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -371,11 +378,23 @@ def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     (work / "require.toml").write_text(
         f'[oci]\nsignature = "required"\nkeys = ["{work / "fleet.pub"}"]\n')
-    shared = work / "shared-cache"
     quiet = io.StringIO()
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         assert cli(["prefetch", "--oci", f"{host}/bench/signed", "--sign-key",
                     str(work / "fleet.pem"), *specs]) == 0
+    return work / "require.toml"
+
+
+def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
+           node_env: dict[str, str], server: object) -> list[str]:
+    """The same N nodes x 3 specs: with the fleet signature required, from a shared
+    read-only cache folder, and torch.hub cold from the GitHub stand-in."""
+    from safehub.cli import main as cli
+
+    sign_snapshots(work, host, specs)
+    shared = work / "shared-cache"
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         assert cli(["prefetch", "--cache-dir", str(shared), "--read-only", *specs]) == 0
     rows = []
     cases = (

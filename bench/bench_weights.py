@@ -11,10 +11,14 @@ interpreter's lock), with a throwaway CA both clients trust. Measured, the two a
 (who goes first alternates too), the target file removed before each download:
 
   * torch.hub's ``download_url_to_file`` (what ``load_state_dict_from_url`` calls on a
-    miss; torch checks no digest unless the file name carries a prefix): wall and CPU;
+    miss; torch checks no digest unless the file name carries a prefix): wall and CPU; and
+    the same with its hash check (``check_hash=True``, as torchvision asks for its
+    weights: SHA-256 of every byte, compared with the name's 8-hex prefix);
   * safehub's: the held path a repo's call is routed to (``WeightsGuard``, through
-    safehub's transport), which hashes every byte with SHA-256 as it is written, checks the
-    format (a header read), checks the lockfile's pin and records the file's identity;
+    safehub's transport: urllib3, the body read straight into two reused buffers in turn),
+    which hashes every byte with SHA-256 in the same pass, in a thread of its own while the
+    next piece is read, checks the format (a header read), checks the lockfile's pin and
+    records the file's identity;
     wall and CPU, and the ratio to torch's (``--first-use``: a URL no pin holds, pinned on
     first use in a record synced to disk, which on ext4 flushes the checkpoint written
     just before too);
@@ -149,13 +153,20 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
     def torch_download() -> None:
         hub.download_url_to_file(url, str(out / "torch.pth"), None, False)
 
+    prefix = pinned[url][:8] if pinned else sha256_of(source)[:8]
+
+    def torch_hashed() -> None:  # torchvision's check_hash=True: the name's 8-hex prefix
+        hub.download_url_to_file(url, str(out / "torch.pth"), prefix, False)
+
     def safehub_download() -> None:
         guard().download_url_to_file(url, str(out / "safehub.pth"), None, False)
 
     safehub_download()  # the first request of a process imports the transport: not timed
-    runs: dict[str, list[tuple[float, float]]] = {"torch": [], "safehub": []}
+    runs: dict[str, list[tuple[float, float]]] = {"torch": [], "torch, hashed": [],
+                                                  "safehub": []}
     for i in range(rounds):
-        order = [("torch", torch_download), ("safehub", safehub_download)]
+        order = [("torch", torch_download), ("torch, hashed", torch_hashed),
+                 ("safehub", safehub_download)]
         for name, run in order if i % 2 == 0 else order[::-1]:
             for f in out.iterdir():
                 f.unlink()
@@ -196,13 +207,17 @@ def _show(r: dict[str, Any], size: int) -> None:
     print(f"a {size / 2**20:,.0f} MiB checkpoint from a loopback HTTPS host, median of "
           f"{r['rounds']} (load average {', '.join(f'{x:.1f}' for x in r['loadavg'])})")
     print(f"{'':44}{'torch.hub':>12}{'safehub':>12}{'ratio':>9}")
-    print(f"{'download wall (s)':44}{w['torch']:12.3f}{w['safehub']:12.3f}"
-          f"{w['safehub'] / w['torch']:9.2f}x")
-    print(f"{'  throughput (MB/s)':44}{mb / w['torch']:12.0f}{mb / w['safehub']:12.0f}")
-    print(f"{'download CPU of this process (s)':44}{c['torch']:12.3f}{c['safehub']:12.3f}"
-          f"{c['safehub'] / max(c['torch'], 1e-9):9.2f}x")
-    print(f"{'  every run, wall (s)':44}   torch {r['download_all_wall_s']['torch']}, "
-          f"safehub {r['download_all_wall_s']['safehub']}")
+    for torch_kind, label in (("torch", "torch.hub as it is (no hash)"),
+                              ("torch, hashed", "torch.hub with its hash check")):
+        print(label)
+        print(f"{'  download wall (s)':44}{w[torch_kind]:12.3f}{w['safehub']:12.3f}"
+              f"{w['safehub'] / w[torch_kind]:9.2f}x")
+        print(f"{'    throughput (MB/s)':44}{mb / w[torch_kind]:12.0f}{mb / w['safehub']:12.0f}")
+        print(f"{'  download CPU of this process (s)':44}{c[torch_kind]:12.3f}"
+              f"{c['safehub']:12.3f}{c['safehub'] / max(c[torch_kind], 1e-9):9.2f}x")
+    every = r["download_all_wall_s"]
+    print(f"{'every run, wall (s)':44}   torch {every['torch']}, hashed "
+          f"{every['torch, hashed']}, safehub {every['safehub']}")
     print(f"{'':44}{'sha256sum':>12}{'safehub':>12}{'share':>9}")
     print(f"{'SHA-256 of the file, page-cached (MB/s)':44}{mb / h['sha256sum']:12.0f}"
           f"{mb / h['safehub']:12.0f}{h['sha256sum'] / h['safehub']:9.0%}")

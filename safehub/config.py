@@ -72,7 +72,10 @@ ENVIRONMENT: tuple[EnvVar, ...] = (
     EnvVar("CI", "`true` (any yes): never prompt, as `SAFEHUB_NONINTERACTIVE=1`"),
     EnvVar("GITHUB_TOKEN", "sent as a bearer token to URLs under the API base only (API "
            "quota; private repos)"),
-    EnvVar("REQUESTS_CA_BUNDLE", "a private CA for a GitHub Enterprise or mirror host"),
+    EnvVar("REQUESTS_CA_BUNDLE", "a private CA for a GitHub Enterprise, mirror or registry "
+           "host (else `CURL_CA_BUNDLE`, else `SSL_CERT_FILE`; unset: certifi's bundle)"),
+    EnvVar("HTTPS_PROXY", "the proxy safehub's requests go through (else `ALL_PROXY`; hosts "
+           "in `NO_PROXY` and this machine's own go direct), read as requests reads it"),
     EnvVar("TORCH_HOME", "torch's own: where torch keeps its hub dir (weights go there, as "
            "with torch.hub)"),
 )

@@ -167,10 +167,11 @@ def test_module_level_calls_obey_a_policy_changed_between_them(
         load(spec)
 
 
-#: What only a cold load needs: the archive and attribute checks, the HTTPS stack and
-#: GitHub, the cross-process locks. Only their names are checked, never a time.
+#: What only a cold load needs: the archive and attribute checks, the HTTPS stack
+#: (urllib3, spoken to directly) and GitHub, the cross-process locks. Only their names are
+#: checked, never a time.
 COLD_PATH = ("safehub.verify.archive", "safehub.verify.gitattributes", "safehub.sources.github",
-             "safehub.sources.transport", "requests", "filelock")
+             "safehub.sources.transport", "safehub.sources.connections", "urllib3", "filelock")
 
 
 def _imported_by_a_load(spec: str) -> set[str]:
@@ -188,14 +189,17 @@ def test_a_warm_load_in_a_new_process_imports_nothing_of_the_cold_path(
     """A fresh process's warm load imports what it uses (issue 18): not the archive
     checks, the transport, GitHub, the locks, the signature verifier and signer (no
     policy asks for a signature) or the lockfile module (there is none); a weights
-    transport is made only for a download. A cold load still imports the cold path."""
+    transport is made only for a download. A cold load still imports the cold path, and
+    not requests (the transport speaks urllib3 directly; requests is sigstore's)."""
     spec = f"{hub_repo.spec}:v1.0"
     cold = _imported_by_a_load(spec)
     assert set(COLD_PATH) <= cold
+    assert "requests" not in cold
     warm = _imported_by_a_load(spec)
     assert runs(canary) == 2
-    unused = (*COLD_PATH, "safehub.verify.signatures.verify", "safehub.verify.signatures.sign",
-              "safehub.verify.signatures.locate", "safehub.store.lockfile", "sysconfig")
+    unused = (*COLD_PATH, "requests", "safehub.verify.signatures.verify",
+              "safehub.verify.signatures.sign", "safehub.verify.signatures.locate",
+              "safehub.store.lockfile", "sysconfig")
     assert sorted(warm & set(unused)) == []
 
 

@@ -291,3 +291,50 @@ def test_plain_http_only_for_a_loopback_registry_a_policy_names(
         prepared = safehub.Hub().prepare("acme/models:v1.0", trust_repo=True, verbose=False)
         assert (prepared.path / "hubconf.py").is_file()
         assert server.requests_log == []
+
+
+NODE = """
+import sys, safehub
+safehub.load("acme/models:v1.0", "tiny", trust_repo=True, verbose=False)
+print(sorted(m for m in ("requests", "urllib3") if m in sys.modules))
+"""
+
+
+def test_a_fleet_node_and_its_warm_load_import_no_requests(
+        hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """safehub's transport speaks urllib3 itself: a node's cold load from the registry,
+    its fleet signature required and checked with the key, then a warm load, each in a
+    fresh process, never import requests (a dependency for sigstore's keyless checks)."""
+    import sys
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from tests.conftest import child_pythonpath
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    (tmp_path / "fleet.pem").write_bytes(key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption()))
+    (tmp_path / "fleet.pub").write_bytes(key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    target = f"{logged_in.host}/team/fleet"
+    assert main(["prefetch", "--oci", target, "--sign-key", str(tmp_path / "fleet.pem"),
+                 "acme/models:v1.0"]) == 0
+    (tmp_path / "require.toml").write_text(
+        f'[oci]\nsignature = "required"\nkeys = ["{tmp_path / "fleet.pub"}"]\n')
+    node(tmp_path, monkeypatch, target)
+    monkeypatch.setenv("SAFEHUB_POLICY", str(tmp_path / "require.toml"))
+    monkeypatch.setenv("PYTHONPATH", child_pythonpath())
+    server.clear_log()
+
+    def imported() -> str:
+        done = subprocess.run([sys.executable, "-c", NODE], capture_output=True, text=True,
+                              timeout=600)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.splitlines()[-1]
+
+    assert imported() == "['urllib3']"  # cold, from the registry, the signature checked
+    assert imported() == "[]"  # warm: no request at all
+    assert server.requests_log == []

@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -503,3 +504,29 @@ def test_the_signature_comes_through_a_pull_through_cache(
                 fleet.load()
         finally:
             proxy.stop()
+
+
+@needs_registry
+def test_a_registry_without_the_referrers_api_is_asked_for_it_once(fleet: Fleet) -> None:
+    """Distribution 2.8 answers 404 to the referrers API (one with the API answers 200,
+    an empty list, for any subject): later snapshots' signatures are looked up by their
+    fallback tags only, and still found; nothing is taken without its own check."""
+    assert main(["prefetch", "--oci", fleet.target, "--sign-key", str(fleet.key), SPEC]) == 0
+    digest = fleet.lock_entry_digest()
+    from safehub.sources.connections import Pools
+
+    pools, sent = Pools(connect_timeout=10, read_timeout=30), []
+
+    def opener(method: str, hop: Any, headers: Any, body: Any) -> Any:
+        sent.append(hop.path)
+        return pools.open(method, hop, headers, body)
+
+    config = safehub.Hub().settings.transport_config()
+    client = Registry(Transport(config, opener=opener), Target.parse(fleet.target))
+    first = client.referrers(digest)  # logs in (a 401 first), asks the API and the tag
+    asked = sum("/referrers/" in path for path in sent)
+    assert asked and len(first) >= 1
+    assert client.referrers(digest) == first
+    assert client.referrers("sha256:" + "e" * 64) == []
+    assert sum("/referrers/" in path for path in sent) == asked  # not again
+    assert sent[-1].endswith("/manifests/sha256-" + "e" * 64)  # the tag only

@@ -372,20 +372,21 @@ def loud_stderr(url, path):
 
 def patched_send(url, path):
     """Monkeypatch the HTTP library safehub's paused download uses, to act meanwhile."""
-    import os, tempfile, requests, torch
-    real = requests.Session.send
+    import os, tempfile, torch, urllib3.connectionpool
+    pool = urllib3.connectionpool.HTTPConnectionPool
+    real = pool.urlopen
 
     def send(self, *a, **k):
         with open(path, "w") as f:
             f.write("acted while safehub's work was paused")
         return real(self, *a, **k)
 
-    requests.Session.send = send
+    pool.urlopen = send
     try:
         torch.hub.download_url_to_file(url, os.path.join(tempfile.gettempdir(), "w3"),
                                        progress=False)
     finally:
-        requests.Session.send = real
+        pool.urlopen = real
 
 
 def logging_hook(url, path):

@@ -3,9 +3,10 @@ the host the HTTP client connects to, for any URL.
 
 The property is differential: strings that mix the characters parsers disagree on
 (``\\``, ``@``, ``%``, controls, whitespace, ``#``, ``?``) in the authority are read by
-:func:`read_url`; whatever it accepts must be where requests goes, asked three ways:
-urllib3's ``parse_url``, the connection pool requests picks for the prepared request,
-and a real connection to loopback listeners, each of which answers with its own address.
+:func:`read_url`; whatever it accepts must be where the transport's client (urllib3)
+goes, asked three ways: urllib3's ``parse_url``, the connection pool urllib3 picks for the
+string (and the request target it would send), and a real connection made by the
+transport to loopback listeners, each of which answers with its own address.
 """
 
 from __future__ import annotations
@@ -22,11 +23,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-import requests
+import urllib3
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from urllib3.util.url import _encode_target, parse_url
 
-from safehub._internal.urls import UrlError, as_client_reads, read_url
+from safehub._internal.urls import Url, UrlError, as_client_reads, read_url
 from safehub.errors import FetchError
 from safehub.sources.transport import Transport, TransportConfig
 
@@ -46,8 +48,8 @@ def test_what_is_accepted_is_read_in_its_plain_form(text: str, read: tuple[Any, 
     url = read_url(text)
     assert tuple(url) == read
     assert read_url(str(url)) == url  # the string sent reads the same again
-    prepared = requests.Request("GET", str(url)).prepare().url
-    assert prepared == str(url)  # and requests sends it unchanged
+    assert parse_url(str(url)).url == str(url)  # urllib3 reads it unchanged
+    assert _encode_target(url.target) == url.target  # and sends the target as it is
 
 
 @pytest.mark.parametrize(("text", "reason"), [
@@ -123,6 +125,8 @@ def test_a_redirect_is_joined_then_read_the_same_way() -> None:
             here.join(location)
     with pytest.raises(UrlError, match="http://"):
         here.join("http://registry.example/x")
+    with pytest.raises(UrlError, match="parser can read"):
+        here.join("http://[::1")
 
 
 def test_under_a_base_means_the_same_origin_and_path_below() -> None:
@@ -136,44 +140,54 @@ def test_under_a_base_means_the_same_origin_and_path_below() -> None:
 # -- the transport checks and sends one string ---------------------------------------------
 
 class _Recorder:
-    """A session that records what it is asked to fetch and answers 200 with nothing."""
+    """An opener that records where it is asked to connect and what to send, and answers
+    200 with ``{}``."""
 
     def __init__(self) -> None:
-        self.urls: list[str] = []
+        self.sent: list[tuple[str, str, int, str]] = []
 
-    def get(self, url: str, **kwargs: Any) -> Any:
-        self.urls.append(url)
-        return _Answer(url)
+    def __call__(self, method: str, hop: Url, headers: Any, body: Any) -> Any:
+        self.sent.append((hop.scheme, hop.host, hop.port, hop.target))
+        return _Answer()
 
 
 class _Answer:
-    status_code = 200
+    status = 200
+    headers: dict[str, str] = {}  # noqa: RUF012
+    closed = False
 
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.headers: dict[str, str] = {}
+    def __init__(self) -> None:
+        self._left = b"{}"
 
-    def __enter__(self) -> _Answer:
-        return self
+    def readinto(self, buffer: memoryview) -> int:
+        n, self._left = len(self._left), b""
+        buffer[:n] = b"{}"[:n]
+        self.closed = not n
+        return n
 
-    def __exit__(self, *exc: object) -> None:
+    def read(self, amt: int = -1) -> bytes:
+        self.closed = True
+        return b""
+
+    def release_conn(self) -> None:
         pass
 
-    def iter_content(self, size: int) -> Iterator[bytes]:
-        yield b"{}"
+    def close(self) -> None:
+        self.closed = True
 
 
-def test_the_transport_sends_the_string_it_checked() -> None:
-    session = _Recorder()
+def test_the_transport_connects_where_it_checked_and_sends_the_target_it_read() -> None:
+    opener = _Recorder()
     transport = Transport(TransportConfig(allowed_hosts=frozenset({"host.example"})),
-                          session=session)
+                          opener=opener)
     reply = transport.get("HTTPS://Host.Example.:443/a/%7e?b=1", what="a thing")
-    assert session.urls == ["https://host.example/a/~?b=1"] == [reply.url]
+    assert opener.sent == [("https", "host.example", 443, "/a/~?b=1")]
+    assert reply.url == "https://host.example/a/~?b=1" and reply.body == b"{}"
     with pytest.raises(FetchError) as e:
         transport.get("https://evil.example\\@host.example/x", what="a thing")
     assert "'https://evil.example\\@host.example/x' has a backslash" in e.value.message
     assert e.value.hint and "%5C" in e.value.hint
-    assert len(session.urls) == 1  # nothing sent
+    assert len(opener.sent) == 1  # nothing sent
 
 
 # -- the differential property -------------------------------------------------------------
@@ -205,13 +219,9 @@ def _url_texts(ports: tuple[int, ...], hosts: tuple[str, ...] = _HOSTS,
 
 
 def _pool_key(text: str) -> tuple[str, str, int]:
-    """(scheme, host, port) of the connection pool requests picks for ``text``."""
-    session = requests.Session()
-    session.trust_env = False
-    prepared = session.prepare_request(requests.Request("GET", text))
-    assert prepared.url is not None
-    adapter: Any = session.get_adapter(prepared.url)
-    pool = adapter.get_connection_with_tls_context(prepared, verify=False)
+    """(scheme, host, port) of the connection pool urllib3 picks for ``text`` (what a
+    client that hands urllib3 the string, as requests does, connects to)."""
+    pool: Any = urllib3.PoolManager().connection_from_url(text)
     host = pool.host[:-1] if pool.host.endswith(".") else pool.host
     with contextlib.suppress(ValueError):  # one address, however it is written
         host = str(ipaddress.IPv6Address(host))
@@ -221,21 +231,21 @@ def _pool_key(text: str) -> tuple[str, str, int]:
 @settings(max_examples=1500 * SCALE, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(_url_texts((8080, 5000)))
-def test_what_read_url_accepts_is_where_requests_connects(text: str) -> None:
+def test_what_read_url_accepts_is_where_urllib3_connects(text: str) -> None:
     try:
         url = read_url(text, http=True)
     except UrlError as e:
         assert str(e).isprintable()
         return
     as_client_reads(text, url)  # urllib3's parse_url agrees
-    assert _pool_key(text) == url.origin  # the pool requests connects with, as given
-    assert _pool_key(str(url)) == url.origin  # and as the transport sends it
-    assert requests.Request("GET", str(url)).prepare().url == str(url)
+    assert _pool_key(text) == url.origin  # the pool urllib3 connects with, given the text
+    assert _pool_key(str(url)) == url.origin  # and given the string read
+    assert _encode_target(url.target) == url.target  # the target is sent as it was read
 
 
 def test_the_property_tells_the_two_readings_apart() -> None:
     """What the property would catch: Python's own parser reads the attack's host as the
-    registry, requests connects to the storage host."""
+    registry, urllib3 (and requests) connects to the storage host."""
     text = "https://storage.example\\@registry.example/v2/x"
     assert urlsplit(text).hostname == "registry.example"
     assert _pool_key(text) == ("https", "storage.example", 443)
@@ -303,17 +313,19 @@ def listeners() -> Iterator[tuple[int, int, list[str]]]:
         server.server_close()
 
 
-def _connected(session: requests.Session, url: str) -> tuple[str, int]:
-    answer = session.get(url, timeout=10)
-    host, port = answer.text.split()
+def _connected(transport: Transport, url: str) -> tuple[str, int]:
+    """Where the transport's request for ``url`` landed, as the listener says."""
+    answer = transport.get(url, what="an echo", accept="*/*", allow=lambda hop: None)
+    host, port = answer.body.decode().split()
     return host, int(port)
 
 
 def test_the_connection_lands_where_read_url_says(
         listeners: tuple[int, int, list[str]]) -> None:
     first, second, addresses = listeners
-    session = requests.Session()
-    session.trust_env = False  # no proxy: the connection itself
+    written = [f"[{a}]" if ":" in a else a for a in addresses]
+    transport = Transport(TransportConfig(retries=0, plain_http=frozenset(
+        f"{a}:{p}" for a in written for p in (first, second))))
     seen = []
 
     @settings(max_examples=1500 * SCALE, deadline=None, derandomize=True,
@@ -329,20 +341,23 @@ def test_the_connection_lands_where_read_url_says(
         if url.scheme != "http" or url.host not in addresses or url.port not in (first,
                                                                                 second):
             return  # TLS, a name (never looked up here) or a port nothing listens on
-        assert _connected(session, str(url)) == (url.host, url.port)
-        assert _connected(session, text) == (url.host, url.port)  # as given, too
+        assert _connected(transport, str(url)) == (url.host, url.port)
+        assert _connected(transport, text) == (url.host, url.port)  # as given, too
         seen.append(text)
 
     check()
     for address in addresses:  # every listener answers for itself
         for port in (first, second):
             shown = f"[{address}]" if ":" in address else address
-            assert _connected(session, f"http://{shown}:{port}/") == (address, port)
+            assert _connected(transport, f"http://{shown}:{port}/") == (address, port)
     attack = f"http://127.0.0.2:{first}\\@127.0.0.1:{second}/x"
     assert urlsplit(attack).hostname == "127.0.0.1"  # Python's own reading
-    assert _connected(session, attack) == ("127.0.0.2", first)  # where requests goes
+    with urllib3.PoolManager() as client:  # where urllib3 (or requests) goes, given it
+        assert client.request("GET", attack).data.split() == [b"127.0.0.2", b"%d" % first]
     with pytest.raises(UrlError, match="backslash"):
         read_url(attack, http=True)
+    with pytest.raises(FetchError, match="backslash"):  # the transport sends nothing
+        _connected(transport, attack)
     assert len(seen) > 5, seen  # the property met URLs that connect (derandomized: fixed)
 
 

@@ -12,11 +12,13 @@ __all__ = ["Hashing"]
 class Hashing:
     """A file being downloaded into, hashed as it is written (no second read).
 
-    Hashed inline: the transport hands over chunks of a MiB, for which SHA-256 releases
-    the interpreter lock and costs less than a helper thread's hand-off (measured on a
-    2-core box by bench/bench_weights.py). The transport rewinds the file to its start on
-    a retry, and the hash starts over; a resumed download seeks to the end of what was
-    written (the hash so far holds) and goes on.
+    The transport hands over views of the buffers it reads into (a MiB each, reused: no
+    copy is made here either), from a thread of its own while it reads the next piece
+    (:func:`safehub.sources.connections.read_body`); SHA-256 lets go of the interpreter
+    lock, so where a core is free the hashing costs no wall time (bench/bench_weights.py).
+    The transport rewinds the file to its start on a retry, and the hash starts over; a
+    resumed download seeks to the end of what was written (the hash so far holds) and goes
+    on.
     """
 
     def __init__(self, out: Any) -> None:
@@ -24,7 +26,7 @@ class Hashing:
         self._hash = hashlib.sha256()
         self._size = 0
 
-    def write(self, chunk: bytes) -> int:
+    def write(self, chunk: bytes | memoryview) -> int:
         self._hash.update(chunk)
         self._size += len(chunk)
         view, left = memoryview(chunk), len(chunk)

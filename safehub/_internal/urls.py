@@ -4,11 +4,11 @@ token realms, proxies, the weights guard) reads the URL here, and the transport 
 exactly the string it read (:meth:`Url.__str__`).
 
 Two parsers may read one string as two hosts: Python's ``urllib.parse`` takes the host
-after the last ``@``, while urllib3 (which requests prepares every URL with) ends the host
-at a backslash, so ``https://storage\@registry/x`` is ``registry`` to one and ``storage``
-to the other. :func:`read_url` therefore refuses whatever the parsers could read
-differently, or has no business in a URL safehub follows, and reads the rest in the one
-shape they all agree on (``scheme://host[:port]/path[?query]``):
+after the last ``@``, while urllib3 (the HTTP client safehub's transport speaks through,
+and requests') ends the host at a backslash, so ``https://storage\@registry/x`` is
+``registry`` to one and ``storage`` to the other. :func:`read_url` therefore refuses
+whatever the parsers could read differently, or has no business in a URL safehub follows,
+and reads the rest in the one shape they all agree on (``scheme://host[:port]/path[?query]``):
 
 * a backslash, a control or whitespace character, or a non-ASCII character anywhere;
 * a user or password (an ``@`` before the host), a fragment (``#``);
@@ -21,14 +21,16 @@ shape they all agree on (``scheme://host[:port]/path[?query]``):
   allow unencoded in a path or query;
 * a scheme other than ``https`` (``http`` only where the caller allows it).
 
-What it accepts is normalised as requests prepares it (host lower case without a final
+What it accepts is normalised as urllib3 prepares it (host lower case without a final
 dot, IPv6 without brackets, the scheme's default port dropped from the string,
 percent-encodings upper case and unreserved ones decoded), so the string is a fixed point
-of requests' preparation: what was checked is what is sent. The transport also asks
-urllib3 itself (:func:`as_client_reads`) before it sends (urllib3 is not imported here:
-it costs a warm load 65 ms, its whole budget many times over), and tests/test_urls.py checks,
-against urllib3, requests and real loopback listeners, that the host read here is the
-host connected to, for any URL.
+of urllib3's reading: what was checked is what is sent. The transport connects to the
+scheme, host and port read here and sends the path and query read as the request target
+(:mod:`safehub.sources.connections`); it also asks urllib3 itself
+(:func:`as_client_reads`) before it sends (urllib3 is not imported here: a warm load makes
+no request), and tests/test_urls.py checks, against urllib3's parser and pools and real
+loopback listeners reached through the transport, that the host read here is the host
+connected to, for any URL.
 
 >>> u = read_url("HTTPS://Registry.Example.:443/v2/%7eteam/x?n=1")
 >>> str(u), u.origin
@@ -118,7 +120,12 @@ class Url(NamedTuple):
         as any URL is. The reference is checked before it is joined: a backslash or a
         control character must not reach the join's own reading."""
         _check_characters(reference)
-        return read_url(urljoin(str(self), reference), http=http)
+        try:
+            joined = urljoin(str(self), reference)
+        except ValueError:  # a '[' without its ']'
+            raise UrlError(reference, "is not a URL Python's parser can read",
+                           "write scheme://host[:port]/path") from None
+        return read_url(joined, http=http)
 
     def under(self, base: Url) -> bool:
         """Whether this URL is ``base`` or below it: the same origin, and its path
@@ -162,9 +169,9 @@ def read_url(text: str, *, http: bool = False, proxy: bool = False) -> Url:
 
 
 def as_client_reads(text: str, url: Url) -> None:
-    """Raise :class:`UrlError` unless urllib3's ``parse_url``, which requests prepares
-    every URL with, reads ``text`` and ``str(url)`` as ``url`` (the transport calls this
-    before each request: where requests is imported, so is urllib3)."""
+    """Raise :class:`UrlError` unless urllib3's ``parse_url`` (the parser of the client
+    the transport speaks through, and of requests) reads ``text`` and ``str(url)`` as
+    ``url`` (the transport calls this before each request, urllib3 then imported)."""
     from urllib3.exceptions import LocationParseError
     from urllib3.util import parse_url
 

@@ -103,7 +103,7 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
     @functools.cache
     def hosts() -> tuple[str, ...] | None:
-        """Worked out on the first connection (the proxies' reading imports requests)."""
+        """Worked out on the first connection (the proxies' reading imports urllib.request)."""
         from safehub.sources.transport import proxy_hosts
 
         if not patterns or hub or any("*" in h for h in weights):

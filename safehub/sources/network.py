@@ -1,39 +1,53 @@
-"""What the environment says about reaching a host: loopback, proxies, unreachability.
+"""What the environment says about reaching a host: loopback, proxies, CA bundles, and
+whether a failure means the network is unreachable.
 
 The transport asks this module whether a host is this machine's (never proxied), which
-proxy the environment sends a URL through (requests' own reading of ``HTTPS_PROXY``,
-``ALL_PROXY``, ``NO_PROXY``), and whether a failure means the network is unreachable
-(fail at once) rather than flaky (retry).
+proxy the environment sends a URL through (``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``,
+read as requests reads them), which CA bundle verifies TLS (``REQUESTS_CA_BUNDLE``,
+``CURL_CA_BUNDLE``, ``SSL_CERT_FILE``, else certifi's bundle, else the system's), and
+whether a failure means the network is unreachable (fail at once) rather than flaky
+(retry). The proxy read here is the proxy connected to: the transport connects to the
+host and port of :attr:`Proxy.url`, which :func:`~safehub._internal.urls.read_url` read.
 """
 
 from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from safehub._internal import fixes
-from safehub._internal.urls import UrlError, read_url
+from safehub._internal.urls import Url, UrlError, read_url
 
 if TYPE_CHECKING:
-    from safehub.errors import FetchError
+    from safehub.errors import FetchError, UnreachableError
 
 __all__ = [
+    "CA_VARIABLES",
     "CONFINED",
-    "DIRECT",
+    "MissingBundle",
+    "Proxy",
+    "ca_bundle",
     "confined_port",
+    "environ_proxy",
     "host_of",
     "is_loopback",
     "proxy_for",
     "proxy_hosts",
+    "tls_cause",
     "tls_failed",
     "unreachable_cause",
+    "unreachable_error",
 ]
 
 _UNREACHABLE = frozenset({errno.ECONNREFUSED, errno.ENETUNREACH, errno.EHOSTUNREACH,
                           errno.EADDRNOTAVAIL})
+CA_VARIABLES = ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE")
+"""The variables that name a CA bundle, the first one set winning (requests reads the
+first two; ``SSL_CERT_FILE`` is OpenSSL's own, which urllib, and so torch.hub, reads)."""
 
 
 def host_of(url: str) -> str:
@@ -42,10 +56,6 @@ def host_of(url: str) -> str:
         return read_url(url, http=True).host
     except UrlError:
         return ""
-
-
-#: Request-level proxies that override the environment's (requests drops ``None`` keys).
-DIRECT = {"http": None, "https": None, "all": None}
 
 
 def is_loopback(host: str) -> bool:
@@ -59,44 +69,151 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def proxy_for(url: str) -> str | None:
-    """The proxy the environment sends ``url`` through, if any (credentials removed)."""
-    if is_loopback(host_of(url)):
-        return None
-    import requests.utils
+class Proxy(NamedTuple):
+    """A proxy the environment names: where it is (no credentials in it) and the
+    ``user:password`` to send it (never shown)."""
 
+    url: Url
+    auth: str | None
+    variable: str
+
+
+def environ_proxy(url: Url) -> Proxy | None:
+    """The proxy the environment sends ``url`` through, as requests chose it: none for a
+    loopback host or one ``NO_PROXY`` names (a suffix, ``*``, or an IPv4 network in CIDR
+    form); else ``{scheme}_proxy``, then ``all_proxy`` (lower case first). A proxy that
+    :func:`read_url` refuses is a :class:`UrlError` (never guessed at)."""
+    from urllib.parse import unquote
+    from urllib.request import getproxies, proxy_bypass
+
+    if is_loopback(url.host) or _no_proxy(url):
+        return None
     try:
-        proxy = requests.utils.select_proxy(url, requests.utils.get_environ_proxies(url))
-    except (ValueError, OSError):
+        if proxy_bypass(url.host):
+            return None
+    except (TypeError, OSError):
+        pass
+    proxies = getproxies()
+    for key in (f"{url.scheme}://{url.host}", url.scheme, f"all://{url.host}", "all"):
+        if proxies.get(key):
+            text = proxies[key]
+            break
+    else:
         return None
-    if not proxy:
-        return None
-    try:  # as urllib3 reads the proxy for requests; its user and password are not kept
-        read = read_url(proxy, proxy=True)
+    variable = f"{key.partition(':')[0].upper()}_PROXY"
+    read = read_url(text, proxy=True)
+    authority = text.partition("://")[2] if "://" in text else text
+    authority = authority.split("/", 1)[0].split("?", 1)[0]
+    user, at, _ = authority.rpartition("@")
+    name, _, password = user.partition(":")
+    return Proxy(read, f"{unquote(name)}:{unquote(password)}" if at else None, variable)
+
+
+def _no_proxy(url: Url) -> bool:
+    """``NO_PROXY`` as requests reads it (its own suffix and CIDR checks)."""
+    text = os.environ.get("no_proxy") or os.environ.get("NO_PROXY")
+    if not text:
+        return False
+    names = [n for n in text.replace(" ", "").split(",") if n]
+    try:
+        address = ipaddress.IPv4Address(url.host)
+    except ValueError:
+        address = None
+    if address is not None:
+        for name in names:
+            try:
+                if "/" in name and address in ipaddress.IPv4Network(name, strict=False):
+                    return True
+            except ValueError:
+                continue
+            if name == url.host:
+                return True
+        return False
+    with_port = f"{url.host}:{url.port}" if url.authority != url.host else url.host
+    return any(url.host.endswith(n) or with_port.endswith(n) for n in names)
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy the environment sends ``url`` through, if any (credentials removed;
+    "a proxy" where its variable holds what safehub does not read as a URL)."""
+    try:
+        proxy = environ_proxy(read_url(url, http=True))
     except UrlError:
         return "a proxy"
-    return f"{read.scheme}://{read.authority}"
+    return f"{proxy.url.scheme}://{proxy.url.authority}" if proxy is not None else None
 
 
 def proxy_hosts(urls: Iterable[str]) -> tuple[str, ...]:
     """The hosts of the proxies the environment sends ``urls`` through (the one reading of
-    ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...: requests' own)."""
-    found = {read_url(proxy, proxy=True).host for proxy in map(proxy_for, urls)
-             if proxy and "://" in proxy}
+    ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``...: :func:`environ_proxy`)."""
+    found = set()
+    for url in urls:
+        try:
+            proxy = environ_proxy(read_url(url, http=True))
+        except UrlError:
+            continue
+        if proxy is not None:
+            found.add(proxy.url.host)
     return tuple(sorted(found))
 
 
+class MissingBundle(OSError):
+    """The CA bundle a variable names does not exist (nothing is sent anywhere)."""
+
+    def __init__(self, variable: str, path: str) -> None:
+        super().__init__(f"the CA bundle {path} that {variable} names does not exist")
+        self.variable = variable
+
+
+def ca_bundle() -> tuple[str | None, str]:
+    """(the file or folder that verifies TLS, where it comes from): the first of
+    :data:`CA_VARIABLES` that is set, else certifi's bundle (requests' default) where
+    certifi is installed, else (None, "system") for the system's store. A variable that
+    names nothing is a :class:`MissingBundle`."""
+    for variable in CA_VARIABLES:
+        path = os.environ.get(variable)
+        if path:
+            if not os.path.exists(path):
+                raise MissingBundle(variable, path)
+            return path, variable
+    try:
+        import certifi
+    except ImportError:
+        return None, "system"
+    return certifi.where(), "certifi"
+
+
 def unreachable_cause(exc: BaseException) -> BaseException | None:
-    """The socket-level reason behind a requests/urllib3 error, if it is unreachability."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    """The socket-level reason behind a failed request, if it is unreachability."""
+    for current in _chain(exc):
         if isinstance(current, socket.gaierror) or (
                 isinstance(current, OSError) and current.errno in _UNREACHABLE):
             return current
-        current = current.__cause__ or current.__context__
     return None
+
+
+def unreachable_error(exc: BaseException, hop: Url, what: str, *, load: bool = True
+                      ) -> UnreachableError | None:
+    """The error for a request to ``hop`` that failed because the network is unreachable
+    (a name that does not resolve, a refused connection), or None for another failure.
+    ``load``: said as a load says it, with the proxy and what works without a network."""
+    from safehub.errors import UnreachableError
+
+    reason = unreachable_cause(exc)
+    if reason is None:
+        return None
+    if not load:
+        return UnreachableError(f"cannot connect to {hop.host} for {what} ({reason})",
+                                fix=fixes.say("check the address, the network or the proxy"))
+    proxy = proxy_for(str(hop))
+    via = f" through the proxy {proxy} (from HTTPS_PROXY/ALL_PROXY)" if proxy else ""
+    return UnreachableError(
+        f"the network is unreachable: cannot connect to {hop.host}{via} for {what} ({reason})",
+        fix=fixes.say((f"check that the proxy {proxy} runs, or add {hop.host} to NO_PROXY. "
+                       if proxy else "check the network or proxy. ") +
+                      "Without a network, a cold load needs the code on this machine already: "
+                      "a mirror (SAFEHUB_GITHUB_URL), a cache filled by `safehub prefetch`, or "
+                      "a lockfile with SAFEHUB_OFFLINE=1 and a filled cache"))
 
 
 CONFINED = "SAFEHUB_CONFINED"
@@ -109,7 +226,6 @@ def confined_port(exc: BaseException, host: str, port: int, what: str) -> FetchE
     --confine`` whose ``[confine] connect_ports`` leave ``port`` out, with its cause and
     fix; None for any other failure (said as before)."""
     import json
-    import os
 
     from safehub.errors import FetchError
 
@@ -120,10 +236,7 @@ def confined_port(exc: BaseException, host: str, port: int, what: str) -> FetchE
         ports = None
     if ports is None or port in ports:
         return None
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _chain(exc):
         if isinstance(current, OSError) and current.errno in (errno.EACCES, errno.EPERM):
             wider = ", ".join(map(str, [*ports, port]))
             return FetchError(
@@ -135,30 +248,47 @@ def confined_port(exc: BaseException, host: str, port: int, what: str) -> FetchE
                 "policy file (~/.config/safehub/policy.toml; only an admin's file or yours "
                 "widens [confine], see `safehub docs confine`), then start the job again "
                               "with `safehub run --confine`"))
-        current = current.__cause__ or current.__context__
     return None
 
 
 def tls_failed(exc: BaseException, host: str, what: str) -> FetchError | None:
     """A request that failed at TLS, as one error: the handshake (its cause as the TLS
-    library said it), or a CA bundle the environment names that does not exist (requests
-    then makes no request at all); None for any other failure."""
-    import os
-
-    import requests
-
+    library said it), or a CA bundle the environment names that does not exist (then no
+    request is made at all); None for any other failure."""
     from safehub.errors import FetchError
 
-    if isinstance(exc, requests.exceptions.SSLError):
-        return FetchError(f"TLS to {host} failed for {what}: {exc}",
-                          fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE to its PEM "
-                                        "file"))
-    if not (isinstance(exc, OSError) and "TLS CA certificate bundle" in str(exc)):
+    if isinstance(exc, MissingBundle):
+        return FetchError(
+            f"the CA bundle {exc.variable} names does not exist, so nothing was sent to "
+            f"{host} for {what}",
+            fix=fixes.say(f"unset {exc.variable} (a stopped `safehub demo --serve` leaves it "
+                          "behind), or point it at an existing PEM file"))
+    cause = tls_cause(exc)
+    if cause is None:
         return None
-    named = [name for name in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
-             if os.environ.get(name) and not os.path.exists(os.environ[name])]
-    return FetchError(
-        f"the CA bundle {' or '.join(named) or 'the environment'} names does not exist, so "
-        f"nothing was sent to {host} for {what}",
-        fix=fixes.say(f"unset {' '.join(named) or 'REQUESTS_CA_BUNDLE'} (a stopped `safehub "
-                      "demo --serve` leaves it behind), or point it at an existing PEM file"))
+    return FetchError(f"TLS to {host} failed for {what}: {cause}",
+                      fix=fixes.say("for a private CA set REQUESTS_CA_BUNDLE to its PEM file"))
+
+
+def tls_cause(exc: BaseException) -> BaseException | None:
+    """The TLS library's own error behind a failed request, if TLS is what failed."""
+    import ssl
+
+    for current in _chain(exc):
+        if isinstance(current, ssl.SSLError):
+            return current
+    return None
+
+
+def _chain(exc: BaseException) -> Iterable[BaseException]:
+    """``exc`` and what caused it: its cause or context, or an exception it wraps as its
+    first argument (as urllib3 wraps the socket's and the TLS library's errors)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        wrapped = [a for a in (current.__cause__, current.__context__,
+                               getattr(current, "original_error", None), *current.args)
+                   if isinstance(a, BaseException)]
+        current = wrapped[0] if wrapped else None

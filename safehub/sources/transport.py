@@ -3,10 +3,13 @@
 Every request, whoever makes it (the GitHub client, a signature download, the weights
 guard), goes through :class:`Transport`, which enforces:
 
-* HTTPS only (a private CA comes in through ``REQUESTS_CA_BUNDLE``, as with requests);
+* HTTPS only (a private CA comes in through ``REQUESTS_CA_BUNDLE``, ``CURL_CA_BUNDLE`` or
+  ``SSL_CERT_FILE``; else certifi's bundle, as requests has it, else the system's);
 * every URL, the first and each redirect's, read once by :func:`safehub._internal.urls.read_url`
-  (as urllib3, which requests uses, reads it; what the parsers could read differently is
-  refused) and sent as the string that was read: the host checked is the host connected to;
+  (as urllib3 reads it; what the parsers could read differently is refused): the request
+  goes to urllib3's pool for the scheme, host and port read, with the path and query read
+  as its target (:mod:`safehub.sources.connections`), so the host checked is the host
+  connected to;
 * a policy on every hop: by default the host allow-list, or a caller's own check (the
   weights guard matches every hop against the policy's ``weights`` patterns); redirects
   are followed by hand, at most :attr:`TransportConfig.max_redirects`;
@@ -16,51 +19,64 @@ guard), goes through :class:`Transport`, which enforces:
 * retries with exponential backoff on 5xx answers, dropped connections, stalls and
   truncated bodies -- but never on a name that does not resolve or a refused connection,
   which fail at once as :class:`UnreachableError`;
-* offline mode refuses before any socket is opened, naming where it was switched on.
+* offline mode refuses before any socket is opened, naming where it was switched on;
+* proxies from the environment (``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``, as requests
+  reads them), never for a loopback host; connections kept and reused per host.
+
+A body is read into one buffer reused from read to read and handed on as a view of it (a
+download is written and hashed from there: no copy per chunk).
 
 Build one with :class:`TransportConfig` and hand it to ``safehub.Hub(transport=...)``, as
-python-tuf's ``Updater(fetcher=...)`` takes its fetcher. ``session`` may be any object
-with requests' ``Session.get`` (tests inject failures through it).
+python-tuf's ``Updater(fetcher=...)`` takes its fetcher. ``opener`` may be any function
+that sends one request (method, the :class:`~safehub._internal.urls.Url` read, headers,
+body) and answers as urllib3's response does (tests inject failures through it).
 """
 
 from __future__ import annotations
 
 import contextvars
 import json
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from safehub._internal import fixes, gcpause
 from safehub._internal.urls import Url, UrlError, as_client_reads, read_url
-from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError, UnreachableError
+from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError
 from safehub.limits import DEFAULTS
 from safehub.sources.network import (
-    DIRECT,
     confined_port,
-    host_of,
     is_loopback,
-    proxy_for,
     proxy_hosts,
     tls_failed,
-    unreachable_cause,
+    unreachable_error,
 )
 
-__all__ = ["HTTPError", "Reply", "Transport", "TransportConfig", "proxy_hosts"]
+if TYPE_CHECKING:
+    from safehub.sources.connections import Pools
+
+__all__ = ["HTTPError", "Opener", "Reply", "Transport", "TransportConfig", "proxy_hosts"]
 
 _USER_AGENT = "safehub/0.1"
 _RETRY_STATUS = frozenset({500, 502, 503, 504})
 _REDIRECT_STATUS = frozenset({301, 302, 303, 307, 308})
 _CHUNK = 1 << 20
-"""Bytes a read asks for: large, so a large download costs few calls per byte."""
+"""Bytes a download's read asks for: large, so a large download costs few calls per byte."""
+_SMALL = 64 * 1024
+"""Bytes a read of a whole answer (JSON, a manifest) asks for."""
 
 Headers = Callable[[str], Mapping[str, str]]
 Progress = Callable[[int, "int | None"], None]
 HopCheck = Callable[[str], None]
 """Told each hop's URL (as it will be sent) before it is fetched; raises to refuse it."""
+Opener = Callable[[str, Url, Mapping[str, str], Any], Any]
+"""Sends one request (method, the URL read, headers, body); its answer, body unread."""
+Sink = Callable[[memoryview], None]
+"""Told each piece of a body as it arrives: a view of a buffer that is reused at once."""
 
 
 @dataclass(frozen=True)
@@ -118,49 +134,24 @@ class HTTPError(FetchError):
         self.url = url
 
 
-def _range_start(headers: Mapping[str, str]) -> int | None:
-    """The first byte of a ``Content-Range: bytes N-M/T`` answer (None if not one).
-
-    >>> _range_start({"Content-Range": "bytes 100-199/200"}), _range_start({})
-    (100, None)
-    """
-    text = next((v for k, v in headers.items() if k.lower() == "content-range"), "")
-    unit, _, rest = text.strip().partition(" ")
-    first = rest.partition("-")[0]
-    return int(first) if unit == "bytes" and first.isdigit() and len(first) < 19 else None
-
-
 class _Retryable(Exception):
     """A transient failure: retried, then reported as a FetchError."""
-
-
-class _Cancelled(Exception):
-    """The caller gave up on this attempt (deadline)."""
 
 
 class Transport:
     """HTTPS requests under one :class:`TransportConfig` (see the module docstring)."""
 
-    def __init__(self, config: TransportConfig, *, session: Any = None,
+    def __init__(self, config: TransportConfig, *, opener: Opener | None = None,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         self.config = config
-        self._session = session
+        self._opener = opener
+        self._pools: Pools | None = None
         self._sleep = sleep
 
     def close(self) -> None:
-        if self._session is not None and hasattr(self._session, "close"):
-            self._session.close()
-        self._session = None
-
-    def _get_session(self) -> Any:
-        if self._session is None:
-            import requests
-
-            session = requests.Session()
-            session.headers["User-Agent"] = _USER_AGENT
-            # trust_env stays on: proxies and REQUESTS_CA_BUNDLE come from the environment.
-            self._session = session
-        return self._session
+        """Close every connection kept for reuse."""
+        if self._pools is not None:
+            self._pools.clear()
 
     # -- public -----------------------------------------------------------------------
 
@@ -175,7 +166,8 @@ class Transport:
         def attempt(write_ok: Callable[[], bool]) -> Reply:
             parts: list[bytes] = []
             url_, redirected, resp_headers = self._stream(
-                url, what, accept, headers, allow, cap, parts.append, None, write_ok,
+                url, what, accept, headers, allow, cap, lambda v: parts.append(bytes(v)),
+                None, write_ok,
                 too_big=too_big or (lambda: FetchError(f"the answer for {what} is larger "
                                                        f"than {cap:,} bytes")))
             return Reply(b"".join(parts), url_, redirected, resp_headers)
@@ -188,7 +180,9 @@ class Transport:
                  progress: Progress | None = None,
                  accept: str = "application/octet-stream, application/zip",
                  resume: bool = False) -> int:
-        """Stream ``url`` into ``out`` (rewound on each retry); return the byte count.
+        """Stream ``url`` into ``out`` (an empty file, rewound and emptied on each retry);
+        return the byte count. ``out.write`` is given views of buffers that are reused
+        (bytes-like; it must not keep them), from a thread of the transport's.
 
         A body larger than ``max_bytes`` is an :class:`IntegrityError`; a body cut short is
         retried, then a :class:`FetchError`. With ``resume``, a retry after a cut asks for
@@ -196,12 +190,13 @@ class Transport:
         a ``Content-Range`` starting at N; any other answer starts over from the first
         byte. The caller checks the whole (a blob's digest).
         """
-        count = [0]
+        count = [-1]  # -1: nothing tried yet
 
         def attempt(write_ok: Callable[[], bool]) -> int:
-            start = count[0] if resume else 0
-            out.seek(start)
-            out.truncate()
+            start = max(count[0], 0) if resume else 0
+            if count[0] >= 0:  # a retry (an empty file is not truncated: ext4 would flush
+                out.seek(start)  # all that is written next when it is closed)
+                out.truncate()
             count[0] = start
 
             def ranged(hop: str) -> Mapping[str, str]:
@@ -210,17 +205,20 @@ class Transport:
 
             def answered(status: int, got: Mapping[str, str]) -> int:
                 """How many bytes of ``out`` the answer continues (0: it starts over)."""
-                if start and status == 206 and _range_start(got) == start:
+                from safehub.sources.connections import range_start
+
+                if start and status == 206 and range_start(got) == start:
                     return start
-                out.seek(0)
-                out.truncate()
-                count[0] = 0
+                if start:  # what the file holds is not continued: start over
+                    out.seek(0)
+                    out.truncate()
+                    count[0] = 0
                 if status == 206:  # a range that does not continue ours: ask for it all
                     raise _Retryable(f"the answer for {what} was a range that does not "
                                      f"continue the download at byte {start}")
                 return 0
 
-            def write(chunk: bytes) -> None:
+            def write(chunk: memoryview) -> None:
                 out.write(chunk)
                 count[0] += len(chunk)
 
@@ -228,7 +226,7 @@ class Transport:
                          write_ok, too_big=lambda: IntegrityError(
                              f"{what} is larger than the {max_bytes:,}-byte limit; download "
                              "stopped", fix=fixes.say("if it really is that large, raise "
-                             "SAFEHUB_MAX_ARCHIVE_BYTES")), answered=answered)
+                             "SAFEHUB_MAX_ARCHIVE_BYTES")), answered=answered, chunk=_CHUNK)
             out.flush()
             return count[0]
 
@@ -243,49 +241,36 @@ class Transport:
         :meth:`get` (hop check, offline, deadline, retries on 5xx); redirects are not
         followed (an upload that redirects is the server's answer to read). ``body`` is
         bytes or a file sent as it is read; the answer is read up to ``max_bytes``."""
-        import requests
-
         if self.config.offline:
             raise OfflineError(f"offline mode ({self.config.offline_source}) refused to "
                                f"send {what}",
                                fix=fixes.say("turn offline mode off for this command"))
         hop = self._check_hop(url, what, allow)
         sent = str(hop)
-        cfg = self.config
 
         def attempt(write_ok: Callable[[], bool]) -> Reply:
-            data: Any = body
-            opened = None
-            if isinstance(body, Path):
-                opened = data = open(body, "rb")  # noqa: SIM115 - closed below
+            given = dict(headers(sent)) if headers else {}
+            if not isinstance(body, Path):
+                resp = self._request(method, hop, what, given, body, load=False)
+            else:
+                with open(body, "rb") as data:
+                    if not any(k.lower() == "content-length" for k in given):
+                        given["Content-Length"] = str(os.fstat(data.fileno()).st_size)
+                    resp = self._request(method, hop, what, given, data, load=False)
+            from safehub.sources.connections import ERRORS, finish
+
             try:
-                resp = self._get_session().request(
-                    method, sent, data=data, allow_redirects=False, stream=True,
-                    headers=dict(headers(sent)) if headers else {},
-                    timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
-                    **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
-            except (requests.RequestException, OSError, ValueError) as e:
-                if (held := tls_failed(e, hop.host, what) or
-                        confined_port(e, hop.host, hop.port, what)) is not None:
-                    raise held from e
-                if unreachable_cause(e) is not None:
-                    raise UnreachableError(
-                        f"cannot connect to {hop.host} for {what} "
-                        f"({unreachable_cause(e)})",
-                        fix=fixes.say("check the address, the network or the proxy")) from e
-                raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
-            finally:
-                if opened is not None:
-                    opened.close()
-            with resp:
-                if resp.status_code >= 400:
-                    self._raise_for_status(resp, what)
-                raw = b"" if method == "HEAD" else resp.raw.read(max_bytes + 1,
-                                                                 decode_content=True)
+                self._raise_for_status(resp, hop, what)
+                try:
+                    raw = b"" if method == "HEAD" else resp.read(max_bytes + 1)
+                except ERRORS as e:
+                    raise _Retryable(f"the answer for {what} was cut short: {e}") from e
                 if len(raw) > max_bytes:
                     raise FetchError(f"the answer for {what} is larger than {max_bytes:,} "
                                      "bytes")
-                return Reply(raw, sent, False, dict(resp.headers), resp.status_code)
+                return Reply(raw, sent, False, dict(resp.headers), resp.status)
+            finally:
+                finish(resp, drain=True)
 
         result: Reply = self._retrying(what, attempt)
         return result
@@ -318,16 +303,41 @@ class Transport:
             )
         return hop
 
+    def _request(self, method: str, hop: Url, what: str, headers: Mapping[str, str],
+                 body: Any = None, *, load: bool = True) -> Any:
+        """Send one request to ``hop``; its answer, body unread. A failure to connect is
+        said once here: TLS, a port a confined job may not use, an unreachable network
+        (``load``: said as a load says it, with the proxy and what works offline), or a
+        transient one to retry."""
+        from safehub.sources.connections import SENDING
+
+        sent = {"User-Agent": _USER_AGENT, **headers}
+        try:
+            if self._opener is not None:
+                return self._opener(method, hop, sent, body)
+            assert self._pools is not None  # made by _retrying, in the caller's thread
+            return self._pools.open(method, hop, sent, body)
+        except SENDING as e:
+            if (held := tls_failed(e, hop.host, what) or
+                    confined_port(e, hop.host, hop.port, what)) is not None:
+                raise held from e
+            unreachable = unreachable_error(e, hop, what, load=load)
+            if unreachable is not None:
+                raise unreachable from e
+            raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
+
     def _stream(self, url: str, what: str, accept: str, headers: Headers | None,
-                allow: HopCheck | None, cap: int, sink: Callable[[bytes], None],
+                allow: HopCheck | None, cap: int, sink: Sink,
                 progress: Progress | None, write_ok: Callable[[], bool], *,
                 too_big: Callable[[], Exception],
-                answered: Callable[[int, Mapping[str, str]], int] | None = None
-                ) -> tuple[str, bool, dict[str, str]]:
+                answered: Callable[[int, Mapping[str, str]], int] | None = None,
+                chunk: int = _SMALL) -> tuple[str, bool, dict[str, str]]:
         """One attempt: follow hops, then stream the body into ``sink``. ``answered`` is
         told the final status and headers and says how many bytes the body comes after
-        (a resumed range): the cap counts them too."""
-        import requests
+        (a resumed range): the cap counts them too. A download (``chunk`` a MiB) asks for
+        the body as it is stored (no compression: its bytes are read straight into the
+        buffer), and hands it on in a thread of its own while it reads the next piece."""
+        from safehub.sources.connections import Cut, finish, read_body
 
         if self.config.offline:
             raise OfflineError(
@@ -337,93 +347,65 @@ class Transport:
             )
         cfg = self.config
         redirected = False
+        encodings = "identity" if chunk == _CHUNK else "gzip, deflate"
         for _hop in range(cfg.max_redirects + 1):
             hop = self._check_hop(url, what, allow)
             url = str(hop)  # what was checked is what is sent
+            resp = self._request("GET", hop, what, {
+                "Accept": accept, "Accept-Encoding": encodings,
+                **(headers(url) if headers else {})})
             try:
-                resp = self._get_session().get(
-                    url, headers={"Accept": accept, **(headers(url) if headers else {})},
-                    allow_redirects=False, stream=True,
-                    timeout=(cfg.connect_timeout, min(cfg.stall_timeout, cfg.deadline)),
-                    **({"proxies": DIRECT} if is_loopback(hop.host) else {}))
-            except (requests.RequestException, OSError, ValueError) as e:
-                if (held := tls_failed(e, hop.host, what) or
-                        confined_port(e, hop.host, hop.port, what)) is not None:
-                    raise held from e
-                reason = unreachable_cause(e)
-                if reason is not None:
-                    proxy = proxy_for(url)
-                    via = f" through the proxy {proxy} (from HTTPS_PROXY/ALL_PROXY)" \
-                        if proxy else ""
-                    raise UnreachableError(
-                        f"the network is unreachable: cannot connect to {hop.host}{via} "
-                        f"for {what} ({reason})",
-                        fix=fixes.say((f"check that the proxy {proxy} runs, or add {hop.host} to "
-                              "NO_PROXY. " if proxy else "check the network or proxy. ") +
-                                      "Without a network, a cold load needs "
-                        "the code on this machine already: a mirror (SAFEHUB_GITHUB_URL), a "
-                                      "cache filled by `safehub prefetch`, or a lockfile with "
-                                      "SAFEHUB_OFFLINE=1 and a filled cache"),
-                    ) from e
-                raise _Retryable(f"could not reach {hop.host} for {what}: {e}") from e
-            with resp:
-                status = resp.status_code
-                if status in _REDIRECT_STATUS and "Location" in resp.headers:
+                status = resp.status
+                location = resp.headers.get("Location")
+                if status in _REDIRECT_STATUS and location is not None:
                     try:
-                        url = str(hop.join(resp.headers["Location"],
-                                           http=bool(cfg.plain_http)))
+                        url = str(hop.join(location, http=bool(cfg.plain_http)))
                     except UrlError as e:
                         raise FetchError(
                             f"{hop.authority} redirected {what} to a URL safehub does not "
                             f"follow: {e}; refused, nothing was sent there",
-                            fix=fixes.say("the server (or something between) is broken or hostile; "
-                                          "if it is yours, make it redirect to a plain "
-                                          "https://host[:port]/path URL")) from None
+                            fix=fixes.say("the server (or something between) is broken or "
+                                          "hostile; if it is yours, make it redirect to a "
+                                          "plain https://host[:port]/path URL")) from None
                     redirected = True
                     continue
-                self._raise_for_status(resp, what)
+                self._raise_for_status(resp, hop, what)
                 before = answered(status, resp.headers) if answered is not None else 0
-                declared = resp.headers.get("Content-Length", "")
-                total = int(declared) if declared.isdigit() and len(declared) < 19 else None
-                if total is not None and before + total > cap:
-                    raise too_big()
-                done, cap = 0, cap - before
                 try:
-                    for chunk in resp.iter_content(_CHUNK):
-                        if not write_ok():
-                            raise _Cancelled
-                        done += len(chunk)
-                        if done > cap:
-                            raise too_big()
-                        sink(chunk)
-                        if progress is not None:
-                            progress(done, total)
-                except (requests.RequestException, OSError) as e:
-                    raise _Retryable(f"the answer for {what} was cut short after {done} "
-                                     f"bytes: {e}") from e
-                if total is not None and done != total:
-                    raise _Retryable(f"the answer for {what} was cut short: {done} of {total} "
-                                     "bytes")
-                return resp.url or url, redirected, dict(resp.headers)
+                    read_body(resp, cap=cap - before, sink=sink, progress=progress,
+                              keep_going=write_ok, too_big=too_big, chunk=chunk)
+                except Cut as e:
+                    raise _Retryable(f"the answer for {what} was {e}") from e
+                return url, redirected, dict(resp.headers)
+            finally:
+                finish(resp, drain=True)
         raise FetchError(f"too many redirects fetching {what} (more than {cfg.max_redirects})",
                          fix=fixes.say("check SAFEHUB_GITHUB_URL / SAFEHUB_GITHUB_API_URL"))
 
-    def _raise_for_status(self, resp: Any, what: str) -> None:
-        status = resp.status_code
+    def _raise_for_status(self, resp: Any, hop: Url, what: str) -> None:
+        status = resp.status
         if status < 400:
             return
-        message = _server_message(resp)
+        from safehub.sources.connections import server_message
+
+        message = server_message(resp)
         shown = f": {message}" if message else ""
         if status in _RETRY_STATUS:
-            raise _Retryable(f"{host_of(resp.url)} answered {status} for {what}{shown}")
+            raise _Retryable(f"{hop.host} answered {status} for {what}{shown}")
         if status == 404:
-            raise NotFoundError(f"{what} not found (404 from {host_of(resp.url)}){shown}")
-        raise HTTPError(f"{host_of(resp.url)} answered {status} for {what}{shown}",
-                        status=status, headers=resp.headers, server_message=message,
-                        url=resp.url)
+            raise NotFoundError(f"{what} not found (404 from {hop.host}){shown}")
+        raise HTTPError(f"{hop.host} answered {status} for {what}{shown}",
+                        status=status, headers=dict(resp.headers), server_message=message,
+                        url=str(hop))
 
     def _retrying(self, what: str, attempt: Callable[[Callable[[], bool]], Any]) -> Any:
         cfg = self.config
+        if self._opener is None and self._pools is None:
+            from safehub.sources.connections import Pools, prepare
+
+            prepare()  # in this thread (see prepare)
+            self._pools = Pools(connect_timeout=cfg.connect_timeout,
+                                read_timeout=min(cfg.stall_timeout, cfg.deadline))
         for i in range(cfg.retries + 1):
             try:
                 return _within_deadline(cfg.deadline, what, attempt)
@@ -436,30 +418,13 @@ class Transport:
         raise AssertionError("unreachable")
 
 
-def _server_message(resp: Any) -> str:
-    """A JSON error body's ``message`` field, if it has one (bounded read)."""
-    try:
-        raw = resp.raw.read(4096, decode_content=True)
-        message = json.loads(raw).get("message")
-    except Exception:  # only a nicety for the error message
-        return ""
-    return message[:300] if isinstance(message, str) else ""
-
-
 def _within_deadline(deadline: float, what: str,
                      attempt: Callable[[Callable[[], bool]], Any]) -> Any:
     """Run one attempt in a worker thread and give up on it at the deadline.
 
     A server can drip bytes (or headers) forever below any per-read timeout; the
     worker is abandoned, and never writes again once the caller has moved on.
-
-    requests is imported here, in the caller's thread, not first in the worker's: a
-    download made while a repo's code runs (the weights guard) holds the guard's own-work
-    marker in this thread only, and the worker's import would otherwise be an import the
-    guard must decide on, halfway through requests' own.
     """
-    import requests  # noqa: F401
-
     lock = threading.Lock()
     cancelled = False
     box: dict[str, Any] = {}
@@ -490,7 +455,5 @@ def _within_deadline(deadline: float, what: str,
                           "the most one request may take"),
         )
     if "error" in box:
-        if isinstance(box["error"], _Cancelled):
-            raise FetchError(f"{what} was cancelled")
         raise box["error"]
     return box["value"]

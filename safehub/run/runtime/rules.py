@@ -186,8 +186,8 @@ class OwnWork(Frozen):
 
     hosts: tuple[str, ...] | Callable[[], tuple[str, ...] | None] | None = ()
     """The hosts, or a function that works them out (called on the first connection:
-    reading the environment's proxies imports requests, which must not be needed to
-    decide on an import made halfway through requests' own)."""
+    reading the environment's proxies imports urllib.request, which must not be needed to
+    decide on an import made halfway through another)."""
     roots: tuple[str, ...] = ()
     denied: tuple[str, ...] = ()
 

@@ -189,6 +189,7 @@ class Registry:
         self._environ = environ
         self._cred: Credential | bool | None = False  # False: not read yet
         self._auth: str | None = None
+        self._no_referrers_api = False  # it said so: only its fallback tags are read
 
     def __str__(self) -> str:
         return str(self.target)
@@ -208,17 +209,20 @@ class Registry:
                 f"for {digest}; stopped reading", fix=_HOSTILE))).body
 
     def referrers(self, digest: str) -> list[str]:
-        """The manifests listed as signatures of ``digest``: the referrers API's answer and
-        the fallback tag's index together (candidates only: the caller checks each)."""
+        """The manifests listed as signatures of ``digest``: the referrers API's answer (once
+        it said it has none, not asked again) and the fallback tag's index (candidates)."""
         found: list[str] = []
-        for path, reference in (("referrers", digest), ("manifests", fallback_tag(digest))):
+        asked = (("referrers", digest),) if not self._no_referrers_api else ()
+        for path, reference in (*asked, ("manifests", fallback_tag(digest))):
             try:
                 listed = self.manifest(reference, accept=INDEX_TYPE, path=path)
-            except NotFoundError:
+            except NotFoundError:  # one with the API answers 200 (maybe empty) for any
+                self._no_referrers_api |= path == "referrers"  # subject (OCI 1.1)
                 continue
             except FetchError as e:  # a registry without the API may say 400 or 405
                 if path != "referrers" or getattr(e.__cause__, "status", 0) not in (400, 405):
                     raise
+                self._no_referrers_api = True
                 continue
             try:
                 found += [d for d in candidates(listed, str(self.target)) if d not in found]
@@ -400,11 +404,9 @@ class Registry:
     def _speaks_plain_http(self, e: FetchError) -> FetchError | None:
         """A TLS failure with a registry on this machine: most likely one without TLS,
         which safehub speaks to only when a policy file names it ``http://...``."""
-        import requests
+        from safehub.sources.network import is_loopback, tls_cause
 
-        from safehub.sources.network import is_loopback
-
-        if self.target.plain or not isinstance(e.__cause__, requests.exceptions.SSLError) \
+        if self.target.plain or e.__cause__ is None or tls_cause(e.__cause__) is None \
                 or not is_loopback(self.places.base.host):
             return None
         plain = f"http://{self.target.registry}/{self.target.repository}"

@@ -73,6 +73,9 @@ here):
   (``safehub.verify.signatures.signers``), and the Sigstore trusted root per trust config
   (``safehub.verify.signatures.verify``: a file named by the policy, read once a process),
   the user and host names an audit line carries (``safehub.audit``).
+- ``safehub.sources.connections`` keeps a TLS context per CA bundle, keyed by the bundle's
+  path, mtime and size (loading certifi's costs ~20 ms): what is trusted for TLS, not a
+  verdict; a bundle rewritten or a variable pointed elsewhere makes another.
 """
 
 from __future__ import annotations
