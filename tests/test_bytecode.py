@@ -26,6 +26,7 @@ from tests.conftest import HubRepo
 from tests.test_confine import needs_landlock
 
 pytest.importorskip("torch")  # torch's own loader runs the verified tree
+pytestmark = pytest.mark.slow  # child Pythons importing torch
 
 SPEC = "acme/shapes:v1.0"
 
@@ -247,7 +248,6 @@ def test_an_entry_planted_in_the_users_store_runs_as_a_planted_record_would(
     assert fresh(tmp_path)["result"]["value"] == "planted"
 
 
-@pytest.mark.slow
 @needs_landlock
 def test_a_confined_job_cannot_write_the_store_and_still_loads(
         shapes: HubRepo, tmp_path: Path) -> None:
@@ -261,3 +261,28 @@ def test_a_confined_job_cannot_write_the_store_and_still_loads(
     assert list(store().root.iterdir()) == []  # nothing the job compiled was kept
     assert fresh(tmp_path)["served"] == []  # the next run compiles, and keeps it
     assert fresh(tmp_path)["compiled"] == []
+
+
+def test_cache_clear_empties_the_store_too(shapes: HubRepo, tmp_path: Path) -> None:
+    from safehub._cli import main
+
+    fresh(tmp_path)
+    assert len(list(store().root.iterdir())) == len(MODULES)
+    commit = tree().parent.name
+    assert main(["cache", "clear", commit[:8]]) == 0
+    assert list(store().root.iterdir()) == []
+    assert fresh(tmp_path)["result"]["value"] == EXPECTED  # fetched, compiled, kept again
+    assert len(list(store().root.iterdir())) == len(MODULES)
+    assert main(["cache", "clear", "--yes"]) == 0
+    assert list(store().root.iterdir()) == []
+
+
+def test_the_store_is_one_of_the_users_own_places(tmp_path: Path) -> None:
+    """What a confined job may never change and what safehub's own work may write during a
+    load are read from one list (``Settings.own_places``): the store is in it."""
+    from safehub._internal.fsutil import within_any
+
+    settings = Settings(cache_dir=tmp_path / "c", data_dir=tmp_path / "d", log_dir=tmp_path / "l")
+    kept = str(BytecodeStore(settings.data_dir).root)
+    assert within_any(kept, [str(p.path) for p in settings.own_places()])
+    assert not within_any(kept, [str(settings.cache_dir)])
