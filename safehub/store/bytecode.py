@@ -112,12 +112,12 @@ class BytecodeStore:
             count = sum(1 for _ in entries)
         if count > MAX_ENTRIES:
             self.clear()
-            self.root.mkdir(mode=0o700, exist_ok=True)
         self._checked_size = True
 
     def clear(self) -> None:
-        """Remove every entry (``safehub cache clear``); a missing store is fine."""
-        with contextlib.suppress(FileNotFoundError), os.scandir(self.root) as entries:
+        """Remove every entry (``safehub cache clear``); a missing store, or one this
+        process cannot change, is left as it is (it is only a cache of compile work)."""
+        with contextlib.suppress(OSError), os.scandir(self.root) as entries:
             for entry in entries:
                 with contextlib.suppress(OSError):
                     os.unlink(entry.path)
