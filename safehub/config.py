@@ -382,7 +382,7 @@ class Settings:
         >>> [p.what for p in Settings.from_env({"SAFEHUB_CACHE_DIR": "/c"}).own_places()]
         ... # doctest: +NORMALIZE_WHITESPACE
         ["safehub's cache", "safehub's records: consent, verified trees, signature verdicts,
-        weight pins", "safehub's audit log"]
+        weight pins, compiled modules of verified trees", "safehub's audit log"]
         """
         from safehub.store.records import FOLDERS
 

@@ -40,8 +40,9 @@ from safehub.errors import (
 )
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
-from safehub.run import environment, guards, hfhub, runtime, torchhub
+from safehub.run import bytecode, environment, guards, hfhub, runtime, torchhub
 from safehub.spec import RepoSpec, plain_text
+from safehub.store.bytecode import BytecodeStore
 from safehub.store.records import WeightPins
 from safehub.trust import Subject, Verdict, check_trust_repo, pinned_weights
 from safehub.verify.signatures.check import SignatureStatus
@@ -316,7 +317,9 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
     # The repo's code may call torch.hub after its load returns (model.forward, its
     # threads): those calls keep this load's routing.
     real = str(guard.tree)  # the tree's real path, as the guard holds it
-    torchhub.remember((str(prepared.path) + os.sep, real + os.sep), handlers)
+    folders = (str(prepared.path) + os.sep, real + os.sep)
+    torchhub.remember(folders, handlers)
+    bytecode.serve(folders, BytecodeStore(ctx.settings.data_dir))  # compiled once per user
     ctx.ran[real] = prepared.spec.repo
     if not nested:  # the load the caller asked for, not one its repo made
         ctx.last_report = guard.report

@@ -91,12 +91,14 @@ def test_safehubs_own_places_come_from_the_records_declarations(tmp_path: Path) 
     from safehub._internal.fsutil import within_any
     from safehub.config import Settings
     from safehub.store import records
+    from safehub.store.bytecode import BytecodeStore
 
     settings = Settings(cache_dir=tmp_path / "c", data_dir=tmp_path / "d", log_dir=tmp_path / "l")
     places = settings.own_places()
     stores = (records.ConsentStore(settings.data_dir), records.VerifiedRecords(settings.data_dir),
               records.SignatureRecords(settings.data_dir))
-    kept = [str(s.root) for s in stores] + [str(records.WeightPins(settings.data_dir).path)]
+    kept = [str(s.root) for s in stores] + [str(records.WeightPins(settings.data_dir).path),
+                                            str(BytecodeStore(settings.data_dir).root)]
     assert set(records.folders(settings.data_dir)) == {Path(p).parent if p.endswith(".json")
                                                        else Path(p) for p in kept}
     assert all(within_any(p, [str(place.path) for place in places]) for p in kept)

@@ -401,7 +401,7 @@ def _admin(add: _Adder, sub: argparse._SubParsersAction[argparse.ArgumentParser]
     add("ls", "list cached commits: size, last load (your audit log's), lockfile specs", "",
         "json", "cache", parent=csub, key="cache")
     for name, what in (("verify", "re-hash cached trees fully"),
-                       ("clear", "remove cached trees")):
+                       ("clear", "remove cached trees (and your compiled modules)")):
         action = add(name, what, "", "json", "cache", parent=csub, key="cache")
         action.add_argument("commit", nargs="*", type=_commit_prefix,
                             help="commit sha prefixes (default: all)")

@@ -17,6 +17,7 @@ from safehub.errors import CacheError, IntegrityError, SafehubError, SpecError
 from safehub.operations.common import Report, verified_tree
 from safehub.run import runtime
 from safehub.spec import RepoSpec
+from safehub.store.bytecode import BytecodeStore
 from safehub.store.cache import integrity
 from safehub.store.lockfile import spec_key
 
@@ -194,7 +195,8 @@ def cache_verify(hub: Hub, prefixes: Sequence[str] = ()) -> list[CacheCheck]:
 
 def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
     """Remove cached trees (all, or those whose commit starts with a prefix of 4 to 40
-    hex digits); returns the commits removed (all of them: every cached commit)."""
+    hex digits); returns the commits removed (all of them: every cached commit). The
+    user's store of compiled modules (:mod:`safehub.store.bytecode`) is emptied too."""
     bad = [p for p in prefixes if not re.fullmatch(r"[0-9a-fA-F]{4,40}", p)]
     if bad:
         raise SpecError(f"{bad[0]!r} is not a commit prefix (4 to 40 hex digits)",
@@ -204,6 +206,7 @@ def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
     if not prefixes:
         removed = [entry.commit for entry in hub.cache.entries()]
         hub.cache.clear()
+        BytecodeStore(hub.settings.data_dir).clear()
         return removed
     wanted = [p.lower() for p in prefixes]
     removed = [entry.commit for entry in list(hub.cache.entries())
@@ -213,4 +216,5 @@ def cache_clear(hub: Hub, prefixes: Sequence[str] = ()) -> list[str]:
                          fix=fixes.run("safehub cache ls", "to list the cached commits"))
     for commit in removed:
         hub.cache.remove(commit)
+    BytecodeStore(hub.settings.data_dir).clear()  # keyed by content: what was removed is not known
     return removed

@@ -270,7 +270,8 @@ def _no_bytecode() -> Iterator[None]:
     """``sys.dont_write_bytecode`` while any repo's code is imported (a count: loads may
     overlap in threads). A ``__pycache__`` written into a verified tree would run on the
     next import without being checked (timestamp-based .pyc), and none lands in
-    site-packages from a repo's imports either."""
+    site-packages from a repo's imports either. The tree's own modules keep their compiled
+    code in the user's store instead (:mod:`safehub.run.bytecode`)."""
     global _bytecode_users, _bytecode_saved
     with _LOCK:
         if _bytecode_users == 0:

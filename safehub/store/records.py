@@ -11,6 +11,9 @@ a shared cache cannot plant a record:
   signer-policy fingerprint;
 * :class:`WeightPins` -- ``weights/pins.json``: the SHA-256 of each weights URL first seen.
 
+Beside them, :class:`safehub.store.bytecode.BytecodeStore` keeps ``bytecode/``: the code
+compiled from verified trees' modules, keyed by what was compiled.
+
 Each store declares its folder (``FOLDER``) and what it keeps (``KEEPS``); :data:`FOLDERS`
 and :func:`folders` list them, for every part that must know safehub's own places (what
 the runtime guard lets safehub's own work write, what a confined job may never change).
@@ -37,6 +40,7 @@ from safehub._internal.fsutil import read_json, write_json
 from safehub.digest import is_digest
 from safehub.errors import CacheError
 from safehub.spec import RepoSpec, is_full_sha
+from safehub.store.bytecode import BytecodeStore
 from safehub.store.cache.integrity import Survey
 
 __all__ = ["FOLDERS", "Consent", "ConsentStore", "SignatureRecords", "VerifiedRecords",
@@ -325,7 +329,7 @@ def _repos(entry: Any) -> list[str]:
 
 
 FOLDERS: dict[str, str] = {store.FOLDER: store.KEEPS for store in (
-    ConsentStore, VerifiedRecords, SignatureRecords, WeightPins)}
+    ConsentStore, VerifiedRecords, SignatureRecords, WeightPins, BytecodeStore)}
 """Each folder of the user's data dir the records keep, and what it keeps."""
 
 
@@ -333,6 +337,6 @@ def folders(data_dir: Path) -> dict[Path, str]:
     """The records' folders in ``data_dir``, each with what it keeps.
 
     >>> sorted(p.name for p in folders(Path("/d")))
-    ['signatures', 'trust', 'verified', 'weights']
+    ['bytecode', 'signatures', 'trust', 'verified', 'weights']
     """
     return {data_dir / name: keeps for name, keeps in FOLDERS.items()}

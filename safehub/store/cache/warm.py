@@ -52,6 +52,10 @@ here):
   merge of such keys: a parse cache under entry 1, which rebuilds the Hub on any byte.
 - ``safehub.policy.places`` keeps the user's policy path, worked out again when a variable
   it is made from changes; ``safehub.policy.held`` which notices were printed (once each).
+- ``safehub.run.bytecode`` keeps which verified trees' modules are imported with their
+  compiled code from the user's store (and which store): how a module is compiled, not
+  whether a tree is trusted; the code it serves is keyed by the very bytes read, and
+  those reads are checked as any other (entry 4).
 - ``safehub.run.hygiene`` keeps what it listed of ``sys.path`` folders and verified trees,
   keyed by each folder's stat data: where modules are found, not whether a tree is trusted.
 - ``safehub.run.torchhub`` keeps what ``install()`` replaced in torch.hub (to put it back)
