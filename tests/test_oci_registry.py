@@ -20,7 +20,7 @@ import safehub
 from safehub.cli import main
 from safehub.errors import PinError
 from safehub.store.lockfile import Lockfile
-from tests.conftest import HubRepo
+from tests.conftest import HubRepo, needs_torch
 from tests.support import GitHubStandIn, TLSFiles
 from tests.support.oci import PASSWORD, USER, DockerRegistry, docker_config, missing_tools
 
@@ -300,6 +300,7 @@ print(sorted(m for m in ("requests", "urllib3") if m in sys.modules))
 """
 
 
+@needs_torch  # the node's load hands the verified tree to torch's own loader
 def test_a_fleet_node_and_its_warm_load_import_no_requests(
         hub_repo: HubRepo, logged_in: DockerRegistry, server: GitHubStandIn, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
