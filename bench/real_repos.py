@@ -295,6 +295,14 @@ def machine(work: Path, name: str, servers: Servers, **extra: str) -> dict[str, 
     env.update({"SAFEHUB_CACHE_DIR": str(home / "safehub-cache"), "HF_HOME": str(home / "hf"),
                 "DOCKER_CONFIG": str(home / "docker"), "BENCH_CWD": str(home / "cwd"),
                 "SAFEHUB_LOCKFILE": str(work / "project" / "safehub.lock"), **extra})
+    # lock --entrypoint runs its child confined: the loopback servers' ports are granted
+    # (its default is 443 only), in the user's own policy (a project file only narrows).
+    ports = sorted({urlsplit(v).port or 443 for k, v in servers.env.items()
+                    if k in ("HF_ENDPOINT", "HTTPS_PROXY", "SAFEHUB_GITHUB_API_URL",
+                             "SAFEHUB_GITHUB_URL")})
+    user = home / "config" / "safehub" / "policy.toml"
+    user.parent.mkdir(parents=True, exist_ok=True)
+    user.write_text(f"[confine]\nconnect_ports = {ports}\n")
     return env
 
 
