@@ -296,7 +296,7 @@ def test_plain_http_only_for_a_loopback_registry_a_policy_names(
 NODE = """
 import sys, safehub
 safehub.load("acme/models:v1.0", "tiny", trust_repo=True, verbose=False)
-print(sorted(m for m in ("requests", "urllib3") if m in sys.modules))
+print(sorted(m for m in ("requests", "urllib3", "cryptography.x509") if m in sys.modules))
 """
 
 
@@ -306,7 +306,8 @@ def test_a_fleet_node_and_its_warm_load_import_no_requests(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """safehub's transport speaks urllib3 itself: a node's cold load from the registry,
     its fleet signature required and checked with the key, then a warm load, each in a
-    fresh process, never import requests (a dependency for sigstore's keyless checks)."""
+    fresh process, never import requests (a dependency for sigstore's keyless checks), nor
+    cryptography's x509 (a key needs none)."""
     import sys
 
     from cryptography.hazmat.primitives import serialization
