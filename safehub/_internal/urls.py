@@ -53,7 +53,7 @@ from urllib.parse import urljoin
 from safehub._internal.hosts import is_name
 
 __all__ = ["Url", "UrlError", "as_client_reads", "hosts_of_urls", "pattern_authority",
-           "read_url"]
+           "proxy_credentials", "read_url"]
 
 DEFAULT_PORTS = {"https": 443, "http": 80, "socks4": 1080, "socks4a": 1080, "socks5": 1080,
                  "socks5h": 1080}
@@ -156,9 +156,7 @@ def read_url(text: str, *, http: bool = False, proxy: bool = False) -> Url:
         raise UrlError(text, f"uses {scheme}://; safehub speaks {' and '.join(sorted(wanted))}"
                        " only here", "use an https:// URL (for a private CA set "
                        "REQUESTS_CA_BUNDLE)")
-    rest = text[m.end():]
-    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
-    authority, target = rest[:end], rest[end:]
+    authority, target = _split(text[m.end():])
     if "@" in authority:
         if not proxy:
             raise UrlError(text, "names a user or password before '@'", "take the "
@@ -166,6 +164,30 @@ def read_url(text: str, *, http: bool = False, proxy: bool = False) -> Url:
         authority = authority.rpartition("@")[2]  # as both parsers take a proxy's host
     host, port = _authority(text, authority, scheme)
     return Url(scheme, host, port, _target(text, target))
+
+
+def _split(rest: str) -> tuple[str, str]:
+    """(authority, target) of what follows a URL's ``scheme://``."""
+    end = min((i for i in (rest.find("/"), rest.find("?")) if i >= 0), default=len(rest))
+    return rest[:end], rest[end:]
+
+
+def proxy_credentials(text: str) -> str | None:
+    """The ``user:password`` written before the host of a proxy URL that
+    ``read_url(text, proxy=True)`` read (percent-decoded; None where none is written),
+    split where :func:`read_url` splits it: the credentials go to the host it read.
+
+    >>> proxy_credentials("me:p%40ss@proxy.example:3128"), proxy_credentials("http://p:8080")
+    ('me:p@ss', None)
+    """
+    from urllib.parse import unquote
+
+    if "://" not in text:
+        text = "http://" + text
+    m = _SCHEME.match(text)
+    user, at, _ = _split(text[m.end():] if m else "")[0].rpartition("@")
+    name, _, password = user.partition(":")
+    return f"{unquote(name)}:{unquote(password)}" if at else None
 
 
 def as_client_reads(text: str, url: Url) -> None:
@@ -208,8 +230,7 @@ def pattern_authority(pattern: str) -> tuple[str, int | None]:
     m = _SCHEME.match(pattern)
     if m is None:
         raise UrlError(pattern, "is not an absolute URL pattern", "start it with https://")
-    rest = pattern[m.end():]
-    authority = re.split(r"[/?]", rest, maxsplit=1)[0]
+    authority = _split(pattern[m.end():])[0]
     if "@" in authority or "%" in authority:
         raise UrlError(pattern, "has '@' or '%' in its host", "write the host name plainly")
     host, port = _split_port(pattern, authority, glob=True)

@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
 from safehub._internal import fixes
-from safehub._internal.urls import Url, UrlError, read_url
+from safehub._internal.urls import Url, UrlError, proxy_credentials, read_url
 
 if TYPE_CHECKING:
     from safehub.errors import FetchError, UnreachableError
@@ -83,7 +83,6 @@ def environ_proxy(url: Url) -> Proxy | None:
     loopback host or one ``NO_PROXY`` names (a suffix, ``*``, or an IPv4 network in CIDR
     form); else ``{scheme}_proxy``, then ``all_proxy`` (lower case first). A proxy that
     :func:`read_url` refuses is a :class:`UrlError` (never guessed at)."""
-    from urllib.parse import unquote
     from urllib.request import getproxies, proxy_bypass
 
     if is_loopback(url.host) or _no_proxy(url):
@@ -101,12 +100,7 @@ def environ_proxy(url: Url) -> Proxy | None:
     else:
         return None
     variable = f"{key.partition(':')[0].upper()}_PROXY"
-    read = read_url(text, proxy=True)
-    authority = text.partition("://")[2] if "://" in text else text
-    authority = authority.split("/", 1)[0].split("?", 1)[0]
-    user, at, _ = authority.rpartition("@")
-    name, _, password = user.partition(":")
-    return Proxy(read, f"{unquote(name)}:{unquote(password)}" if at else None, variable)
+    return Proxy(read_url(text, proxy=True), proxy_credentials(text), variable)
 
 
 def _no_proxy(url: Url) -> bool:
