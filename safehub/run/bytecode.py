@@ -48,7 +48,7 @@ def serve(folders: tuple[str, ...], store: BytecodeStore) -> None:
 
 def _store_for(path: str) -> BytecodeStore | None:
     for folder, store in tuple(_TREES.items()):  # another thread may serve a tree meanwhile
-        if path.startswith(folder):
+        if within(path, folder):
             return store
     return None
 
@@ -57,7 +57,7 @@ def _path_hook(entry: str) -> importlib.machinery.FileFinder:
     """The finder of a folder within a tree :func:`serve` named; ImportError (the next
     hook is asked) for any other."""
     folder = os.path.abspath(entry) if entry else os.getcwd()
-    if not _TREES or _store_for(folder + os.sep) is None:
+    if not _TREES or _store_for(folder) is None:
         raise ImportError("not a folder of a verified tree")
     return importlib.machinery.FileFinder(
         entry,
