@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import sys
 import warnings
 from pathlib import Path
 
@@ -325,6 +326,9 @@ def test_check_asks_the_hub_for_its_lfs_digest_and_whether_the_revision_moved(
     lock.save()
     endpoint = server.api_url.rsplit("/api", 1)[0] + "/hf"
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:  # imported by an earlier test: it read its endpoint then
+        monkeypatch.setattr(constants, "ENDPOINT", endpoint)
     resolve = "/hf/acme/tiny/resolve/main/model.safetensors"
 
     def hub(etag: str, at: str) -> Reply:
@@ -352,8 +356,6 @@ def test_a_program_under_safehub_run_that_imports_safehub_before_torch_loads(
     """torch.hub's first import happens inside safehub's routing, where ``safehub run``'s
     import hook routes it too: the copy kept of torch's own ``load`` is torch's code, not a
     trampoline that dispatches back to safehub for ever (a RecursionError before)."""
-    import sys
-
     good = next(iter(weights))
     program = (f"import safehub; state = safehub.load({SPEC!r}, 'weighted', url={good!r}, "
                "trust_repo=True, verbose=False); print(sorted(state))")

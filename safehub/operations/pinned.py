@@ -17,7 +17,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -39,11 +38,9 @@ if TYPE_CHECKING:
 __all__ = ["PinState", "PinStatus", "check_pins", "confirm", "fetch_pinned", "hub_file",
            "hub_listing", "is_file_pin", "listing", "source_url"]
 
-HF_ENDPOINT = "https://huggingface.co"
-_HF = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
-                 r"@(?P<revision>[^/]+)/(?P<path>.+)")
-_LISTING = re.compile(r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)"
-                      r"@(?P<revision>[^/]+)/")
+_REPO_AT = r"hf://(?:(?P<kind>datasets|spaces)/)?(?P<repo>[^@/]+(?:/[^@/]+)?)@(?P<revision>[^/]+)/"
+_HF = re.compile(_REPO_AT + r"(?P<path>.+)")  # a file
+_LISTING = re.compile(_REPO_AT)  # a snapshot's listing
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -90,12 +87,12 @@ def _asked_listing(hub: Hub, pin: WeightPin, at: str) -> tuple[str, bytes]:
     ``at`` (else its commit, else its revision). Only the endpoint's own origin is asked."""
     from safehub._internal.urls import read_url
     from safehub.errors import FetchError, PolicyDenied
-    from safehub.run.hfcache import listing_bytes
+    from safehub.run.hfcache import hub_endpoint, listing_bytes
 
     found = hub_listing(pin.url)
     assert found is not None
     kind, repo, revision = found
-    endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
+    endpoint = hub_endpoint()
     origin = read_url(endpoint, http=True).origin
 
     def allow(hop: str) -> None:
@@ -123,9 +120,8 @@ def confirm(hub: Hub, entry: LockEntry, pin: WeightPin) -> None:
     A refusal, or an :class:`IntegrityError` naming what answered instead."""
     guard = _guard(hub, entry)
     guard.check_url(pin.url)
-    if hub_listing(pin.url) is not None:
-        found = hub_listing(pin.url)
-        assert found is not None
+    found = hub_listing(pin.url)
+    if found is not None:
         listing(hub, pin, at=found[2])
         return
     if hub_file(pin.url) is not None and not pin.commit:
@@ -163,9 +159,10 @@ def source_url(pin: WeightPin, *, revision: bool = False) -> str:
     if found is None:
         return pin.url
     kind, repo, rev, path = found
-    at = rev if revision or not pin.commit else pin.commit
-    endpoint = os.environ.get("HF_ENDPOINT", HF_ENDPOINT).rstrip("/")
-    return f"{endpoint}/{kind + '/' if kind else ''}{repo}/resolve/{quote(at, safe='')}/{path}"
+    from safehub.run.hfcache import hub_endpoint
+
+    at = quote(rev if revision or not pin.commit else pin.commit, safe="")
+    return f"{hub_endpoint()}/{kind + '/' if kind else ''}{repo}/resolve/{at}/{path}"
 
 
 def _guard(hub: Hub, entry: LockEntry) -> WeightsGuard:
