@@ -19,6 +19,7 @@ from urllib.parse import quote
 
 from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
+from safehub._internal.urls import UrlError, read_url
 from safehub.run.weightfile import stat_key
 
 if TYPE_CHECKING:
@@ -54,8 +55,12 @@ class Where(Frozen):
                 f"{quote(path)}")
 
     def auth(self, hop: str) -> Mapping[str, str]:
-        """The Hub's headers (its token) for the endpoint's own hops only."""
-        if not hop.startswith(self.endpoint + "/"):
+        """The Hub's headers (its token) for the endpoint's own hops only: those whose
+        origin, as :func:`~safehub._internal.urls.read_url` reads both, is the endpoint's."""
+        try:
+            if read_url(hop, http=True).origin != read_url(self.endpoint, http=True).origin:
+                return {}
+        except UrlError:
             return {}
         token = self.token
         if token is None or token is True:  # as the library finds it (HF_TOKEN, its file);
