@@ -93,6 +93,9 @@ def main(argv: list[str] | None = None) -> int:
                     "and with the fleet signature required, then stop")
     ap.add_argument("--weights-mb", type=int, default=100, help="part 6's checkpoint size")
     ap.add_argument("--weights-only", action="store_true", help="only part 6 (weights)")
+    ap.add_argument("--alone", type=int, default=0, metavar="ROUNDS",
+                    help="part 5 only: one node at a time beside torch.hub's, in ROUNDS "
+                    "rounds (unsigned and with the fleet signature), then stop")
     args = ap.parse_args(argv)
     # Measured as users run it: bytecode compiled (pip compiles on install), for the
     # children too (this environment sets PYTHONDONTWRITEBYTECODE).
@@ -101,8 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                     str(HERE / "_loopback.py")], check=True)
     if args.weights_only:
         return oci_bench(args.procs, args.big_mb, args.weights_mb, weights_only=True)
-    if args.oci_only or args.profile:
-        return oci_bench(args.procs, args.big_mb, args.weights_mb, profile=args.profile)
+    if args.oci_only or args.profile or args.alone:
+        return oci_bench(args.procs, args.big_mb, args.weights_mb, profile=args.profile,
+                         alone_rounds=args.alone)
 
     work = Path(tempfile.mkdtemp(prefix="safehub-bench-fleet-"))
     home = work / "home"
@@ -204,7 +208,7 @@ def _summary(times: list[tuple[float, ...]]) -> str:
 
 
 def oci_bench(n: int, big_mb: int, weights_mb: int = 100, *, weights_only: bool = False,
-              profile: bool = False) -> int:
+              profile: bool = False, alone_rounds: int = 0) -> int:
     """Part 5 (see the module docstring); prints its table."""
     import time
 
@@ -272,6 +276,14 @@ def oci_bench(n: int, big_mb: int, weights_mb: int = 100, *, weights_only: bool 
                                      "SAFEHUB_CACHE_DIR": str(work / "prof-signed/cache"),
                                      "XDG_DATA_HOME": str(work / "prof-signed/data")},
                              project)
+                return 0
+            if alone_rounds:
+                sign_snapshots(work, origin.host, specs)
+                cases = node_cases(work, origin.host, node_env)
+                rows += alone(cases[0], cases[2], node_env, origin.host, specs, work, project,
+                              server, rounds=alone_rounds)
+                print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, "
+                                 "loopback):", *rows]))
                 return 0
             for label, host in (("registry", origin.host), ("pull-through cache", proxy.host),
                                 ("filled pull-through cache", proxy.host)):
@@ -397,7 +409,21 @@ def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
     with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
         assert cli(["prefetch", "--cache-dir", str(shared), "--read-only", *specs]) == 0
     rows = []
-    cases = (
+    cases = node_cases(work, host, node_env)
+    for label, code, env in cases:
+        server.clear_log()  # type: ignore[attr-defined]
+        times = _nodes(n, code, specs, [env(i) for i in range(n)], project)
+        rows.append(f"{n} nodes x 3 specs {label}: {len(times)}/{n} succeeded, "
+                    f"{_summary(times)}; GitHub requests "
+                    f"{server.count()}")  # type: ignore[attr-defined]
+    return rows + alone(cases[0], cases[2], node_env, host, specs, work, project, server)
+
+
+def node_cases(work: Path, host: str, node_env: dict[str, str]) -> tuple[Any, ...]:
+    """(label, child code, env of node i): signed from the registry, from the shared
+    read-only cache, torch.hub from the GitHub stand-in."""
+    shared = work / "shared-cache"
+    return (
         ("cold from the registry, fleet signature required", OCI_CHILD, lambda i: {
             **node_env, "SAFEHUB_OCI": f"{host}/bench/signed",
             "SAFEHUB_POLICY": str(work / "require.toml"),
@@ -410,13 +436,6 @@ def beside(n: int, specs: list[str], work: Path, project: Path, host: str,
          TORCH_CHILD, lambda i: {**os.environ, "BENCH_DIR": str(HERE),
                                  "TORCH_HOME": str(work / f"torch/n{i}")}),
     )
-    for label, code, env in cases:
-        server.clear_log()  # type: ignore[attr-defined]
-        times = _nodes(n, code, specs, [env(i) for i in range(n)], project)
-        rows.append(f"{n} nodes x 3 specs {label}: {len(times)}/{n} succeeded, "
-                    f"{_summary(times)}; GitHub requests "
-                    f"{server.count()}")  # type: ignore[attr-defined]
-    return rows + alone(cases[0], cases[2], node_env, host, specs, work, project, server)
 
 
 def alone(signed: tuple[str, str, Any], torch_case: tuple[str, str, Any],
