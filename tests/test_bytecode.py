@@ -57,7 +57,8 @@ FILES: dict[str, str | bytes] = {
     "shapes/deep/leaf.py": "VALUE = 'source'\n",
     "helper.py": "def boom():\n    raise ValueError('from the tree')\n",
 }
-MODULES = ("shapes/__init__.py", "shapes/deep/__init__.py", "shapes/deep/leaf.py", "helper.py")
+MODULES = ("hubconf.py", "shapes/__init__.py", "shapes/deep/__init__.py", "shapes/deep/leaf.py",
+           "helper.py")
 
 #: A fresh process: one load, its compilations and store hits counted by wrapping the
 #: loader's compile step and the store's read; a callable result is called after the load.

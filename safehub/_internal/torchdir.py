@@ -21,7 +21,7 @@ from collections.abc import Mapping
 
 from safehub._internal.frozen import Frozen
 
-__all__ = ["TorchHubDir", "torch_hub_dir"]
+__all__ = ["TorchHubDir", "torch_hub_dir", "torch_hub_path"]
 
 
 class TorchHubDir(Frozen):
@@ -37,19 +37,34 @@ def torch_hub_dir(environ: Mapping[str, str] | None = None) -> TorchHubDir:
     """torch's hub dir for ``environ`` (default: this process's environment) and this
     process's ``set_dir()``."""
     env = os.environ if environ is None else environ
-    default_home = os.path.expanduser(os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"),
-                                                   "torch"))
-    default = os.path.join(default_home, "hub")
+    path, by = _where(env)
+    default_home = _default_home(env)
+    if by == "set_dir":
+        same = os.path.realpath(path) == os.path.realpath(os.path.join(default_home, "hub"))
+        return TorchHubDir(path, None if same else "torch.hub.set_dir()")
+    home = env.get("TORCH_HOME")
+    moved = bool(home) and os.path.realpath(os.path.dirname(path)) != \
+        os.path.realpath(default_home)
+    return TorchHubDir(path, "TORCH_HOME" if moved else None)
+
+
+def torch_hub_path(environ: Mapping[str, str] | None = None) -> str:
+    """Only the path of :func:`torch_hub_dir` (what a load's guards ask, on every load:
+    no ``realpath`` to tell what moved it)."""
+    return _where(os.environ if environ is None else environ)[0]
+
+
+def _default_home(env: Mapping[str, str]) -> str:
+    return os.path.expanduser(os.path.join(env.get("XDG_CACHE_HOME", "~/.cache"), "torch"))
+
+
+def _where(env: Mapping[str, str]) -> tuple[str, str]:
+    """The hub dir and what named it: ``set_dir``, ``TORCH_HOME`` or ``default``."""
     hub = sys.modules.get("torch.hub")
     set_to = getattr(hub, "_hub_dir", None) if hub is not None else None
     if isinstance(set_to, str | os.PathLike) and os.fspath(set_to):
-        path = os.fspath(set_to)
-        same = os.path.realpath(path) == os.path.realpath(default)
-        return TorchHubDir(str(path), None if same else "torch.hub.set_dir()")
+        return str(os.fspath(set_to)), "set_dir"
     home = env.get("TORCH_HOME")
     if home is None:
-        return TorchHubDir(default, None)
-    path = os.path.join(os.path.expanduser(home), "hub")
-    moved = bool(home) and os.path.realpath(os.path.expanduser(home)) != \
-        os.path.realpath(default_home)
-    return TorchHubDir(path, "TORCH_HOME" if moved else None)
+        return os.path.join(_default_home(env), "hub"), "default"
+    return os.path.join(os.path.expanduser(home), "hub"), "TORCH_HOME"

@@ -10,13 +10,14 @@ and stores the result. No ``.pyc`` of the tree is ever read (the finder knows no
 sourceless modules) and nothing is written into the tree; extension modules load as
 always. Folders outside every tree served are left to the usual hooks.
 
-hubconf.py itself is imported by torch by its file location, with the usual loader (and
-no bytecode, :func:`safehub.run.torchhub._no_bytecode`): one file, compiled each time.
+hubconf.py itself is imported by torch by its file location (``torch.hub._import_module``),
+not through a finder: routed there, :func:`stored_spec` gives it the same loader.
 """
 
 from __future__ import annotations
 
 import importlib.machinery
+import importlib.util
 import os
 import sys
 import threading
@@ -25,7 +26,7 @@ import types
 from safehub._internal.fsutil import within
 from safehub.store.bytecode import BytecodeStore, key
 
-__all__ = ["StoredLoader", "serve"]
+__all__ = ["StoredLoader", "serve", "stored_spec"]
 
 _LOCK = threading.Lock()
 _TREES: dict[str, BytecodeStore] = {}  # a verified tree's folder (+ separator) -> its store
@@ -63,6 +64,15 @@ def _path_hook(entry: str) -> importlib.machinery.FileFinder:
         entry,
         (importlib.machinery.ExtensionFileLoader, importlib.machinery.EXTENSION_SUFFIXES),
         (StoredLoader, importlib.machinery.SOURCE_SUFFIXES))
+
+
+def stored_spec(name: str, path: str) -> importlib.machinery.ModuleSpec | None:
+    """The spec of the source file ``path`` imported as ``name`` with :class:`StoredLoader`
+    (hubconf.py, which torch imports by its location), if it lies in a tree :func:`serve`
+    named; None for any other file, left to the usual loader."""
+    if not _TREES or not path.endswith(".py") or _store_for(os.path.abspath(path)) is None:
+        return None
+    return importlib.util.spec_from_file_location(name, path, loader=StoredLoader(name, path))
 
 
 class StoredLoader(importlib.machinery.SourceFileLoader):

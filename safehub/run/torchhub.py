@@ -13,6 +13,10 @@ are routed too. Dispatch order, per call:
 2. the replacements of :func:`install` (``safehub.install()``);
 3. torch's own function (a copy of the original is kept, see :func:`original`).
 
+torch.hub's ``_import_module``, which imports a hubconf.py by its file location, is
+routed too: a hubconf.py of a verified tree takes its compiled code from the user's store
+(:func:`safehub.run.bytecode.stored_spec`), any other file is imported by torch's own.
+
 **Delegation.** :func:`call_entrypoint`, :func:`entrypoints` and :func:`docstring` hand a
 verified folder to torch's own local loader. torch is imported lazily, on first use, so
 ``import safehub`` stays cheap.
@@ -51,6 +55,7 @@ __all__ = [
 ]
 
 ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
+_IMPORT = "_import_module"  # torch.hub's import of a hubconf.py by its location
 _LOCK = threading.RLock()
 _ORIGINALS: dict[str, types.FunctionType] = {}  # callable copies with torch's own code
 _SWAPPED: dict[str, types.CodeType] = {}  # torch's code, to put back in uninstall_routing
@@ -122,8 +127,8 @@ def _route() -> None:
     with _LOCK:
         if _SWAPPED:
             return
-        for name in ROUTED:
-            func = getattr(hub, name)
+        for name in (*ROUTED, _IMPORT):
+            func = getattr(hub, name, None)
             if not isinstance(func, types.FunctionType) or func.__closure__:
                 continue  # not the plain function torch ships: leave it alone
             copy = types.FunctionType(func.__code__, func.__globals__, func.__name__,
@@ -190,9 +195,23 @@ def _tree_handler(name: str) -> Callable[..., Any] | None:
 
 
 def _dispatch(name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    if name == _IMPORT:
+        return _import_module(*args, **kwargs)
     target = (_handler(name) or _tree_handler(name) or _INSTALLED.get(name)
               or original(name))
     return target(*args, **kwargs)
+
+
+def _import_module(name: str, path: str) -> types.ModuleType:
+    """torch.hub's ``_import_module``, with a verified tree's compiled code from the store."""
+    from safehub.run.bytecode import stored_spec
+
+    spec = stored_spec(name, path)
+    if spec is None or spec.loader is None:
+        return _ORIGINALS[_IMPORT](name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def routed_to(name: str) -> Callable[..., Any] | None:

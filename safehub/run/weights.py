@@ -47,7 +47,7 @@ from urllib.parse import unquote, urlparse
 from safehub._internal import fixes
 from safehub._internal.globs import Glob
 from safehub._internal.hashing import Hashing
-from safehub._internal.torchdir import torch_hub_dir
+from safehub._internal.torchdir import torch_hub_path
 from safehub._internal.urls import UrlError, read_url
 from safehub._internal.warn import warn
 from safehub.errors import IntegrityError, PinError, PolicyDenied, UntrustedRepoError
@@ -343,7 +343,7 @@ class WeightsGuard:
         code unless every matching rule says ``weights_only = false``."""
         url = _text(url, "url")
         self.check_url(url)
-        folder = model_dir or os.path.join(torch_hub_dir().path, "checkpoints")
+        folder = model_dir or os.path.join(torch_hub_path(), "checkpoints")
         # The file name as torch's load_state_dict_from_url derives it (its own urlparse):
         # which file torch would load, not where anything connects.
         cached = Path(folder) / (file_name or os.path.basename(urlparse(url).path))

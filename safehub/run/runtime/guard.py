@@ -41,7 +41,7 @@ from pathlib import Path
 from safehub._internal import fixes
 from safehub._internal.fsutil import within, within_any
 from safehub._internal.hosts import local_name, normalise_host, parse_ip
-from safehub._internal.torchdir import torch_hub_dir
+from safehub._internal.torchdir import torch_hub_path
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
 from safehub.run import hygiene
@@ -161,7 +161,7 @@ class RuntimeGuard:
         self.tree_ident = tree_ident
         """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
         self._own = own
-        roots: list[str | os.PathLike[str]] = [tree, torch_hub_dir().path, tempfile.gettempdir(),
+        roots: list[str | os.PathLike[str]] = [tree, torch_hub_path(), tempfile.gettempdir(),
                                                 *rules.write_paths(), *write_roots]
         self._roots = sorted({_real(p) for p in roots})
         self._tree = [str(self.tree)]
