@@ -208,7 +208,8 @@ def _import_module(name: str, path: str) -> types.ModuleType:
 
     spec = stored_spec(name, path)
     if spec is None or spec.loader is None:
-        return _ORIGINALS[_IMPORT](name, path)
+        theirs: types.ModuleType = _ORIGINALS[_IMPORT](name, path)
+        return theirs
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
