@@ -287,3 +287,22 @@ def test_the_store_is_one_of_the_users_own_places(tmp_path: Path) -> None:
     kept = str(BytecodeStore(settings.data_dir).root)
     assert within_any(kept, [str(p.path) for p in settings.own_places()])
     assert not within_any(kept, [str(settings.cache_dir)])
+
+
+def test_torch_hub_imports_a_hubconf_outside_every_tree_as_it_always_did(
+        shapes: HubRepo, tmp_path: Path) -> None:
+    """Routing torch.hub's ``_import_module`` changes nothing for a folder no load served:
+    the program's own ``torch.hub.load(source="local")`` is compiled by Python as before,
+    and nothing of it reaches the store."""
+    import torch.hub
+
+    from safehub.run import torchhub
+
+    fresh(tmp_path)  # the store in use
+    before = sorted(p.name for p in store().root.iterdir())
+    torchhub.original("load")  # routed
+    local = tmp_path / "mine"
+    local.mkdir()
+    (local / "hubconf.py").write_text("dependencies = []\n\n\ndef mine():\n    return 'mine'\n")
+    assert torch.hub.load(str(local), "mine", source="local") == "mine"
+    assert sorted(p.name for p in store().root.iterdir()) == before
