@@ -23,7 +23,7 @@ import sys
 import threading
 import types
 
-from safehub._internal.fsutil import within
+from safehub._internal.fsutil import within, within_any
 from safehub.store.bytecode import BytecodeStore, key
 
 __all__ = ["StoredLoader", "serve", "stored_spec"]
@@ -43,7 +43,7 @@ def serve(folders: tuple[str, ...], store: BytecodeStore) -> None:
             sys.path_hooks.insert(0, _path_hook)
     if new:  # a finder the usual hooks made for a folder of the tree before: made again
         for entry in [p for p in sys.path_importer_cache
-                      if isinstance(p, str) and any(within(p, f) for f in new)]:
+                      if isinstance(p, str) and within_any(p, new)]:
             sys.path_importer_cache.pop(entry, None)
 
 
