@@ -306,3 +306,27 @@ def test_torch_hub_imports_a_hubconf_outside_every_tree_as_it_always_did(
     (local / "hubconf.py").write_text("dependencies = []\n\n\ndef mine():\n    return 'mine'\n")
     assert torch.hub.load(str(local), "mine", source="local") == "mine"
     assert sorted(p.name for p in store().root.iterdir()) == before
+
+
+def test_routing_survives_safehub_imported_afresh(tmp_path: Path) -> None:
+    """torch.hub's functions are routed once per process; where safehub's modules are
+    imported again (``importlib.reload``, a program forgetting modules), the new routing
+    still knows torch's own code (not a copy of its trampoline, which would dispatch back
+    to itself for ever)."""
+    local = tmp_path / "mine"
+    local.mkdir()
+    (local / "hubconf.py").write_text("dependencies = []\n\n\ndef mine():\n    return 'mine'\n")
+    program = (
+        "import sys, torch.hub\n"
+        "from safehub.run import torchhub\n"
+        "torchhub.original('load')\n"
+        "for name in [m for m in sys.modules if m.startswith('safehub')]:\n"
+        "    del sys.modules[name]\n"
+        "from safehub.run import torchhub as again\n"
+        "assert again is not torchhub\n"
+        "print(torch.hub.load(sys.argv[1], 'mine', source='local'),\n"
+        "      again.original('load').__code__.co_filename.endswith('hub.py'),\n"
+        "      again.original('_import_module').__code__.co_filename.endswith('hub.py'))\n")
+    done = subprocess.run([sys.executable, "-c", program, str(local)], capture_output=True,
+                          text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert done.stdout.split() == ["mine", "True", "True"], done.stderr[-2000:]

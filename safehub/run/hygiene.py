@@ -152,7 +152,8 @@ _LISTINGS: dict[str, tuple[int, frozenset[str]]] = {}
 
 
 def _list_module_names(tree: Path) -> dict[str, Path]:
-    """Top-level importable names in ``tree``: modules, extension modules, packages."""
+    """Top-level importable names in ``tree``: modules, extension modules, packages
+    (not ``hubconf``: torch imports it by its file, not by its name)."""
     suffixes = sorted(importlib.machinery.all_suffixes(), key=len, reverse=True)
     names: dict[str, Path] = {}
     try:
@@ -162,14 +163,14 @@ def _list_module_names(tree: Path) -> dict[str, Path]:
     shortest = sorted(suffixes, key=len)  # "__init__.py" first: one stat for most packages
     for entry in entries:
         if entry.is_dir():
-            if entry.name.isidentifier() and any(
+            if entry.name.isidentifier() and entry.name not in _SKIPPED and any(
                     os.path.isfile(os.path.join(entry.path, "__init__" + s)) for s in shortest):
                 names[entry.name] = Path(entry.path)  # a package wins over a module
             continue
         for suffix in suffixes:
             if entry.name.endswith(suffix):
                 stem = entry.name[: -len(suffix)]
-                if stem.isidentifier():
+                if stem.isidentifier() and stem not in _SKIPPED:
                     names.setdefault(stem, Path(entry.path))
                 break
     return names
@@ -344,9 +345,8 @@ def shadowing(tree: Path, repo: str = "") -> list[Shadow]:
     """
     names = _module_names(tree)
     modules = sys.modules
-    # hubconf is left out of the key too: torch imports it afresh on every load
-    key = (tree, repo, id(names), tuple(sys.path),
-           tuple(id(modules.get(n)) for n in names if n not in _SKIPPED))
+    # the modules themselves, not their ids (an id is reused once a module is freed)
+    key = (tree, repo, id(names), tuple(sys.path), tuple(map(modules.get, names)))
     hit = _SHADOWS.get(key)
     if hit is None:
         if len(_SHADOWS) > 64:
@@ -365,7 +365,7 @@ def _shadowing(tree: Path, repo: str, names: dict[str, Path]) -> list[Shadow]:
     found: list[Shadow] = []
     listed = _listed(others) if len(names) > 8 else None  # a few names: a search is less
     for name, path in names.items():
-        if name in _SKIPPED or name in _NEVER_IMPORTED or name in sys.builtin_module_names \
+        if name in _NEVER_IMPORTED or name in sys.builtin_module_names \
                 or _imp.is_frozen(name):
             continue
         module = sys.modules.get(name)

@@ -56,6 +56,7 @@ __all__ = [
 
 ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
 _IMPORT = "_import_module"  # torch.hub's import of a hubconf.py by its location
+_THEIRS = "_safehub_torch_code"  # torch's code of a routed function, kept on the function
 _LOCK = threading.RLock()
 _ORIGINALS: dict[str, types.FunctionType] = {}  # callable copies with torch's own code
 _SWAPPED: dict[str, types.CodeType] = {}  # torch's code, to put back in uninstall_routing
@@ -131,13 +132,17 @@ def _route() -> None:
             func = getattr(hub, name, None)
             if not isinstance(func, types.FunctionType) or func.__closure__:
                 continue  # not the plain function torch ships: leave it alone
-            copy = types.FunctionType(func.__code__, func.__globals__, func.__name__,
+            # torch's own code is kept on the function too: where this module is imported
+            # afresh (``importlib.reload``, a test forgetting modules), its code is a
+            # trampoline already, and a copy of that would dispatch back here for ever
+            theirs = func.__dict__.setdefault(_THEIRS, func.__code__)
+            copy = types.FunctionType(theirs, func.__globals__, func.__name__,
                                       func.__defaults__, func.__closure__)
             copy.__kwdefaults__ = func.__kwdefaults__
             copy.__dict__.update(func.__dict__)
             copy.__doc__ = func.__doc__
             _ORIGINALS[name] = copy
-            _SWAPPED[name] = func.__code__
+            _SWAPPED[name] = theirs
             func.__code__ = trampoline(name, func)
 
 
@@ -208,7 +213,7 @@ def _import_module(name: str, path: str) -> types.ModuleType:
 
     spec = stored_spec(name, path)
     if spec is None or spec.loader is None:
-        theirs: types.ModuleType = _ORIGINALS[_IMPORT](name, path)
+        theirs: types.ModuleType = original(_IMPORT)(name, path)
         return theirs
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
