@@ -115,7 +115,8 @@ class _Record:
         cls._shown = tuple(name for name, spec in specs.items() if spec.repr)
         cls._filled = tuple((name, spec) for name, spec in specs.items()
                             if spec.default is not _MISSING or spec.factory is not None)
-        required = [name for name in cls._init if all(name != n for n, _ in cls._filled)]
+        filled = {name for name, _ in cls._filled}
+        required = [name for name in cls._init if name not in filled]
         if required and cls._init.index(required[-1]) >= len(required):
             raise TypeError(f"{cls.__name__}: a field without a default follows one with")
         cls._post_init = getattr(cls, "__post_init__", None)
