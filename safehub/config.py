@@ -17,12 +17,11 @@ import math
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from safehub._internal import fixes
-from safehub._internal.frozen import Frozen
+from safehub._internal.frozen import Frozen, field, replace
 from safehub._internal.hosts import normalise_host
 from safehub._internal.torchdir import torch_hub_dir
 from safehub._internal.urls import UrlError, read_url
@@ -235,8 +234,7 @@ def resolve_setting(policy: Policy, name: str, environ: Mapping[str, str]
     return setting.value, source
 
 
-@dataclass(frozen=True)
-class Settings:
+class Settings(Frozen):
     """Where safehub keeps things and how it talks to the network."""
 
     cache_dir: Path
@@ -360,7 +358,7 @@ class Settings:
             changes["locked_source"] = Origin("hub", "locked=True", "Hub(locked=True)")
         if changes.get("cache_dir") is not None and "cache_source" not in changes:
             changes["cache_source"] = "Hub(cache_dir=...)"
-        return replace(self, **changes)  # type: ignore[arg-type]
+        return replace(self, **changes)
 
     @property
     def lockfile_path(self) -> Path:

@@ -14,16 +14,15 @@ layout's snapshots to a registry. Loads read them with ``SAFEHUB_OCI`` (see
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import re
 import tempfile
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, asdict, field, replace
 from safehub.errors import IntegrityError, PinError, SpecError
 from safehub.sources.oci import Layout, Registry, place
 from safehub.sources.oci.artifact import (
@@ -45,8 +44,7 @@ if TYPE_CHECKING:
 __all__ = ["Published", "Signing", "export", "import_layout", "publish"]
 
 
-@dataclass(frozen=True)
-class Published:
+class Published(Frozen):
     """One snapshot pushed (or exported): where, its manifest digest, how each blob went."""
 
     spec: str
@@ -55,16 +53,15 @@ class Published:
     manifest: str
     target: str
     tag: str
-    blobs: list[str] = dataclasses.field(default_factory=list)
+    blobs: list[str] = field(default_factory=list)
     signature: str = ""
     """The referrer carrying the fleet signature, when one was made (its manifest digest)."""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        return asdict(self)
 
 
-@dataclass(frozen=True)
-class _Built:
+class _Built(Frozen):
     spec: str
     commit: str
     digest: str
@@ -160,8 +157,7 @@ def _signature_outside_tree(hub: Hub, admitted: Any, tree: Path) -> tuple[bytes,
     return found.data, found.where
 
 
-@dataclass(frozen=True)
-class Signing:
+class Signing(Frozen):
     """How ``--sign-key`` / ``--sign-keyless`` sign each snapshot's manifest digest."""
 
     key: Path | None = None
@@ -246,7 +242,7 @@ def _publish(hub: Hub, specs: Sequence[str], target: str, tag: bool,
                 signed = sha256(signature[0])
             lockfile = Lockfile.load(hub.lockfile_path)
             entry = lockfile.entries[built.spec]
-            lockfile.put(dataclasses.replace(entry, oci=digest))
+            lockfile.put(replace(entry, oci=digest))
             lockfile.save()
             hub.forget_lockfile()
             done.append(Published(built.spec, built.commit, built.digest, digest,
@@ -286,7 +282,7 @@ def export(hub: Hub, folder: Path, *, sign: Signing | None = None) -> list[Publi
             if not want:
                 # The lockfile, re-read under its own save, gets the digest it now decides.
                 fresh = Lockfile.load(hub.lockfile_path)
-                fresh.put(dataclasses.replace(fresh.entries[key], oci=digest))
+                fresh.put(replace(fresh.entries[key], oci=digest))
                 fresh.save()
                 hub.forget_lockfile()
             snap = parse_manifest(built.manifest, digest, str(layout))

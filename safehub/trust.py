@@ -17,10 +17,10 @@ from __future__ import annotations
 import shlex
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, field
 from safehub._internal.text import printable
 from safehub._internal.warn import warn
 from safehub.errors import SpecError, UntrustedRepoError
@@ -64,8 +64,7 @@ def ask(lines: list[str], question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-@dataclass(frozen=True)
-class Subject:
+class Subject(Frozen):
     """What consent is asked for."""
 
     repo: str  # owner/name as asked
@@ -86,8 +85,7 @@ def pinned_weights(lock: LockEntry | None, pins: WeightPins, key: str) -> dict[s
     return found
 
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Frozen):
     """Who agrees to run a content, or what it takes: ``allow`` (the policy), ``consent``
     (recorded before), ``trust_repo`` (the caller said so), ``ask`` (a user at a terminal
     would be asked: ``why``), or ``refuse`` (nobody can be asked: ``error``)."""

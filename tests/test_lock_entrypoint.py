@@ -314,7 +314,7 @@ def _hub_pin(commit: str) -> WeightPin:
 def test_check_asks_the_hub_for_its_lfs_digest_and_whether_the_revision_moved(
         weights: dict[str, bytes], server: GitHubStandIn, monkeypatch: pytest.MonkeyPatch,
         capsys: pytest.CaptureFixture[str]) -> None:
-    import dataclasses
+    from safehub._internal.frozen import replace
 
     good = next(iter(weights))
     assert _lock(capsys, good)[0] == 0
@@ -322,7 +322,7 @@ def test_check_asks_the_hub_for_its_lfs_digest_and_whether_the_revision_moved(
     pin = _hub_pin(commit)
     lock = Lockfile.load(Path("safehub.lock"))
     entry = lock.entries[SPEC]
-    lock.put(dataclasses.replace(entry, weights=(pin,)))
+    lock.put(replace(entry, weights=(pin,)))
     lock.save()
     endpoint = server.api_url.rsplit("/api", 1)[0] + "/hf"
     monkeypatch.setenv("HF_ENDPOINT", endpoint)

@@ -152,9 +152,9 @@ def test_a_wrong_media_type_even_under_the_pinned_digest(evil: Evil, monkeypatch
     doc["layers"][0]["mediaType"] = "application/vnd.oci.image.layer.v1.tar+gzip"
     data = json.dumps(doc).encode()
     lock = Lockfile.load(Path.cwd() / "safehub.lock")  # a lockfile that pins the bad one
-    import dataclasses
+    from safehub._internal.frozen import replace
 
-    lock.put(dataclasses.replace(lock.entries[SPEC], oci=sha256(data)))
+    lock.put(replace(lock.entries[SPEC], oci=sha256(data)))
     lock.save()
     evil.answers["/manifests/"] = Reply(200, data)
     e = refused(evil, IntegrityError)

@@ -20,13 +20,13 @@ import os
 import socket
 import ssl
 import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import safehub
+from safehub._internal.frozen import replace
 from safehub.errors import (
     FetchError,
     NotFoundError,

@@ -17,13 +17,13 @@ False
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["Found", "entrypoints_of"]
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(Frozen):
     """Public names hubconf.py binds at its top level; ``certain`` False says why not."""
 
     names: frozenset[str]

@@ -26,8 +26,9 @@ import shlex
 import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["Served", "environ", "serve", "serving"]
 
@@ -52,8 +53,7 @@ def model(width: int = 4):  # type: ignore[no-untyped-def]
 '''
 
 
-@dataclass(frozen=True)
-class Served:
+class Served(Frozen):
     """What ``serving`` made: the server's URLs and files, the lines to paste, the commits."""
 
     root: Path

@@ -3,15 +3,14 @@ the cache (and a mirror folder)."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
+from safehub._internal.frozen import field
 from safehub.admission import Admitted
 from safehub.errors import CacheError, IntegrityError, SafehubError, SpecError
 from safehub.operations.common import Report, verified_tree
@@ -28,7 +27,6 @@ __all__ = ["CacheCheck", "CacheEntryInfo", "Prefetched", "cache_clear", "cache_e
            "cache_verify", "prefetch"]
 
 
-@dataclass(frozen=True)
 class Prefetched(Report):
     spec: str
     commit: str
@@ -98,7 +96,6 @@ def _mirror(hub: Hub, admitted: Admitted, digest: str, mirror: Path) -> Path:
     return target
 
 
-@dataclass(frozen=True)
 class CacheEntryInfo(Report):
     commit: str
     repos: list[str]
@@ -111,7 +108,7 @@ class CacheEntryInfo(Report):
     path: str
     repo: str = ""
     """The repo it was verified for (its name as the load, lock or prefetch wrote it)."""
-    specs: list[str] = dataclasses.field(default_factory=list)
+    specs: list[str] = field(default_factory=list)
     """The lockfile's specs pinned to this commit, where the lockfile is known."""
     last_used: str = ""
     """When it was last loaded, as the audit log of this user says (UTC, ISO 8601; empty:
@@ -171,7 +168,6 @@ def last_loads(log: Path) -> dict[str, str]:
     return last
 
 
-@dataclass(frozen=True)
 class CacheCheck(Report):
     commit: str
     ok: bool

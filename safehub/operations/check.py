@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import dataclasses
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
 from safehub._internal import fixes
+from safehub._internal.frozen import field
 from safehub.admission import Admitted
 from safehub.errors import FetchError, NotFoundError, OfflineError, PolicyDenied, SafehubError
 from safehub.operations.common import Report
@@ -23,7 +22,6 @@ if TYPE_CHECKING:
 __all__ = ["CheckReport", "check"]
 
 
-@dataclass(frozen=True)
 class CheckReport(Report):
     """What a load of ``spec`` would do, and why (``safehub check``)."""
 
@@ -40,9 +38,9 @@ class CheckReport(Report):
     commit: str | None = None
     proof: str | None = None
     policy: str | None = None
-    reasons: list[str] = dataclasses.field(default_factory=list)
-    requirements: dict[str, str | bool] = dataclasses.field(default_factory=dict)
-    violations: list[str] = dataclasses.field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    requirements: dict[str, str | bool] = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
     cached: bool = False
     digest: str | None = None
     entrypoint_found: bool | None = None

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
+from safehub._internal.frozen import Frozen, asdict
 
 if TYPE_CHECKING:
     from safehub.admission import Admitted
@@ -16,11 +16,11 @@ if TYPE_CHECKING:
 __all__ = ["TREE", "Report", "verified_tree"]
 
 
-class Report:
+class Report(Frozen):
     """A frozen report an operation returns; the CLI prints it or its :meth:`to_json`."""
 
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)  # type: ignore[call-overload, no-any-return]
+        return asdict(self)
 
 
 TREE = pipeline.Plan(upto="tree", verbose=False)

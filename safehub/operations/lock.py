@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from safehub import pipeline
 from safehub._internal import fixes
+from safehub._internal.frozen import replace
 from safehub.errors import IntegrityError, PinError, SafehubError, SpecError
 from safehub.operations.common import Report
 from safehub.spec import RepoSpec, is_full_sha
@@ -36,7 +35,6 @@ _MOST_FILES = 10_000
 """The most files one ``lock --entrypoint`` child may tell it checked."""
 
 
-@dataclass(frozen=True)
 class LockChange(Report):
     spec: str
     commit: str
@@ -86,7 +84,7 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
         entry = LockEntry(spec_key(spec), r.commit, r.tree, tree.digest, r.ref, r.proof,
                           tree.level, signer, repo=r.url_name, resolved_ref=r.full_ref)
         if old is not None and (old.commit, old.digest) == (entry.commit, entry.digest):
-            entry = dataclasses.replace(entry, weights=old.weights, oci=old.oci)
+            entry = replace(entry, weights=old.weights, oci=old.oci)
         entry = entry.with_pins(_pins(pins, spec.key))
         change = "added" if old is None else (
             "unchanged" if old.commit == entry.commit else "upgraded")
@@ -98,7 +96,6 @@ def lock(hub: Hub, specs: Sequence[str] = (), *, upgrade: bool = False,
     return changes
 
 
-@dataclass(frozen=True)
 class LockStatus(Report):
     spec: str
     locked: str
@@ -156,7 +153,6 @@ def lock_check_weights(hub: Hub) -> list[PinStatus]:
                                                                        lockfile.entries[key])]
 
 
-@dataclass(frozen=True)
 class EntrypointFetches(Report):
     """What ``lock SPEC --entrypoint NAME`` ran, and the files it pinned for it."""
 
@@ -219,7 +215,7 @@ def lock_entrypoint(hub: Hub, spec: str, entrypoint: str, kwargs: str | None = N
                               "[[repo.weights]] entry and lock again"))
         held[pin.url] = pin
     records = WeightPins(hub.settings.data_dir)
-    lockfile.put(dataclasses.replace(entry, weights=tuple(held[u] for u in sorted(held)))
+    lockfile.put(replace(entry, weights=tuple(held[u] for u in sorted(held)))
                  .with_pins(_pins(records, repo)))
     lockfile.save()
     hub.forget_lockfile()

@@ -19,7 +19,6 @@ import binascii
 import hashlib
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, cast
@@ -244,7 +243,6 @@ class PinState(str, Enum):
     """Could not be asked (not found, refused, offline)."""
 
 
-@dataclass(frozen=True)
 class PinStatus(Report):
     """One pinned file, checked: ``how`` it was asked (``header``: a digest the server
     gave; ``download``: streamed, hashed, discarded)."""

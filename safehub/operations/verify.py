@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -22,7 +21,6 @@ if TYPE_CHECKING:
 __all__ = ["VerifyReport", "verify"]
 
 
-@dataclass(frozen=True)
 class VerifyReport(Report):
     target: str
     signer: str

@@ -19,12 +19,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from safehub._internal import fixes
-from safehub._internal.frozen import Frozen
+from safehub._internal.frozen import Frozen, field
 from safehub._internal.globs import Glob
 from safehub.policy.decision import Decision, Requirements, RuntimeRequirements, Verdict
 from safehub.policy.keys import KEYS, WEIGHT_FORMATS, Choice
@@ -83,8 +82,7 @@ def _strictest(scope: str, name: str, values: Iterable[str]) -> str:
     return max(values, key=choice.strictness, default=KEYS[scope][name].default)
 
 
-@dataclass(frozen=True)
-class Policy:
+class Policy(Frozen):
     """The merged policy of every file found, in order.
 
     >>> p = Policy.from_text('[safehub]\\nunknown_repos = "deny"\\n'

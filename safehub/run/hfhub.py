@@ -41,12 +41,12 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, Mutable
 from safehub.errors import (
     FetchError,
     IntegrityError,
@@ -162,8 +162,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return next((v for k, v in headers.items() if k.lower() == name.lower()), None)
 
 
-@dataclass(frozen=True)
-class _Meta:
+class _Meta(Frozen):
     """What the Hub says of one file at one commit."""
 
     commit: str
@@ -174,8 +173,7 @@ class _Meta:
 
 # -- the load's Hub files -------------------------------------------------------------------
 
-@dataclass
-class HubFiles:
+class HubFiles(Mutable):
     """``hf_hub_download`` and ``snapshot_download`` for one load's weights guard."""
 
     guard: WeightsGuard

@@ -39,12 +39,12 @@ import os
 import shlex
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Mutable, field
 from safehub._internal.globs import Glob
 from safehub._internal.hashing import Hashing
 from safehub._internal.torchdir import torch_hub_path
@@ -68,8 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["WeightsGuard"]
 
 
-@dataclass
-class WeightsGuard:
+class WeightsGuard(Mutable):
     """The rules for one load; use :meth:`active` around the code that runs hubconf."""
 
     repo: str

@@ -14,8 +14,9 @@ returns None only where its docstring says so.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO, Protocol
+
+from safehub._internal.frozen import Frozen
 
 if TYPE_CHECKING:  # types only: a warm load imports neither the transport nor the attributes
     from safehub.sources.transport import Progress
@@ -25,8 +26,7 @@ if TYPE_CHECKING:  # types only: a warm load imports neither the transport nor t
 __all__ = ["RefTarget", "Source"]
 
 
-@dataclass(frozen=True)
-class RefTarget:
+class RefTarget(Frozen):
     """What a ref names: the commit (tags peeled), and the ref in full as the source
     spells it (``refs/tags/v1.0``)."""
 

@@ -40,11 +40,11 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from safehub._internal import fixes, gcpause
+from safehub._internal.frozen import Frozen, field
 from safehub._internal.urls import Url, UrlError, as_client_reads, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, OfflineError
 from safehub.limits import DEFAULTS
@@ -79,8 +79,7 @@ Sink = Callable[[memoryview], None]
 """Told each piece of a body as it arrives: a view of a buffer that is reused at once."""
 
 
-@dataclass(frozen=True)
-class TransportConfig:
+class TransportConfig(Frozen):
     """The rules of the transport; bounded, documented defaults."""
 
     allowed_hosts: frozenset[str] = frozenset()
@@ -101,8 +100,7 @@ class TransportConfig:
     places ``http://`` is spoken to."""
 
 
-@dataclass(frozen=True)
-class Reply:
+class Reply(Frozen):
     """A whole (bounded) answer and the URL that finally gave it."""
 
     body: bytes

@@ -26,11 +26,11 @@ import json
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, field, fields, replace
 from safehub._internal.fsutil import atomic_write
 from safehub.errors import PinError
 from safehub.spec import FULL_REF, FULL_SHA, RepoSpec
@@ -47,8 +47,7 @@ def spec_key(spec: RepoSpec) -> str:
     return spec.key if spec.ref is None else f"{spec.key}:{spec.ref}"
 
 
-@dataclass(frozen=True)
-class WeightPin:
+class WeightPin(Frozen):
     """A file the repo's code fetched, with its full SHA-256 (and its size, once known).
 
     ``url`` is the HTTPS URL torch.hub's helpers were given, or, for a file from the
@@ -73,8 +72,7 @@ class WeightPin:
         return "\n[[repo.weights]]\n" + "\n".join(lines) + "\n"
 
 
-@dataclass(frozen=True)
-class LockEntry:
+class LockEntry(Frozen):
     """One locked spec."""
 
     spec: str
@@ -107,8 +105,7 @@ class LockEntry:
         return replace(self, weights=(*self.weights, *new)) if new else self
 
 
-@dataclass(frozen=True)
-class Locked:
+class Locked(Frozen):
     """A lock entry and the lockfile it came from: looked up once, passed on as one value
     (what the pipeline checks against the entry, its messages name the file by)."""
 
@@ -154,7 +151,7 @@ FIELDS: dict[str, tuple[bool, Callable[[str], str]]] = {
 _ORDER = ("spec", "repo", "ref", "resolved_ref", "commit", "tree", "digest", "level", "proof",
           "signer", "oci")
 assert set(_ORDER) == set(FIELDS)
-assert {f.name for f in fields(LockEntry)} == {*FIELDS, "weights"}
+assert set(fields(LockEntry)) == {*FIELDS, "weights"}
 
 
 def _entry(item: Any, where: str, faults: list[str]) -> LockEntry | None:

@@ -31,11 +31,11 @@ import contextlib
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, field, replace
 from safehub._internal.fsutil import read_json, write_json
 from safehub.digest import is_digest
 from safehub.errors import CacheError
@@ -78,8 +78,7 @@ def _write(path: Path, data: Any, *, required: bool, what: str, durable: bool = 
         # only a cache of work done: it is done again next time
 
 
-@dataclass(frozen=True)
-class Consent:
+class Consent(Frozen):
     """One recorded agreement to run (repo, commit, digest), and the weights pinned for the
     repo when it was given (URL -> sha256; a record written before safehub bound weights,
     or for a repo without any, has none)."""
@@ -186,8 +185,7 @@ class SignatureRecords:
         _write(path, data, required=False, what="a signature verdict")
 
 
-@dataclass(frozen=True)
-class Verified:
+class Verified(Frozen):
     """What this user verified for one commit: per cache folder that served it, the stat
     scan of every entry (``scans``), of every folder (``dirs``), the latest ctime of
     any entry right after verification (``verified_ns``; the record's key is ``sealed``,

@@ -29,7 +29,8 @@ from __future__ import annotations
 import ctypes
 import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["DROPPED_CAPABILITIES", "REFUSED", "Program", "Rule", "SeccompError", "available",
            "build", "rules"]
@@ -85,8 +86,7 @@ class SeccompError(OSError):
     """libseccomp or the kernel refused a step (``errno`` says why)."""
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(Frozen):
     """Refuse ``syscall`` when every comparison holds: ``(argument, operator, datum_a,
     datum_b)`` in libseccomp's terms (``datum_a`` is the mask of ``MASKED_EQ``)."""
 

@@ -18,10 +18,9 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any
 
-from safehub._internal.frozen import Frozen
+from safehub._internal.frozen import Frozen, field
 from safehub._internal.fsutil import within
 
 __all__ = ["ENV", "Grant", "Ruleset", "current"]
@@ -37,8 +36,7 @@ class Grant(Frozen):
     why: str
 
 
-@dataclass(frozen=True)
-class Ruleset:
+class Ruleset(Frozen):
     """``writes``: hierarchies the command may change; ``exec``: programs it may run;
     ``connect_ports``: TCP ports it may connect to; ``scoped``: abstract Unix sockets and
     signals stay inside the domain (ABI 6); ``notes``: what the plan could not grant."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from safehub._internal.frozen import Mutable, field
 from safehub.errors import RuntimeGuardError
 from safehub.run.hygiene import Shadow
 
@@ -13,8 +13,7 @@ __all__ = ["RuntimeReport"]
 _CAP = 256  # entries kept per list of a report; more are counted in `truncated`
 
 
-@dataclass
-class RuntimeReport:
+class RuntimeReport(Mutable):
     """What the repo's code did while the guard was active (lists capped at 256 entries).
 
     ``hosts``: connections (``host:port``, named when a lookup in the same guard gave the

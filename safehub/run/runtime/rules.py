@@ -15,12 +15,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Literal
 
 from safehub._internal import fixes
 from safehub._internal.fixes import Fix
-from safehub._internal.frozen import Frozen
+from safehub._internal.frozen import Frozen, field
 from safehub._internal.fsutil import within, within_any
 from safehub._internal.hosts import HostPattern, local_name, normalise_host, parse_ip
 from safehub._internal.programs import check_entry
@@ -40,8 +39,7 @@ def toml_list(values: Iterable[str]) -> str:
                            for v in values) + "]"
 
 
-@dataclass(frozen=True)
-class RuntimeRules:
+class RuntimeRules(Frozen):
     """The merged runtime keys for one load.
 
     * ``mode``: ``"observe"`` records everything and refuses only what a key below forbids;

@@ -25,10 +25,10 @@ import hashlib
 import json
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import IntegrityError
 
 __all__ = ["ARCHIVE_TYPE", "ARTIFACT_TYPE", "CONFIG_TYPE", "MANIFEST_TYPE", "MAX_CONFIG",
@@ -65,8 +65,7 @@ def sha256(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-@dataclass(frozen=True)
-class Descriptor:
+class Descriptor(Frozen):
     """A blob as a manifest names it."""
 
     media_type: str
@@ -82,8 +81,7 @@ class Descriptor:
         return doc
 
 
-@dataclass(frozen=True)
-class SnapshotConfig:
+class SnapshotConfig(Frozen):
     """What the artifact claims to be: compared with the lockfile entry on every load."""
 
     repo: str
@@ -96,8 +94,7 @@ class SnapshotConfig:
                 "digest": self.digest}
 
 
-@dataclass(frozen=True)
-class Snapshot:
+class Snapshot(Frozen):
     """A manifest read and checked: its digest, config descriptor and layers."""
 
     digest: str

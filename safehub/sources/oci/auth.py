@@ -19,10 +19,10 @@ import os
 import re
 import subprocess
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import FetchError
 
 __all__ = ["Credential", "challenge", "credential"]
@@ -30,8 +30,7 @@ __all__ = ["Credential", "challenge", "credential"]
 _PARAM = re.compile(r'\s*([A-Za-z][A-Za-z0-9_-]*)\s*=\s*(?:"((?:[^"\\]|\\.)*)"|([^\s,]*))\s*,?')
 
 
-@dataclass(frozen=True)
-class Credential:
+class Credential(Frozen):
     """A user name and secret (or an identity token, sent as a refresh token)."""
 
     username: str

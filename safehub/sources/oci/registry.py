@@ -23,12 +23,12 @@ import base64
 import io
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any, TypeVar
 from urllib.parse import urlencode
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, replace
 from safehub._internal.ocirefs import split_place
 from safehub._internal.urls import Url, UrlError, read_url
 from safehub.errors import FetchError, IntegrityError, NotFoundError, SpecError
@@ -50,8 +50,7 @@ CHUNK = 32 * 1024 * 1024
 """Blobs larger than this are uploaded in chunks of this size."""
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(Frozen):
     """``REGISTRY/REPOSITORY`` as written in ``SAFEHUB_OCI`` or ``--oci``.
 
     >>> Target.parse("registry.example:5000/team/hub")
@@ -90,8 +89,7 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return next((v for k, v in headers.items() if k.lower() == wanted), "")
 
 
-@dataclass(frozen=True)
-class _Places:
+class _Places(Frozen):
     """Where one registry's requests and credentials may go. Every URL (a hop, an upload
     ``Location``, a token realm) is read by :func:`~safehub._internal.urls.read_url`, the
     transport's own reading; credentials go to the registry's exact (scheme, host, port)."""

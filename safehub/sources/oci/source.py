@@ -17,10 +17,10 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from typing import IO, Any, BinaryIO, NoReturn, Protocol
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import FetchError, IntegrityError, PinError, SafehubError, SignatureError
 from safehub.sources.interface import RefTarget
 from safehub.sources.oci.artifact import (
@@ -69,8 +69,7 @@ class Place(Protocol):
     def referrers(self, digest: str) -> list[str]: ...
 
 
-@dataclass(frozen=True)
-class Pin:
+class Pin(Frozen):
     """What a lockfile entry says of a snapshot (the source knows no lockfile)."""
 
     spec: str

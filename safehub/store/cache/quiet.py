@@ -29,9 +29,9 @@ import contextlib
 import os
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from safehub._internal import inotify
+from safehub._internal.frozen import Mutable, field
 
 __all__ = ["LOCAL_FILESYSTEMS", "MAX_WATCHES", "Watcher", "arm", "forget", "quiet", "settle"]
 
@@ -45,8 +45,7 @@ LOCAL_FILESYSTEMS = frozenset({
 MAX_WATCHES = 8192
 
 
-@dataclass
-class _Tree:
+class _Tree(Mutable):
     """One watched tree: the scan it passed, its folder's identity, its watches."""
 
     key: str

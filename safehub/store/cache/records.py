@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
 from typing import Any
 
+from safehub._internal.frozen import Frozen, Mutable, field
 from safehub.digest import MODE_EXEC, MODE_FILE, MODE_LINK, FileEntry, is_digest
 from safehub.spec import FULL_REF, RepoSpec, is_full_sha
 
@@ -21,8 +21,7 @@ __all__ = ["FORMAT", "LEVELS", "CommitProof", "RefRecord", "RepoRecord", "Verdic
 
 FORMAT = 1
 
-@dataclass(frozen=True)
-class Verdict:
+class Verdict(Frozen):
     """What was verified about one commit's files (``verdict.json``)."""
 
     commit: str
@@ -100,8 +99,7 @@ def _file_entry(row: Any) -> FileEntry:
 
 
 
-@dataclass
-class RefRecord:
+class RefRecord(Mutable):
     """A ref resolved before: the ref as asked, the commit it named."""
 
     ref: str
@@ -110,16 +108,14 @@ class RefRecord:
     """The branch or tag as ``refs/heads/NAME`` or ``refs/tags/NAME`` (policy ``refs``)."""
 
 
-@dataclass
-class CommitProof:
+class CommitProof(Mutable):
     """A commit proven to be the repo's own: its tree, and how it was proven."""
 
     tree: str
     proof: str
 
 
-@dataclass
-class RepoRecord:
+class RepoRecord(Mutable):
     """What the cache remembers about a repo (``repos/<owner>/<name>.json``)."""
 
     refs: dict[str, RefRecord] = field(default_factory=dict)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, Mutable, field
 from safehub.digest import EMPTY_TREE, MODE_GITLINK, parents, tree_id
 from safehub.errors import IntegrityError
 from safehub.verify.archive._types import Difference, Reason
@@ -28,8 +28,7 @@ _MODES = {"blob": ("100644", "100755", "120000"), "tree": ("040000", "40000"),
           "commit": (MODE_GITLINK,)}
 
 
-@dataclass(frozen=True)
-class TreeEntry:
+class TreeEntry(Frozen):
     """One entry of the API's recursive listing of the commit's tree."""
 
     path: str
@@ -66,8 +65,7 @@ def parse_listing(listing: Iterable[Mapping[str, object]], tree: str) -> dict[st
     return entries
 
 
-@dataclass
-class Expected:
+class Expected(Mutable):
     """The archive git makes: its files, its empty folders, and what it leaves out."""
 
     files: dict[str, TreeEntry] = field(default_factory=dict)

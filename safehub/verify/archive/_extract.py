@@ -5,11 +5,11 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen, replace
 from safehub.digest import (
     MODE_LINK,
     FileEntry,
@@ -32,8 +32,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEX
 _NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
 
 
-@dataclass(frozen=True)
-class Extracted:
+class Extracted(Frozen):
     """What :func:`extract` wrote: the files (sorted by path) and their hashes.
 
     ``empty_dirs`` are the folders with nothing at all below them (``git archive`` writes

@@ -7,10 +7,10 @@ import re
 import stat
 import unicodedata
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, BinaryIO
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import IntegrityError
 from safehub.verify.archive._zipfile import ZipEntry, copy_entry
 
@@ -38,8 +38,7 @@ def fail(name: str, why: str) -> IntegrityError:
     )
 
 
-@dataclass(frozen=True)
-class Item:
+class Item(Frozen):
     """An entry with its path relative to the top folder and its kind."""
 
     entry: ZipEntry
@@ -47,8 +46,7 @@ class Item:
     kind: str  # "file", "exec", "link" or "dir"
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(Frozen):
     """What :func:`plan` accepted: the entries below the top folder, and link targets."""
 
     items: tuple[Item, ...]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["Difference", "Reason", "TreeCheck"]
 
@@ -33,8 +34,7 @@ class Reason(str, enum.Enum):
         return self.value
 
 
-@dataclass(frozen=True)
-class Difference:
+class Difference(Frozen):
     """One path (a folder ends in ``/``) where the archive is not the tree, and why."""
 
     path: str
@@ -71,8 +71,7 @@ _PHRASES = {
 }
 
 
-@dataclass(frozen=True)
-class TreeCheck:
+class TreeCheck(Frozen):
     """How the extracted files were tied to the commit's tree.
 
     ``level`` is ``"tree"`` when the git tree id of the files matched exactly, ``"per-file"``

@@ -15,10 +15,10 @@ from __future__ import annotations
 import struct
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import BinaryIO, NamedTuple
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import IntegrityError
 
 __all__ = ["End", "ZipEntry", "chunks", "copy_entry", "read_central", "read_end",
@@ -55,8 +55,7 @@ def not_a_zip(why: str) -> IntegrityError:
                                           "; if it persists the server is broken"))
 
 
-@dataclass(frozen=True)
-class End:
+class End(Frozen):
     """The end of central directory records: entry count, directory span, comment."""
 
     entries: int

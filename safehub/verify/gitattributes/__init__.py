@@ -20,8 +20,8 @@ definition where those are still undecided. Every value remembers the line that 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
+from safehub._internal.frozen import Frozen
 from safehub.verify.gitattributes._parse import BUILTIN, Line, State, Value, parse_file
 
 __all__ = ["Assignment", "Attributes", "Line", "State", "Value", "parse_file"]
@@ -29,8 +29,7 @@ __all__ = ["Assignment", "Attributes", "Line", "State", "Value", "parse_file"]
 FILE = ".gitattributes"
 
 
-@dataclass(frozen=True)
-class Assignment:
+class Assignment(Frozen):
     """An attribute's value for a path, and the line (and macro) that gave it."""
 
     value: Value

@@ -15,8 +15,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from safehub._internal.frozen import Frozen
 from safehub.verify.gitattributes._wildmatch import Pattern
 
 __all__ = ["BUILTIN", "MAX_FILE_SIZE", "Line", "State", "Value", "parse_file"]
@@ -33,16 +32,14 @@ _ESCAPES = {ord("a"): 7, ord("b"): 8, ord("f"): 12, ord("n"): 10, ord("r"): 13, 
             ord("v"): 11, ord("\\"): ord("\\"), ord('"'): ord('"')}
 
 
-@dataclass(frozen=True)
-class State:
+class State(Frozen):
     """One ``name``/``-name``/``!name``/``name=value`` of a line."""
 
     name: str
     value: Value
 
 
-@dataclass(frozen=True, eq=False)
-class Line:
+class Line(Frozen, eq=False):
     """A pattern line (``pattern`` set) or a macro definition (``macro`` set)."""
 
     source: str

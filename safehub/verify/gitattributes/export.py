@@ -31,8 +31,8 @@ from __future__ import annotations
 import codecs
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
+from safehub._internal.frozen import Frozen
 from safehub.digest import blob_id
 from safehub.verify.gitattributes import Assignment
 
@@ -142,8 +142,7 @@ def _codec(encoding: str) -> tuple[str, bytes]:
     return codecs.lookup(encoding).name, b""
 
 
-@dataclass(frozen=True)
-class LfsPointer:
+class LfsPointer(Frozen):
     """A Git LFS pointer: the object's SHA-256 and size."""
 
     oid: str
@@ -181,8 +180,7 @@ def lfs_pointer(blob: bytes) -> LfsPointer | None:
     return LfsPointer(oid.removeprefix("sha256:"), int(size))
 
 
-@dataclass(frozen=True)
-class Export:
+class Export(Frozen):
     """The attributes of one file that make ``git archive`` change its bytes."""
 
     ident: Assignment | None = None

@@ -45,8 +45,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
+
+from safehub._internal.frozen import Frozen
 
 __all__ = ["CommitFacts", "Person", "Template", "Unbounded"]
 
@@ -77,8 +78,7 @@ class Unbounded(ValueError):
     """An expansion safehub cannot tie to what git writes for the commit."""
 
 
-@dataclass(frozen=True)
-class Person:
+class Person(Frozen):
     """An author or committer, as the commit names them."""
 
     name: str
@@ -103,8 +103,7 @@ class Person:
         return cls(name, email, int(stamp.timestamp()), offset)
 
 
-@dataclass(frozen=True)
-class CommitFacts:
+class CommitFacts(Frozen):
     """What safehub knows of the archived commit when it checks the archive."""
 
     sha: str
@@ -116,8 +115,7 @@ class CommitFacts:
     """As the API gives it (GitHub drops the final newline)."""
 
 
-@dataclass(frozen=True)
-class _Field:
+class _Field(Frozen):
     """One placeholder: a pattern (no capturing group) and, if the pattern is only a shape,
     a check of the text it matched."""
 
@@ -298,8 +296,7 @@ def _parse(fmt: bytes) -> list[bytes | tuple[str, str]]:
     return out
 
 
-@dataclass(frozen=True)
-class Template:
+class Template(Frozen):
     """A file's bytes before ``export-subst``: literal text and ``$Format:...$`` formats."""
 
     literals: tuple[bytes, ...]

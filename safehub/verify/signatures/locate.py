@@ -13,10 +13,10 @@ Templates take ``{owner}`` ``{name}`` ``{repo}`` ``{ref}`` ``{commit}``.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import SignatureError
 from safehub.verify.signatures.signers import DEFAULT_SIGNATURE, SignerSet
 
@@ -25,8 +25,7 @@ __all__ = ["Found", "find_signature"]
 MAX_SIGNATURE_BYTES = 16 * 1024 * 1024
 
 
-@dataclass(frozen=True)
-class Found:
+class Found(Frozen):
     """A signature's bytes, and its path in the tree if it lives there."""
 
     data: bytes

@@ -17,11 +17,11 @@ import hashlib
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub._internal.fsutil import within_any
 from safehub.errors import SignatureError
 
@@ -42,8 +42,7 @@ def fail(what: str, fix: fixes.Fix | None = None) -> SignatureError:
         "(check the signers and keys in the policy, and the publisher's signing workflow)"))
 
 
-@dataclass(frozen=True)
-class Signed:
+class Signed(Frozen):
     """A verified envelope: what it carries and who signed it."""
 
     payload_type: str

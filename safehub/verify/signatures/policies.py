@@ -19,9 +19,9 @@ safehub.verify.signatures.policies.Refused: issuer 'https://issuer.example' is n
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
 
+from safehub._internal.frozen import Frozen
 from safehub._internal.globs import Glob
 from safehub.verify.signatures.signers import Signer, SignerSet
 
@@ -42,8 +42,7 @@ class Refused(Exception):
     """A policy does not accept the certificate (the message says why)."""
 
 
-@dataclass(frozen=True)
-class Claims:
+class Claims(Frozen):
     """What a Fulcio certificate says about its signer."""
 
     issuer: str | None
@@ -98,8 +97,7 @@ class Policy(Protocol):
         """A description of what accepted the certificate; raise :class:`Refused` if not."""
 
 
-@dataclass(frozen=True)
-class Issuer:
+class Issuer(Frozen):
     issuer: str
 
     def check(self, claims: Claims) -> str:
@@ -108,8 +106,7 @@ class Issuer:
         return self.issuer
 
 
-@dataclass(frozen=True)
-class Identity:
+class Identity(Frozen):
     pattern: str
 
     def check(self, claims: Claims) -> str:
@@ -119,8 +116,7 @@ class Identity:
         return self.pattern
 
 
-@dataclass(frozen=True)
-class Claim:
+class Claim(Frozen):
     name: str
     pattern: str
 
@@ -131,8 +127,7 @@ class Claim:
         return f"{self.name}={self.pattern}"
 
 
-@dataclass(frozen=True)
-class AllOf:
+class AllOf(Frozen):
     policies: tuple[Policy, ...]
     label: str = ""
 
@@ -141,8 +136,7 @@ class AllOf:
         return self.label or (accepted[0] if accepted else "")
 
 
-@dataclass(frozen=True)
-class AnyOf:
+class AnyOf(Frozen):
     policies: tuple[Policy, ...]
     label: str = ""
 

@@ -24,12 +24,12 @@ import functools
 import hashlib
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
 from safehub._internal import fixes
+from safehub._internal.frozen import Frozen
 from safehub.errors import SignatureError
 from safehub.verify.signatures.dsse import ecdsa_hash, pae
 from safehub.verify.signatures.manifest import (
@@ -52,8 +52,7 @@ __all__ = ["TreeSignature", "Verifier"]
 _T = TypeVar("_T")
 
 
-@dataclass(frozen=True)
-class TreeSignature:
+class TreeSignature(Frozen):
     """A verified signature over a tree of files."""
 
     signer: str
