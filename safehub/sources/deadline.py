@@ -32,7 +32,7 @@ __all__ = ["Deadline", "current", "watch"]
 class Deadline:
     """One attempt's deadline, ``seconds`` from now; this thread's until :meth:`end`."""
 
-    __slots__ = ("at", "passed", "_descriptors", "_ended", "_outer")
+    __slots__ = ("_descriptors", "_ended", "_outer", "at", "passed")
 
     def __init__(self, seconds: float) -> None:
         self.at = time.monotonic() + seconds

@@ -262,10 +262,8 @@ class Registry:
         out.flush()
         out.seek(0)
 
-    def blob_bytes(self, desc: Descriptor) -> bytes:
-        """A small blob's bytes (a config, a signature: each caller caps its size first)."""
-        buffer = io.BytesIO()
-        self.blob(desc, buffer)
+    def blob_bytes(self, desc: Descriptor) -> bytes:  # small: each caller caps its size
+        self.blob(desc, buffer := io.BytesIO())
         return buffer.getvalue()
 
     # -- writing ----------------------------------------------------------------------
