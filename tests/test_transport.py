@@ -133,6 +133,22 @@ def test_a_server_that_drips_headers_or_a_body_forever_is_cut_off_at_the_deadlin
         dripper.close()
 
 
+def test_a_request_runs_in_the_callers_thread() -> None:
+    """No thread is started per request: the opener is called in the caller's thread."""
+    seen: list[int] = []
+
+    class Here(_Opener):
+        def __call__(self, method: str, hop: Any, headers: Any, body: Any) -> Any:
+            seen.append(threading.get_ident())
+            return super().__call__(method, hop, headers, body)
+
+    config = TransportConfig(allowed_hosts=frozenset({"h.example"}))
+    transport = Transport(config, opener=Here())
+    for _ in range(3):
+        assert transport.get("https://h.example/x", what="x").body == b"{}"
+    assert seen == [threading.get_ident()] * 3
+
+
 def test_a_deadline_wakes_a_read_blocked_on_its_socket() -> None:
     """The watchdog shuts the sockets of a deadline that passed down: a read blocked on
     one returns (here the end of the stream), and the deadline says it passed."""
