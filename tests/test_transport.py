@@ -15,6 +15,7 @@ import base64
 import contextlib
 import gzip
 import hashlib
+import io
 import json
 import os
 import socket
@@ -37,6 +38,7 @@ from safehub.errors import (
 from safehub.sources.transport import Transport, TransportConfig
 from tests.conftest import HubRepo
 from tests.support import GitHubStandIn, Reply
+from tests.support.tls import TLSFiles
 
 
 def load(spec: str, entrypoint: str = "echo", *args: object, **kwargs: object) -> object:
@@ -50,6 +52,116 @@ def test_a_server_that_drips_is_cut_off_at_the_deadline(
     server.drip(server.codeload_url, chunk_size=1, delay=0.1)  # bytes keep coming, slowly
     with pytest.raises(FetchError, match="longer than 1.5 s"):  # the deadline, not forever
         load("acme/models:v1.0")
+
+
+class _Dripper:
+    """A TLS server on loopback that answers every request one byte at a time, for as long
+    as the client reads: its status line and headers (``headers``), or whole headers and
+    then a body without end, with no length (``body``) or a length it never reaches
+    (``length``); or nothing at all (``silent``). ``/ok`` is answered at once."""
+
+    def __init__(self, tls: TLSFiles, mode: str) -> None:
+        self.mode = mode
+        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        self.context.load_cert_chain(tls.server_cert, tls.server_key)
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._answer, args=(client,), daemon=True).start()
+
+    def _answer(self, client: socket.socket) -> None:
+        with contextlib.suppress(OSError), \
+                self.context.wrap_socket(client, server_side=True) as conn:
+            while True:
+                with conn.makefile("rb") as f:
+                    line = f.readline()
+                    if not line:
+                        return  # the client closed the connection
+                    target = line.split(b" ")[1]
+                    while f.readline() not in (b"\r\n", b""):
+                        pass
+                if target == b"/ok":
+                    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}")
+                    continue
+                head = {"headers": b"HTTP/1.1 200 OK\r\nX-Drip: ",
+                        "body": b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n",
+                        "length": b"HTTP/1.1 200 OK\r\nContent-Length: 1000000000\r\n\r\n",
+                        "silent": b""}[self.mode]
+                conn.sendall(head if self.mode != "headers" else b"")
+                drip = head if self.mode == "headers" else b""
+                while not self.stop.wait(0.01):  # a real pause between bytes
+                    if self.mode == "silent":
+                        continue
+                    conn.sendall(drip[:1] or b"a")
+                    drip = drip[1:]
+                return
+
+    def close(self) -> None:
+        self.stop.set()
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+
+
+@pytest.mark.parametrize("mode", ["headers", "body", "length", "silent"])
+def test_a_server_that_drips_headers_or_a_body_forever_is_cut_off_at_the_deadline(
+        mode: str, tls: TLSFiles, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The request runs in the caller's thread; its deadline (not the stall timeout, far
+    longer here) ends it however the bytes come, and retries do not start it again. The
+    same transport then answers an honest request on the same host."""
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tls.ca_cert))
+    dripper = _Dripper(tls, mode)
+    try:
+        transport = Transport(TransportConfig(
+            allowed_hosts=frozenset({"127.0.0.1"}), deadline=0.5, stall_timeout=600,
+            retries=3, backoff=0.0))
+        base = f"https://127.0.0.1:{dripper.port}"
+        with pytest.raises(FetchError, match=r"the drip took longer than 0\.5 s; gave up"):
+            transport.get(f"{base}/drip", what="the drip")
+        with pytest.raises(FetchError, match="took longer than"):
+            transport.download(f"{base}/drip", io.BytesIO(), what="the drip", max_bytes=1 << 40)
+        assert transport.get(f"{base}/ok", what="an answer").body == b"{}"
+    finally:
+        dripper.close()
+
+
+def test_a_request_runs_in_the_callers_thread() -> None:
+    """No thread is started per request: the opener is called in the caller's thread."""
+    seen: list[int] = []
+
+    class Here(_Opener):
+        def __call__(self, method: str, hop: Any, headers: Any, body: Any) -> Any:
+            seen.append(threading.get_ident())
+            return super().__call__(method, hop, headers, body)
+
+    config = TransportConfig(allowed_hosts=frozenset({"h.example"}))
+    transport = Transport(config, opener=Here())
+    for _ in range(3):
+        assert transport.get("https://h.example/x", what="x").body == b"{}"
+    assert seen == [threading.get_ident()] * 3
+
+
+def test_a_deadline_wakes_a_read_blocked_on_its_socket() -> None:
+    """The watchdog shuts the sockets of a deadline that passed down: a read blocked on
+    one returns (here the end of the stream), and the deadline says it passed."""
+    from safehub.sources.deadline import Deadline, watch
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        limit = Deadline(0.2)
+        watch(ours)
+        assert ours.recv(1) == b""  # nothing was ever sent: only the shutdown ends it
+        assert limit.end() and not limit.ok()
+    honest = Deadline(600)
+    assert honest.ok() and not honest.end()
 
 
 def test_ref_listing_is_bounded(hub_repo: HubRepo, make_hub_repo,  # type: ignore[no-untyped-def]

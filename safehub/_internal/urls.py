@@ -197,7 +197,7 @@ def as_client_reads(text: str, url: Url) -> None:
     from urllib3.exceptions import LocationParseError
     from urllib3.util import parse_url
 
-    for given in (text, str(url)):
+    for given in dict.fromkeys((text, str(url))):  # the text as sent: read once
         try:
             got = parse_url(given)
         except LocationParseError:
@@ -261,6 +261,8 @@ def hosts_of_urls(patterns: Iterable[str]) -> tuple[str, ...]:
 # -- the parts -----------------------------------------------------------------------------
 
 def _check_characters(text: str) -> None:
+    if text.isascii() and text.isprintable() and not any(c in text for c in " #\\"):
+        return  # no character the loop below refuses (the others of isspace are controls)
     for c in text:
         if c == "\\":
             raise UrlError(text, "has a backslash, which one parser reads as the end of the "

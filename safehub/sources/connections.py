@@ -12,7 +12,10 @@ One :class:`Pools` per transport keeps one pool manager per (proxy, CA bundle): 
 ``PoolManager``, or a ``ProxyManager`` for the proxy the environment names for the host
 (:func:`~safehub.sources.network.environ_proxy`, never for loopback), so connections
 and their TLS sessions are reused from one request to the next. TLS is verified against
-the bundle :func:`~safehub.sources.network.ca_bundle` names.
+the bundle :func:`~safehub.sources.network.ca_bundle` names. Each connection hands the
+socket it makes, and the one it sends each request on, to the request's deadline
+(:mod:`safehub.sources.deadline`), and its connect and read timeouts are at most the
+time left: a request runs in the caller's thread, ended at its deadline by one watchdog.
 
 A body is read by :func:`read_body` straight into a buffer reused from read to read
 (``readinto`` of the HTTP response under urllib3's, :func:`reader`), where urllib3 would
@@ -38,15 +41,17 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import urllib3
+from urllib3.connectionpool import HTTPConnectionPool
 from urllib3.exceptions import HTTPError as _ClientError
 
 from safehub._internal import fixes
 from safehub._internal.urls import Url, UrlError
 from safehub.errors import FetchError
+from safehub.sources.deadline import current, watch
 from safehub.sources.network import Proxy, ca_bundle, environ_proxy
 
-__all__ = ["ERRORS", "SENDING", "Cut", "Pools", "finish", "prepare", "range_start", "read_body",
-           "reader", "server_message", "tls_context"]
+__all__ = ["ERRORS", "SENDING", "Cut", "Pools", "finish", "range_start", "read_body", "reader",
+           "server_message", "tls_context"]
 
 ERRORS: tuple[type[BaseException], ...] = (_ClientError, OSError, http.client.HTTPException)
 """What a request or a body's read raises when the network, the server or TLS fails."""
@@ -57,19 +62,6 @@ _DRAIN = 64 * 1024
 hand its connection back; a longer one is closed."""
 _CONTEXTS: dict[tuple[str | None, int, int], ssl.SSLContext] = {}
 _LOCK = threading.Lock()
-
-
-def prepare() -> None:
-    """Import, in the caller's thread, what a request imports on its first use (the name
-    codec a connection encodes a host with, the proxies' reading, certifi): a download made
-    while a repo's code runs holds the runtime guard's own-work marker in this thread only,
-    and an import first made in the request's worker thread would be one the guard must
-    decide on."""
-    import encodings.idna  # noqa: F401
-    import urllib.request  # noqa: F401
-
-    with contextlib.suppress(ImportError):
-        import certifi  # noqa: F401
 
 
 def tls_context(bundle: str | None) -> ssl.SSLContext:
@@ -99,6 +91,7 @@ class Pools:
     """One transport's connections (see the module docstring)."""
 
     def __init__(self, *, connect_timeout: float, read_timeout: float) -> None:
+        self._connect, self._read = connect_timeout, read_timeout
         self._timeout = urllib3.Timeout(connect=connect_timeout, read=read_timeout)
         self._managers: dict[tuple[Proxy | None, str | None], urllib3.PoolManager] = {}
         self._lock = threading.Lock()
@@ -119,9 +112,22 @@ class Pools:
         manager = self._manager(proxy, ca_bundle()[0] if tls else None)
         pool = manager.connection_from_host(hop.host, hop.port, hop.scheme)
         return pool.urlopen(method, hop.target, body=body, headers=dict(headers),
-                            redirect=False, retries=False, timeout=self._timeout,
+                            redirect=False, retries=False, timeout=self._timeout_now(),
                             preload_content=False, release_conn=False,
                             assert_same_host=False)
+
+    def _timeout_now(self) -> urllib3.Timeout:
+        """The connect and read timeouts, each at most the time left to the request's
+        deadline (a connection not made yet has no socket the deadline can end)."""
+        limit = current()
+        if limit is None:
+            return self._timeout
+        left = limit.left()
+        if left <= 0:
+            raise TimeoutError("the deadline has passed")
+        if left >= self._connect and left >= self._read:
+            return self._timeout
+        return urllib3.Timeout(connect=min(self._connect, left), read=min(self._read, left))
 
     def _manager(self, proxy: Proxy | None, bundle: str | None) -> urllib3.PoolManager:
         key = (proxy, bundle)
@@ -140,6 +146,43 @@ class Pools:
 
 
 def _manager(proxy: Proxy | None, bundle: str | None) -> urllib3.PoolManager:
+    """A pool manager for ``proxy`` and ``bundle`` whose connections put each socket they
+    use under the deadline of the request (:func:`_watched`)."""
+    manager = _unwatched(proxy, bundle)
+    manager.pool_classes_by_scheme = {scheme: _watched(pool) for scheme, pool
+                                      in manager.pool_classes_by_scheme.items()}
+    return manager
+
+
+_WATCHED: dict[type[HTTPConnectionPool], type[HTTPConnectionPool]] = {}
+
+
+def _watched(pool: type[HTTPConnectionPool]) -> type[HTTPConnectionPool]:
+    """``pool`` (urllib3's, or a SOCKS one) with connections that hand to the deadline of
+    their thread (:func:`safehub.sources.deadline.watch`) the socket they make (before a
+    tunnel or TLS is set up on it) and the one they send each request on (a kept one)."""
+    with _LOCK:
+        if pool in _WATCHED:
+            return _WATCHED[pool]
+    base: Any = pool.ConnectionCls
+
+    def _new_conn(self: Any) -> Any:
+        return watch(base._new_conn(self))
+
+    def putrequest(self: Any, *args: Any, **kwargs: Any) -> None:
+        if self.sock is not None:
+            watch(self.sock)
+        base.putrequest(self, *args, **kwargs)
+
+    connection = type(base.__name__, (base,), {"_new_conn": _new_conn,
+                                               "putrequest": putrequest})
+    watched: type[HTTPConnectionPool] = type(pool.__name__, (pool,),
+                                             {"ConnectionCls": connection})
+    with _LOCK:
+        return _WATCHED.setdefault(pool, watched)
+
+
+def _unwatched(proxy: Proxy | None, bundle: str | None) -> urllib3.PoolManager:
     context = tls_context(bundle)
     if proxy is None:
         return urllib3.PoolManager(maxsize=10, ssl_context=context)

@@ -34,10 +34,8 @@ body) and answers as urllib3's response does (tests inject failures through it).
 
 from __future__ import annotations
 
-import contextvars
 import json
 import os
-import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -180,7 +178,8 @@ class Transport:
                  resume: bool = False) -> int:
         """Stream ``url`` into ``out`` (an empty file, rewound and emptied on each retry);
         return the byte count. ``out.write`` is given views of buffers that are reused
-        (bytes-like; it must not keep them), from a thread of the transport's.
+        (bytes-like; it must not keep them), from this thread or, for a large body, a
+        thread of the transport's.
 
         A body larger than ``max_bytes`` is an :class:`IntegrityError`; a body cut short is
         retried, then a :class:`FetchError`. With ``resume``, a retry after a cut asks for
@@ -399,9 +398,8 @@ class Transport:
     def _retrying(self, what: str, attempt: Callable[[Callable[[], bool]], Any]) -> Any:
         cfg = self.config
         if self._opener is None and self._pools is None:
-            from safehub.sources.connections import Pools, prepare
+            from safehub.sources.connections import Pools
 
-            prepare()  # in this thread (see prepare)
             self._pools = Pools(connect_timeout=cfg.connect_timeout,
                                 read_timeout=min(cfg.stall_timeout, cfg.deadline))
         for i in range(cfg.retries + 1):
@@ -416,42 +414,29 @@ class Transport:
         raise AssertionError("unreachable")
 
 
-def _within_deadline(deadline: float, what: str,
+def _within_deadline(seconds: float, what: str,
                      attempt: Callable[[Callable[[], bool]], Any]) -> Any:
-    """Run one attempt in a worker thread and give up on it at the deadline.
+    """Run one attempt in this thread under a :class:`~safehub.sources.deadline.Deadline`:
+    a server can drip bytes (or headers) forever below any per-read timeout, so at the
+    deadline the attempt's sockets are shut down, and whatever it made of them (an error,
+    or a body that seemed to end) is refused."""
+    from safehub.sources.deadline import Deadline
 
-    A server can drip bytes (or headers) forever below any per-read timeout; the
-    worker is abandoned, and never writes again once the caller has moved on.
-    """
-    lock = threading.Lock()
-    cancelled = False
-    box: dict[str, Any] = {}
-    done = threading.Event()
+    limit = Deadline(seconds)
+    try:
+        value = attempt(limit.ok)
+    except BaseException as e:
+        if limit.end() and isinstance(e, Exception):
+            raise _too_slow(what, seconds) from e
+        raise
+    if limit.end():
+        raise _too_slow(what, seconds)
+    return value
 
-    def write_ok() -> bool:
-        with lock:
-            return not cancelled
 
-    def run() -> None:
-        try:
-            box["value"] = attempt(write_ok)
-        except BaseException as e:  # handed to the caller
-            box["error"] = e
-        finally:
-            done.set()
-
-    context = contextvars.copy_context()  # the caller's context (runtime guard state)
-    worker = threading.Thread(target=context.run, args=(run,), daemon=True,
-                              name="safehub-http")
-    worker.start()
-    if not done.wait(deadline):
-        with lock:
-            cancelled = True
-        raise FetchError(
-            f"{what} took longer than {deadline:g} s; gave up",
-            fix=fixes.say("the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
-                          "the most one request may take"),
-        )
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+def _too_slow(what: str, seconds: float) -> FetchError:
+    return FetchError(
+        f"{what} took longer than {seconds:g} s; gave up",
+        fix=fixes.say("the server is too slow or stalling on purpose; SAFEHUB_TIMEOUT sets "
+                      "the most one request may take"),
+    )

@@ -20,8 +20,8 @@ digest, and a fix that works: a FetchError for "could not download" (401, 403, 4
 from __future__ import annotations
 
 import base64
+import functools
 import io
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import IO, Any, TypeVar
@@ -83,6 +83,13 @@ class Target(Frozen):
         return f"{'http' if self.plain else 'https'}://{self.registry}/v2/{self.repository}"
 
 
+@functools.lru_cache(maxsize=64)
+def _read(url: str, plain: bool) -> Url:
+    """:func:`read_url` of ``url``, remembered: a request's URL is read again for its hop
+    check and its credentials (the reading is a function of the text alone)."""
+    return read_url(url, http=plain)
+
+
 def _header(headers: Mapping[str, str], name: str) -> str:
     """A header's value whatever its case as the server spelled it ("" if absent)."""
     wanted = name.lower()
@@ -110,7 +117,7 @@ class _Places(Frozen):
 
     def read(self, url: str) -> Url:
         try:
-            return read_url(url, http=self.target.plain)
+            return _read(url, self.target.plain)
         except UrlError as e:
             raise FetchError(f"{self.target} sent safehub to a URL it does not follow: {e}",
                              fix=_HOSTILE) from None
@@ -253,10 +260,9 @@ class Registry:
         out.flush()
         out.seek(0)
 
-    def blob_bytes(self, desc: Descriptor) -> bytes:
-        with tempfile.TemporaryFile() as f:
-            self.blob(desc, f)
-            return f.read()
+    def blob_bytes(self, desc: Descriptor) -> bytes:  # small: each caller caps its size
+        self.blob(desc, buffer := io.BytesIO())
+        return buffer.getvalue()
 
     # -- writing ----------------------------------------------------------------------
 

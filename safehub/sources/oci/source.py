@@ -14,8 +14,6 @@ GitHub is reachable. The first place that has the snapshot serves it; a place th
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import IO, Any, BinaryIO, NoReturn, Protocol
 
@@ -203,8 +201,7 @@ class OciSource:
 
     def _from(self, place: Place, pin: Pin, out: BinaryIO, max_bytes: int) -> None:
         where = str(place)
-        snap = parse_manifest(place.manifest(pin.manifest)[:MAX_MANIFEST + 1], pin.manifest,
-                              where)
+        snap = self._snapshot(place, pin.manifest)
         parse_config(place.blob_bytes(snap.config), pin.config, where, pin.manifest)
         if self._fleet:
             self.fleet_signers[pin.manifest] = self._fleet_signature(place, pin)
@@ -221,9 +218,7 @@ class OciSource:
                 raise IntegrityError(f"the signature layer of {pin.manifest} in {where} is "
                                      "over its cap", fix=fixes.say("push the snapshot again"))
             signature = place.blob_bytes(snap.signature)
-        with tempfile.TemporaryFile() as staged:
-            place.blob(snap.archive, staged)
-            shutil.copyfileobj(staged, out)
+        place.blob(snap.archive, out)  # emptied again if it fails (_first_place)
         if signature is not None and snap.signature is not None:
             self.signatures[(snap.signature.annotations or {})[SIGNATURE_URL]] = signature
 

@@ -147,9 +147,9 @@ class Cache:
         lock proves nobody else is using them.
         """
         tmp = self._writable_dir(self.base / "tmp")
-        self.commit_dir(commit)  # validates the sha before it becomes a glob
-        for old in tmp.glob(f"{commit}-*"):
-            rmtree(old)
+        self.commit_dir(commit)  # validates the sha before it names a leftover
+        for old in [e.name for e in os.scandir(tmp) if e.name.startswith(f"{commit}-")]:
+            rmtree(tmp / old)
         return Path(tempfile.mkdtemp(dir=tmp, prefix=f"{commit}-"))
 
     # -- commits ----------------------------------------------------------------------
@@ -208,9 +208,8 @@ class Cache:
             rmtree(old)
         else:
             os.replace(stage, final)
-        found = self.lookup(verdict.commit)
-        assert found is not None
-        return found
+        return CachedTree(final / "tree", verdict.commit, verdict.digest, verdict.tree,
+                          verdict.level)  # as entry.json says (written above, not read back)
 
     def entries(self) -> Iterator[CachedTree]:
         """Every cached commit (for ``safehub cache ls|verify``)."""

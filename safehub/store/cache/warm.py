@@ -76,10 +76,14 @@ here):
   (``safehub.run.hygiene``), a key file's hash keyed by its stat data
   (``safehub.verify.signatures.signers``), and the Sigstore trusted root per trust config
   (``safehub.verify.signatures.verify``: a file named by the policy, read once a process),
-  the user and host names an audit line carries (``safehub.audit``).
+  the user and host names an audit line carries (``safehub.audit``), a URL's reading
+  (``safehub.sources.oci.registry``).
 - ``safehub.sources.connections`` keeps a TLS context per CA bundle, keyed by the bundle's
   path, mtime and size (loading certifi's costs ~20 ms): what is trusted for TLS, not a
-  verdict; a bundle rewritten or a variable pointed elsewhere makes another.
+  verdict; a bundle rewritten or a variable pointed elsewhere makes another; and the pool
+  classes whose connections hand their sockets to a request's deadline.
+  ``safehub.sources.deadline`` keeps the deadlines of the requests running now and its
+  watchdog thread: the state of what is running.
 """
 
 from __future__ import annotations
