@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, BinaryIO, NoReturn, Protocol
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, NoReturn, Protocol
 
 from safehub._internal import fixes
 from safehub.errors import FetchError, IntegrityError, PinError, SafehubError, SignatureError
@@ -34,7 +34,9 @@ from safehub.sources.oci.artifact import (
 )
 from safehub.sources.transport import Progress
 from safehub.spec import RepoSpec
-from safehub.verify.gitattributes.subst import CommitFacts
+
+if TYPE_CHECKING:
+    from safehub.verify.gitattributes.subst import CommitFacts
 
 __all__ = ["OciSource", "Pin", "Place", "unpinned"]
 
