@@ -179,13 +179,17 @@ class Context:
         OCI snapshot (``SAFEHUB_OCI``), for the weights guard; None elsewhere."""
         if not (self.settings.oci and entry is not None and entry.oci):
             return None  # a load without SAFEHUB_OCI imports nothing of it
-        from safehub.sources.oci import OciSource
+        manifest = entry.oci
 
-        source = self.source()
-        if not isinstance(source, OciSource):
-            return None
-        manifest, serve = entry.oci, source.weights
-        return lambda url, sha256, out: serve(manifest, url, sha256, out)
+        def serve(url: str, sha256: str, out: IO[bytes]) -> bool:
+            # The source is asked for at the first file: a warm load (its tree in the
+            # cache) that fetches no pinned file builds none, nor imports it.
+            from safehub.sources.oci import OciSource
+
+            source = self.source()
+            return isinstance(source, OciSource) and source.weights(manifest, url, sha256, out)
+
+        return serve
 
     def offline(self, error: OfflineError, spec: str) -> OfflineError:
         """The offline refusal of a step, with the one fix for ``spec`` (the transport
