@@ -327,12 +327,15 @@ def test_the_hub_token_goes_to_the_hub_only(hub: HubStandIn,
 
 
 def test_a_load_without_huggingface_hub_imports_nothing_of_it() -> None:
+    """A load's stand-ins are in place without the library, nor safehub's Hub files code
+    (imported at the first held call: see the tests above, each a load whose code calls)."""
     import subprocess
     import sys
 
-    code = ("import sys, safehub.run.hfhub as h; from safehub.run.weights import WeightsGuard; "
-            "h.handlers(WeightsGuard(repo='a/b')); "
-            "assert not [m for m in sys.modules if m.startswith('huggingface_hub')], 'imported'")
+    code = ("import sys, safehub.run.hfroute as h; from safehub.run.weights import WeightsGuard; "
+            "assert sorted(h.handlers(WeightsGuard(repo='a/b'))) == sorted(h.HELD); "
+            "assert not [m for m in sys.modules if m.startswith('huggingface_hub')], 'imported'; "
+            "assert 'safehub.run.hfhub' not in sys.modules, 'hfhub'")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 

@@ -192,9 +192,10 @@ def test_a_warm_load_in_a_new_process_imports_nothing_of_the_cold_path(
         hub_repo: HubRepo, canary: Path) -> None:
     """A fresh process's warm load imports what it uses (issue 18): not the archive
     checks, the transport, GitHub, the locks, the signature verifier and signer (no
-    policy asks for a signature) or the lockfile module (there is none); a weights
-    transport is made only for a download. A cold load still imports the cold path, and
-    not requests (the transport speaks urllib3 directly; requests is sigstore's)."""
+    policy asks for a signature), the lockfile module (there is none) or the Hub files
+    code (the repo's code downloads nothing); a weights transport is made only for a
+    download. A cold load still imports the cold path, and not requests (the transport
+    speaks urllib3 directly; requests is sigstore's), nor the per-file archive check."""
     spec = f"{hub_repo.spec}:v1.0"
     cold = _imported_by_a_load(spec)
     assert set(COLD_PATH) <= cold
@@ -203,7 +204,7 @@ def test_a_warm_load_in_a_new_process_imports_nothing_of_the_cold_path(
     assert runs(canary) == 2
     unused = (*COLD_PATH, "requests", "safehub.verify.signatures.verify",
               "safehub.verify.signatures.sign", "safehub.verify.signatures.locate",
-              "safehub.store.lockfile", "sysconfig")
+              "safehub.store.lockfile", "sysconfig", "safehub.run.hfhub")
     assert sorted(warm & set(unused)) == []
     assert sorted(cold & PER_FILE) == []  # the archive is the commit's tree exactly
 

@@ -297,7 +297,7 @@ NODE = """
 import sys, safehub
 safehub.load("acme/models:v1.0", "tiny", trust_repo=True, verbose=False)
 print(sorted(m for m in ("requests", "urllib3", "cryptography.x509", "safehub.sources.oci",
-                         "safehub.verify.gitattributes") if m in sys.modules))
+                         "safehub.verify.gitattributes", "safehub.run.hfhub") if m in sys.modules))
 """
 
 
@@ -309,7 +309,8 @@ def test_a_fleet_node_and_its_warm_load_import_no_requests(
     its fleet signature required and checked with the key, then a warm load, each in a
     fresh process, never import requests (a dependency for sigstore's keyless checks), nor
     cryptography's x509 (a key needs none), nor the ``.gitattributes`` checks (the
-    snapshot's tree is the commit's); the warm load makes no OCI source."""
+    snapshot's tree is the commit's), nor the Hub files code (its code downloads nothing
+    from the Hub); the warm load makes no OCI source."""
     import sys
 
     from cryptography.hazmat.primitives import serialization
