@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -205,9 +205,7 @@ class Context:
 
     def _oci_source(self) -> Source:
         """The source of ``SAFEHUB_OCI``, pinned by the lockfile's ``oci`` digests."""
-        from safehub.policy.oci import fleet_signers
         from safehub.sources.oci import OciSource, Pin, places
-        from safehub.verify.signatures.snapshot import checkers
 
         def pin(commit: str) -> Pin | None:
             found = self.lockfile
@@ -219,7 +217,20 @@ class Context:
         settings = self.settings
         return OciSource(places(settings.oci, self.transport(), hosts=settings.extra_hosts),
                          pin, lockfile=lambda: str(self.lockfile_path),
-                         fleet=checkers(fleet_signers(self.policy)))
+                         fleet=_fleet_checks(self.policy))
+
+
+def _fleet_checks(policy: Policy) -> Sequence[tuple[str, Callable[..., str]]]:
+    """The fleet signature's checks, one per ``[oci]`` signer set; its verifier is
+    imported only where the policy asks for a signature."""
+    from safehub.policy.oci import fleet_signers
+
+    signers = fleet_signers(policy)
+    if not signers:
+        return ()
+    from safehub.verify.signatures.snapshot import checkers
+
+    return checkers(signers)
 
 
 def _confined() -> Any:
