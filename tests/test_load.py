@@ -168,9 +168,10 @@ def test_module_level_calls_obey_a_policy_changed_between_them(
 
 
 #: What only a cold load needs: the archive checks, the HTTPS stack (urllib3, spoken to
-#: directly) and GitHub, the cross-process locks. Only their names are checked, never a time.
+#: directly) and GitHub, the cross-process locks (the kernel's flock: the filelock package
+#: only where there is none). Only their names are checked, never a time.
 COLD_PATH = ("safehub.verify.archive", "safehub.sources.github", "safehub.sources.transport",
-             "safehub.sources.connections", "urllib3", "filelock")
+             "safehub.sources.connections", "urllib3", "safehub._internal.locks")
 #: What only an archive whose git tree differs from the commit's needs: the per-file check
 #: and the ``.gitattributes`` reading that explains each difference.
 PER_FILE = {"safehub.verify.archive._perfile", "safehub.verify.archive._expected",
@@ -202,11 +203,12 @@ def test_a_warm_load_in_a_new_process_imports_nothing_of_the_cold_path(
     assert "requests" not in cold
     warm = _imported_by_a_load(spec)
     assert runs(canary) == 2
-    unused = (*COLD_PATH, "requests", "safehub.verify.signatures.verify",
+    unused = (*COLD_PATH, "filelock", "requests", "safehub.verify.signatures.verify",
               "safehub.verify.signatures.sign", "safehub.verify.signatures.locate",
               "safehub.store.lockfile", "sysconfig", "safehub.run.hfhub")
     assert sorted(warm & set(unused)) == []
     assert sorted(cold & PER_FILE) == []  # the archive is the commit's tree exactly
+    assert "filelock" not in cold
 
 
 def test_a_cold_load_imports_the_attribute_checks_only_for_an_archive_they_explain(
