@@ -47,8 +47,10 @@ def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
 
     def held(name: str) -> Callable[..., Any]:
         def call(*args: Any, **kwargs: Any) -> Any:
-            from safehub.run.hfhub import HubFiles
+            from safehub.run.runtime import own_work
 
+            with own_work():  # safehub's import (its files read, compiled), not the repo's
+                from safehub.run.hfhub import HubFiles
             return getattr(HubFiles(guard), name)(*args, **kwargs)
 
         return call
