@@ -59,7 +59,8 @@ def _flock(path: str, timeout: float) -> int | None:
         import fcntl
     except ImportError:  # Windows
         return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    # 0o666 less the umask, as filelock makes it: a cache a team shares (umask 002) stays so.
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
     deadline = None if timeout < 0 else time.monotonic() + timeout
     try:
         while True:
