@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
@@ -179,13 +179,17 @@ class Context:
         OCI snapshot (``SAFEHUB_OCI``), for the weights guard; None elsewhere."""
         if not (self.settings.oci and entry is not None and entry.oci):
             return None  # a load without SAFEHUB_OCI imports nothing of it
-        from safehub.sources.oci import OciSource
+        manifest = entry.oci
 
-        source = self.source()
-        if not isinstance(source, OciSource):
-            return None
-        manifest, serve = entry.oci, source.weights
-        return lambda url, sha256, out: serve(manifest, url, sha256, out)
+        def serve(url: str, sha256: str, out: IO[bytes]) -> bool:
+            # The source is asked for at the first file: a warm load (its tree in the
+            # cache) that fetches no pinned file builds none, nor imports it.
+            from safehub.sources.oci import OciSource
+
+            source = self.source()
+            return isinstance(source, OciSource) and source.weights(manifest, url, sha256, out)
+
+        return serve
 
     def offline(self, error: OfflineError, spec: str) -> OfflineError:
         """The offline refusal of a step, with the one fix for ``spec`` (the transport
@@ -201,9 +205,7 @@ class Context:
 
     def _oci_source(self) -> Source:
         """The source of ``SAFEHUB_OCI``, pinned by the lockfile's ``oci`` digests."""
-        from safehub.policy.oci import fleet_signers
         from safehub.sources.oci import OciSource, Pin, places
-        from safehub.verify.signatures.snapshot import checkers
 
         def pin(commit: str) -> Pin | None:
             found = self.lockfile
@@ -215,7 +217,20 @@ class Context:
         settings = self.settings
         return OciSource(places(settings.oci, self.transport(), hosts=settings.extra_hosts),
                          pin, lockfile=lambda: str(self.lockfile_path),
-                         fleet=checkers(fleet_signers(self.policy)))
+                         fleet=_fleet_checks(self.policy))
+
+
+def _fleet_checks(policy: Policy) -> Sequence[tuple[str, Callable[..., str]]]:
+    """The fleet signature's checks, one per ``[oci]`` signer set; its verifier is
+    imported only where the policy asks for a signature."""
+    from safehub.policy.oci import fleet_signers
+
+    signers = fleet_signers(policy)
+    if not signers:
+        return ()
+    from safehub.verify.signatures.snapshot import checkers
+
+    return checkers(signers)
 
 
 def _confined() -> Any:

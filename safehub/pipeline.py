@@ -40,7 +40,7 @@ from safehub.errors import (
 )
 from safehub.outcome import Audited, Outcome, Prepared, local_verdict
 from safehub.resolve import CALLERS_FIXES, moved_fix
-from safehub.run import bytecode, environment, guards, hfhub, runtime, torchhub
+from safehub.run import bytecode, environment, guards, hfroute, runtime, torchhub
 from safehub.spec import RepoSpec, plain_text
 from safehub.store.bytecode import BytecodeStore
 from safehub.store.records import WeightPins
@@ -305,7 +305,7 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         bound=_bound_weights(ctx, prepared))
     refused: list[SafehubError] = []
     handlers = {**_final(weights.handlers(), refused, (IntegrityError, PinError)),
-                **_final(hfhub.handlers(weights), refused, (IntegrityError,)),
+                **_final(hfroute.handlers(weights), refused, (IntegrityError,)),
                 **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
         prepared.resolved.location, prepared.decision, prepared.tree,
@@ -325,7 +325,7 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         ctx.last_report = guard.report
     seen.outcome = seen.outcome._replace(runtime=guard.report)
     try:
-        with torchhub.handling(handlers), hfhub.offline_during(ctx.settings.offline), \
+        with torchhub.handling(handlers), hfroute.offline_during(ctx.settings.offline), \
                 guard.active():
             try:
                 result = code(prepared.path)

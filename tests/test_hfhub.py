@@ -327,13 +327,39 @@ def test_the_hub_token_goes_to_the_hub_only(hub: HubStandIn,
 
 
 def test_a_load_without_huggingface_hub_imports_nothing_of_it() -> None:
+    """A load's stand-ins are in place without the library, nor safehub's Hub files code
+    (imported at the first held call: see the tests above, each a load whose code calls)."""
     import subprocess
     import sys
 
-    code = ("import sys, safehub.run.hfhub as h; from safehub.run.weights import WeightsGuard; "
-            "h.handlers(WeightsGuard(repo='a/b')); "
-            "assert not [m for m in sys.modules if m.startswith('huggingface_hub')], 'imported'")
+    code = ("import sys, safehub.run.hfroute as h; from safehub.run.weights import WeightsGuard; "
+            "assert sorted(h.handlers(WeightsGuard(repo='a/b'))) == sorted(h.HELD); "
+            "assert not [m for m in sys.modules if m.startswith('huggingface_hub')], 'imported'; "
+            "assert 'safehub.run.hfhub' not in sys.modules, 'hfhub'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_fresh_process_imports_the_hub_files_code_at_the_first_held_call(
+        hub: HubStandIn, isolated: Path) -> None:
+    """The first held call of a process imports safehub's Hub files code as safehub's own
+    work, in enforce mode too: the file is held and pinned as in the tests above."""
+    import subprocess
+    import sys
+
+    from tests.conftest import child_pythonpath
+
+    policy(isolated, "[safehub]\nruntime = 'enforce'\n\n" + _rule("hf://acme/tiny", hub))
+    code = ("import sys, huggingface_hub.hf_api, safehub  # its import starts ldconfig\n"
+            "assert 'tiny' in safehub.list('acme/hubby:v1.0', verbose=False)  # code ran\n"
+            "assert 'safehub.run.hfhub' not in sys.modules, 'imported before a call'\n"
+            "print(safehub.load('acme/hubby:v1.0', 'tiny', verbose=False)['w'].tolist())\n"
+            "assert 'safehub.run.hfhub' in sys.modules\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": child_pythonpath()})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == "[1.0, 1.0]"
+    assert "hf://acme/tiny@main/model.safetensors" in next(
+        isolated.rglob("weights/pins.json")).read_text()
 
 
 def test_a_dataset_repo_and_a_subfolder_have_their_own_keys(hub: HubStandIn,

@@ -167,11 +167,16 @@ def test_module_level_calls_obey_a_policy_changed_between_them(
         load(spec)
 
 
-#: What only a cold load needs: the archive and attribute checks, the HTTPS stack
-#: (urllib3, spoken to directly) and GitHub, the cross-process locks. Only their names are
-#: checked, never a time.
-COLD_PATH = ("safehub.verify.archive", "safehub.verify.gitattributes", "safehub.sources.github",
-             "safehub.sources.transport", "safehub.sources.connections", "urllib3", "filelock")
+#: What only a cold load needs: the archive checks, the HTTPS stack (urllib3, spoken to
+#: directly) and GitHub, the cross-process locks (the kernel's flock: the filelock package
+#: only where there is none). Only their names are checked, never a time.
+COLD_PATH = ("safehub.verify.archive", "safehub.sources.github", "safehub.sources.transport",
+             "safehub.sources.connections", "urllib3", "safehub._internal.locks")
+#: What only an archive whose git tree differs from the commit's needs: the per-file check
+#: and the ``.gitattributes`` reading that explains each difference.
+PER_FILE = {"safehub.verify.archive._perfile", "safehub.verify.archive._expected",
+            "safehub.verify.gitattributes", "safehub.verify.gitattributes.export",
+            "safehub.verify.gitattributes.subst"}
 
 
 def _imported_by_a_load(spec: str) -> set[str]:
@@ -188,19 +193,40 @@ def test_a_warm_load_in_a_new_process_imports_nothing_of_the_cold_path(
         hub_repo: HubRepo, canary: Path) -> None:
     """A fresh process's warm load imports what it uses (issue 18): not the archive
     checks, the transport, GitHub, the locks, the signature verifier and signer (no
-    policy asks for a signature) or the lockfile module (there is none); a weights
-    transport is made only for a download. A cold load still imports the cold path, and
-    not requests (the transport speaks urllib3 directly; requests is sigstore's)."""
+    policy asks for a signature), the lockfile module (there is none) or the Hub files
+    code (the repo's code downloads nothing); a weights transport is made only for a
+    download. A cold load still imports the cold path, and not requests (the transport
+    speaks urllib3 directly; requests is sigstore's), nor the per-file archive check."""
     spec = f"{hub_repo.spec}:v1.0"
     cold = _imported_by_a_load(spec)
     assert set(COLD_PATH) <= cold
     assert "requests" not in cold
     warm = _imported_by_a_load(spec)
     assert runs(canary) == 2
-    unused = (*COLD_PATH, "requests", "safehub.verify.signatures.verify",
+    unused = (*COLD_PATH, "filelock", "requests", "safehub.verify.signatures.verify",
               "safehub.verify.signatures.sign", "safehub.verify.signatures.locate",
-              "safehub.store.lockfile", "sysconfig")
+              "safehub.store.lockfile", "sysconfig", "safehub.run.hfhub")
     assert sorted(warm & set(unused)) == []
+    assert sorted(cold & PER_FILE) == []  # the archive is the commit's tree exactly
+    assert "filelock" not in cold
+
+
+def test_a_cold_load_imports_the_attribute_checks_only_for_an_archive_they_explain(
+        make_hub_repo, canary: Path) -> None:  # type: ignore[no-untyped-def]
+    """A ``.gitattributes`` that changes nothing ``git archive`` writes leaves the git tree
+    ids equal: the exact check ties the archive, and neither the per-file check nor the
+    attribute modules are imported. Where an ``export-subst`` rule rewrote a file, they
+    are, and explain it (the load goes on, its code runs)."""
+    plain = make_hub_repo("acme", "plain", {".gitattributes": "*.py text diff=python\n",
+                                            "sub/.gitattributes": "*.txt -text\n",
+                                            "sub/n.txt": "n\n"})
+    assert sorted(_imported_by_a_load(f"{plain.spec}:v1.0") & PER_FILE) == []
+    subst = make_hub_repo("acme", "subst", {"sub/.gitattributes": "v.py export-subst\n",
+                                            "sub/v.py": "V = '$Format:%H$'\n"})
+    assert sorted(PER_FILE - _imported_by_a_load(f"{subst.spec}:v1.0")) == []
+    assert runs(canary) == 2
+    done = safehub.Hub().prepare(f"{subst.spec}:v1.0", trust_repo=True, verbose=False)
+    assert (done.path / "sub/v.py").read_text() == f"V = '{subst.sha}'\n"
 
 
 def test_trust_repo_false_always_asks(hub_repo: HubRepo) -> None:

@@ -296,7 +296,9 @@ def test_plain_http_only_for_a_loopback_registry_a_policy_names(
 NODE = """
 import sys, safehub
 safehub.load("acme/models:v1.0", "tiny", trust_repo=True, verbose=False)
-print(sorted(m for m in ("requests", "urllib3", "cryptography.x509") if m in sys.modules))
+print(sorted(m for m in ("requests", "urllib3", "cryptography.x509", "safehub.sources.oci",
+                         "safehub.verify.gitattributes", "safehub.run.hfhub",
+                         "safehub.verify.signatures.snapshot") if m in sys.modules))
 """
 
 
@@ -307,7 +309,10 @@ def test_a_fleet_node_and_its_warm_load_import_no_requests(
     """safehub's transport speaks urllib3 itself: a node's cold load from the registry,
     its fleet signature required and checked with the key, then a warm load, each in a
     fresh process, never import requests (a dependency for sigstore's keyless checks), nor
-    cryptography's x509 (a key needs none)."""
+    cryptography's x509 (a key needs none), nor the ``.gitattributes`` checks (the
+    snapshot's tree is the commit's), nor the Hub files code (its code downloads nothing
+    from the Hub); the warm load makes no OCI source. A node whose policy asks for no
+    fleet signature imports no signature check."""
     import sys
 
     from cryptography.hazmat.primitives import serialization
@@ -326,8 +331,6 @@ def test_a_fleet_node_and_its_warm_load_import_no_requests(
                  "acme/models:v1.0"]) == 0
     (tmp_path / "require.toml").write_text(
         f'[oci]\nsignature = "required"\nkeys = ["{tmp_path / "fleet.pub"}"]\n')
-    node(tmp_path, monkeypatch, target)
-    monkeypatch.setenv("SAFEHUB_POLICY", str(tmp_path / "require.toml"))
     monkeypatch.setenv("PYTHONPATH", child_pythonpath())
     server.clear_log()
 
@@ -337,6 +340,12 @@ def test_a_fleet_node_and_its_warm_load_import_no_requests(
         assert done.returncode == 0, done.stderr
         return done.stdout.splitlines()[-1]
 
-    assert imported() == "['urllib3']"  # cold, from the registry, the signature checked
-    assert imported() == "[]"  # warm: no request at all
+    node(tmp_path, monkeypatch, target, "unsigned-node")  # no policy asks for a signature
+    assert imported() == "['safehub.sources.oci', 'urllib3']"
+    node(tmp_path, monkeypatch, target)
+    monkeypatch.setenv("SAFEHUB_POLICY", str(tmp_path / "require.toml"))
+    # Cold, from the registry, the signature checked; the archive is the commit's tree
+    # exactly: no attribute checks.
+    assert imported() == "['safehub.sources.oci', 'safehub.verify.signatures.snapshot', 'urllib3']"
+    assert imported() == "[]"  # warm: no request, no source made at all
     assert server.requests_log == []

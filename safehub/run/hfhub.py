@@ -39,8 +39,7 @@ import contextlib
 import hashlib
 import os
 import re
-import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -76,47 +75,12 @@ from safehub.run.hfsnapshot import from_snapshot, listing_from_snapshot
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HubFiles", "handlers", "offline_during", "pin_key", "written_forms"]
+__all__ = ["HubFiles", "pin_key", "written_forms"]
 
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 _HUB_CDN = re.compile(r"(?:[a-z0-9-]+\.)*(?:huggingface\.co|hf\.co)")
-
-
-def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
-    """The load's stand-ins for the held functions (routing put in place)."""
-    from safehub.run.hfroute import route
-
-    route()
-    files = HubFiles(guard)
-    return {"hf_hub_download": files.hf_hub_download,
-            "snapshot_download": files.snapshot_download}
-
-
-@contextlib.contextmanager
-def offline_during(offline: bool) -> Iterator[None]:
-    """While the block runs, safehub's offline mode is the library's too, for its own
-    calls safehub does not hold: ``HF_HUB_OFFLINE=1`` in the environment (read when the
-    library is imported, and by processes the code starts) and in its settings if it is
-    imported already. Both are put back after."""
-    if not offline:
-        yield
-        return
-    constants = sys.modules.get("huggingface_hub.constants")
-    before = (os.environ.get("HF_HUB_OFFLINE"), getattr(constants, "HF_HUB_OFFLINE", None))
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    if constants is not None:
-        constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
-    try:
-        yield
-    finally:
-        if before[0] is None:
-            os.environ.pop("HF_HUB_OFFLINE", None)
-        else:
-            os.environ["HF_HUB_OFFLINE"] = before[0]
-        if constants is not None:
-            constants.HF_HUB_OFFLINE = before[1]  # type: ignore[attr-defined]
 
 
 # -- names ------------------------------------------------------------------------------------

@@ -10,14 +10,19 @@ the library: :func:`route` swaps a module already imported, else a finder waits 
 
 from __future__ import annotations
 
+import contextlib
 import importlib.abc
 import importlib.machinery
+import os
 import sys
 import types
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["HELD", "route"]
+if TYPE_CHECKING:
+    from safehub.run.weights import WeightsGuard
+
+__all__ = ["HELD", "handlers", "offline_during", "route"]
 
 HELD = {"hf_hub_download": "huggingface_hub.file_download",
         "snapshot_download": "huggingface_hub._snapshot_download"}
@@ -32,6 +37,50 @@ def route() -> None:
             _swap(name, sys.modules[module])
     if not any(isinstance(f, _Finder) for f in sys.meta_path):  # it stays: a module
         sys.meta_path.insert(0, _Finder())  # imported again is routed again
+
+
+def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
+    """The load's stand-ins for the held functions (routing put in place): each hands its
+    call to :class:`safehub.run.hfhub.HubFiles` for ``guard``, imported at the first call
+    (a load whose code downloads nothing from the Hub imports none of it)."""
+    route()
+
+    def held(name: str) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            from safehub.run.runtime import own_work
+
+            with own_work():  # safehub's import (its files read, compiled), not the repo's
+                from safehub.run.hfhub import HubFiles
+            return getattr(HubFiles(guard), name)(*args, **kwargs)
+
+        return call
+
+    return {name: held(name) for name in HELD}
+
+
+@contextlib.contextmanager
+def offline_during(offline: bool) -> Iterator[None]:
+    """While the block runs, safehub's offline mode is the library's too, for its own
+    calls safehub does not hold: ``HF_HUB_OFFLINE=1`` in the environment (read when the
+    library is imported, and by processes the code starts) and in its settings if it is
+    imported already. Both are put back after."""
+    if not offline:
+        yield
+        return
+    constants = sys.modules.get("huggingface_hub.constants")
+    before = (os.environ.get("HF_HUB_OFFLINE"), getattr(constants, "HF_HUB_OFFLINE", None))
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    if constants is not None:
+        constants.HF_HUB_OFFLINE = True  # type: ignore[attr-defined]
+    try:
+        yield
+    finally:
+        if before[0] is None:
+            os.environ.pop("HF_HUB_OFFLINE", None)
+        else:
+            os.environ["HF_HUB_OFFLINE"] = before[0]
+        if constants is not None:
+            constants.HF_HUB_OFFLINE = before[1]  # type: ignore[attr-defined]
 
 
 def _swap(name: str, module: types.ModuleType) -> None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 from urllib.parse import quote
 
 from safehub._internal import fixes
@@ -34,7 +34,9 @@ from safehub.errors import (
 from safehub.sources.interface import RefTarget
 from safehub.sources.transport import HTTPError, Progress, Reply, Transport
 from safehub.spec import RepoSpec, is_full_sha
-from safehub.verify.gitattributes.subst import CommitFacts, Person
+
+if TYPE_CHECKING:  # asked for only by a per-file check of an archive
+    from safehub.verify.gitattributes.subst import CommitFacts
 
 __all__ = ["MAX_REF_PAGES", "GitHub", "RefTarget", "sha_field"]  # GitHub is a Source
 
@@ -225,6 +227,8 @@ class GitHub:
     def commit(self, spec: RepoSpec, sha: str) -> CommitFacts:
         """Commit ``sha``'s tree, parents, author, committer and message (``git/commits``):
         what bounds its ``export-subst`` placeholders."""
+        from safehub.verify.gitattributes.subst import CommitFacts, Person
+
         what = f"commit {sha} of {spec.repo}"
         data = self._json(spec, f"/git/commits/{sha}", what)
         if sha_field(data, what, "sha") != sha:

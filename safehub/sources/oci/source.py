@@ -15,7 +15,7 @@ GitHub is reachable. The first place that has the snapshot serves it; a place th
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import IO, Any, BinaryIO, NoReturn, Protocol
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, NoReturn, Protocol
 
 from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
@@ -32,7 +32,9 @@ from safehub.sources.oci.artifact import (
 )
 from safehub.sources.transport import Progress
 from safehub.spec import RepoSpec
-from safehub.verify.gitattributes.subst import CommitFacts
+
+if TYPE_CHECKING:
+    from safehub.verify.gitattributes.subst import CommitFacts
 
 __all__ = ["OciSource", "Pin", "Place", "unpinned"]
 

@@ -6,7 +6,7 @@ Layout under the cache root (``SAFEHUB_CACHE_DIR``, default: the user cache dir)
     v1/commits/<sha>/verdict.json   what was verified: every file's hashes, the level
     v1/commits/<sha>/entry.json     commit, digest, tree and level (read on every hit)
     v1/repos/<owner>/<name>.json    refs resolved and commits proven to belong to the repo
-    v1/locks/                       cross-process locks (filelock)
+    v1/locks/                       cross-process locks (safehub._internal.locks)
     v1/tmp/                         staging; a broken download never leaves it
     v1/SEALED                       written by :meth:`Cache.seal`: loads only read the cache
 
@@ -118,14 +118,14 @@ class Cache:
     @contextlib.contextmanager
     def lock(self, name: str) -> Iterator[None]:
         """Hold the cross-process lock ``name`` (a commit sha or a repo key)."""
-        import filelock
+        from safehub._internal.locks import LockTimeout, exclusive
 
         lock_dir = self._writable_dir(self.base / "locks")
         path = lock_dir / (name.replace("/", "--") + ".lock")
         try:
-            with filelock.FileLock(str(path), timeout=self.lock_timeout):
+            with exclusive(str(path), self.lock_timeout):
                 yield
-        except filelock.Timeout as e:
+        except LockTimeout as e:
             raise CacheError(
                 f"waited {self.lock_timeout:.0f}s for the lock {str(path)!r}",
                 fix=fixes.say("another safehub process holds it (a very large download?); "

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import enum
 
+from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
+from safehub.errors import IntegrityError
 
-__all__ = ["Difference", "Reason", "TreeCheck"]
+__all__ = ["Difference", "Reason", "TreeCheck", "refuse"]
+
+_ALTERED = fixes.noted(fixes.call("force_reload", "True"), "the archive was altered in transit or "
+                       "by a mirror; nothing ran. Retry with ", "; if it persists, do not load it")
 
 
 class Reason(str, enum.Enum):
@@ -103,3 +108,9 @@ class TreeCheck(Frozen):
         if len(self.differences) > limit:
             lines.append(f"  ... and {len(self.differences) - limit} more")
         return lines
+
+
+def refuse(message: str) -> IntegrityError:
+    """An archive that is not the commit's tree (exactly or as git archives it): refused,
+    with the one fix."""
+    return IntegrityError(message, fix=_ALTERED)
