@@ -375,11 +375,11 @@ def test_any_lockfile_document_is_read_or_refused_with_a_pin_error() -> None:
     valid = st.builds(lambda ref, repo: {**base, "spec": f"a/b:{ref}", "ref": ref, "repo": repo},
                       st.sampled_from(["v1", "v2", "main"]), st.sampled_from(["", "A/b"]))
     document = st.fixed_dictionaries({
-        "version": st.one_of(st.just(1), values),
-        "repo": st.lists(st.one_of(mutated, valid), max_size=3)})
+        "version": st.one_of(st.just(1), st.just(1), values),  # mostly the right version
+        "repo": st.lists(st.one_of(mutated, valid, valid), max_size=3)})
     accepted = []
 
-    @settings(max_examples=400, deadline=None)
+    @settings(max_examples=400, deadline=None, derandomize=True, database=None)
     @given(document)
     def check(raw: dict[str, object]) -> None:
         if sys.version_info >= (3, 11):
@@ -396,8 +396,8 @@ def test_any_lockfile_document_is_read_or_refused_with_a_pin_error() -> None:
         again = parse(tomllib.loads(text), Path("x.lock"))
         assert again == sorted(entries, key=lambda e: e.spec)
 
-    check()
-    assert sum(1 for e in accepted if e) > 5  # not vacuous
+    check()  # the same examples every run: whether it is vacuous cannot change by chance
+    assert sum(1 for e in accepted if e) > 5, len(accepted)  # not vacuous
 
 
 @pytest.mark.parametrize("text", ["", "version = 1\n"])
