@@ -65,7 +65,7 @@ def test_random_api_answers_end_in_a_safehub_error(
                          "http://x"])), max_size=2)
     endpoints = st.sampled_from(["/git/ref/tags/v1.0", "/git/commits/", "/zipball/"])
 
-    @settings(max_examples=60, deadline=None,
+    @settings(max_examples=60, deadline=None, derandomize=True,
               suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
     @given(endpoints, st.sampled_from([200, 301, 302, 400, 403, 404, 422, 500]), json_values,
            headers)
