@@ -13,7 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["atomic_write", "read_json", "rmtree", "within", "within_any", "write_json"]
+__all__ = ["atomic_write", "read_json", "rmtree", "those_within", "within", "within_any",
+           "write_json"]
 
 
 def within(path: str, folder: str) -> bool:
@@ -38,8 +39,17 @@ def within_any(path: str, folders: Iterable[str]) -> bool:
     >>> within_any("/tmp/x", ["/data", "/tmp"]), within_any("/tmpx", ["/tmp"])
     (True, False)
     """
+    return bool(those_within([path], folders))
+
+
+def those_within(paths: Iterable[str], folders: Iterable[str]) -> list[str]:
+    """The ``paths`` that are :func:`within_any` of ``folders`` (one C-level test a path).
+
+    >>> those_within(["/data/a", "/data2", "/tmp"], ["/data", "/tmp/"])
+    ['/data/a', '/tmp']
+    """
     roots = tuple(f if f.endswith(os.sep) else f + os.sep for f in folders)
-    return (path + os.sep).startswith(roots)  # within(), for all of them in one test
+    return [p for p in paths if (p + os.sep).startswith(roots)]  # within(), for each folder
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:

@@ -23,7 +23,7 @@ import sys
 import threading
 import types
 
-from safehub._internal.fsutil import within, within_any
+from safehub._internal.fsutil import those_within, within
 from safehub.store.bytecode import BytecodeStore, key
 
 __all__ = ["StoredLoader", "serve", "stored_spec"]
@@ -42,8 +42,8 @@ def serve(folders: tuple[str, ...], store: BytecodeStore) -> None:
         if _path_hook not in sys.path_hooks:
             sys.path_hooks.insert(0, _path_hook)
     if new:  # a finder the usual hooks made for a folder of the tree before: made again
-        for entry in [p for p in sys.path_importer_cache
-                      if isinstance(p, str) and within_any(p, new)]:
+        for entry in those_within([p for p in sys.path_importer_cache if isinstance(p, str)],
+                                  new):
             sys.path_importer_cache.pop(entry, None)
 
 
