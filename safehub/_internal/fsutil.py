@@ -39,7 +39,7 @@ def within_any(path: str, folders: Iterable[str]) -> bool:
     >>> within_any("/tmp/x", ["/data", "/tmp"]), within_any("/tmpx", ["/tmp"])
     (True, False)
     """
-    return bool(those_within([path], folders))
+    return (path + os.sep).startswith(_roots(folders))  # within(), for each folder
 
 
 def those_within(paths: Iterable[str], folders: Iterable[str]) -> list[str]:
@@ -48,8 +48,14 @@ def those_within(paths: Iterable[str], folders: Iterable[str]) -> list[str]:
     >>> those_within(["/data/a", "/data2", "/tmp"], ["/data", "/tmp/"])
     ['/data/a', '/tmp']
     """
-    roots = tuple(f if f.endswith(os.sep) else f + os.sep for f in folders)
+    roots = _roots(folders)
     return [p for p in paths if (p + os.sep).startswith(roots)]  # within(), for each folder
+
+
+def _roots(folders: Iterable[str]) -> tuple[str, ...]:
+    """Each folder ending in one separator: a path is within one where ``path + sep``
+    starts with it (``within``'s whole-component rule)."""
+    return tuple(f if f.endswith(os.sep) else f + os.sep for f in folders)
 
 
 def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = True) -> None:

@@ -125,6 +125,8 @@ class _Finder(importlib.abc.MetaPathFinder):
     def find_spec(self, fullname: str, path: Sequence[str] | None,
                   target: types.ModuleType | None = None
                   ) -> importlib.machinery.ModuleSpec | None:
+        if not fullname.startswith("huggingface_hub."):  # asked of every import: say no fast
+            return None
         name = next((n for n, m in HELD.items() if m == fullname), None)
         if name is None:
             return None
