@@ -6,6 +6,7 @@ same lock. Holders signal through pipes and events, never sleeps."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,7 +46,11 @@ def test_a_lock_another_process_holds_is_refused_after_the_timeout_then_taken(
     with pytest.raises(CacheError, match=r"waited 0s for the lock .*acme--models\.lock") as err, \
             Cache(root, lock_timeout=0).lock("acme--models"):
         pass
-    assert "delete the lock file" in str(err.value.hint)
+    hint = str(err.value.hint)
+    assert "wait for it to end" in hint and f"lsof {root / 'v1/locks/acme--models.lock'}" in hint
+    lsof = subprocess.run(["lsof", str(root / "v1/locks/acme--models.lock")],
+                          capture_output=True, text=True) if shutil.which("lsof") else None
+    assert lsof is None or str(holder.pid) in lsof.stdout  # the fix names the holder
     holder.communicate("")  # released as the holder ends
     assert holder.returncode == 0
     with Cache(root, lock_timeout=0).lock("acme--models"):

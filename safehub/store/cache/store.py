@@ -128,8 +128,10 @@ class Cache:
         except LockTimeout as e:
             raise CacheError(
                 f"waited {self.lock_timeout:.0f}s for the lock {str(path)!r}",
-                fix=fixes.say("another safehub process holds it (a very large download?); "
-                              "if none is running, delete the lock file"),
+                fix=fixes.say(f"another safehub process holds it (a very large download?): "
+                              f"wait for it to end, or end it (`lsof {shlex.quote(str(path))}` "
+                              "names it); only a running process holds a lock, so deleting "
+                              "the file frees nothing"),
             ) from e
 
     def _relocate_or_share(self) -> fixes.Fix:
