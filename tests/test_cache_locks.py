@@ -110,3 +110,22 @@ def test_without_flock_the_filelock_package_holds_the_same_lock(
     with Cache(root, lock_timeout=0).lock("b" * 40):
         pass
     assert [Path(p).name for p in made] == [f"{'b' * 40}.lock"] * 2
+
+
+def test_a_link_planted_where_the_lock_goes_is_refused_and_its_target_untouched(
+        tmp_path: Path) -> None:
+    """A lock is taken on the plain file safehub makes, never through a link (which
+    would create or lock a file elsewhere); the fix works."""
+    root = tmp_path / "cache"
+    with Cache(root, lock_timeout=0).lock("first"):  # the locks folder exists
+        pass
+    target, lock = tmp_path / "elsewhere", root / "v1/locks/acme--models.lock"
+    lock.symlink_to(target)
+    with pytest.raises(CacheError, match="cannot take the lock") as err, \
+            Cache(root, lock_timeout=0).lock("acme--models"):
+        pass
+    assert not target.exists()
+    assert f"remove {lock}" in str(err.value.hint)
+    lock.unlink()  # the fix
+    with Cache(root, lock_timeout=0).lock("acme--models"):
+        assert lock.is_file() and not lock.is_symlink()

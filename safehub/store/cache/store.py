@@ -122,9 +122,15 @@ class Cache:
 
         lock_dir = self._writable_dir(self.base / "locks")
         path = lock_dir / (name.replace("/", "--") + ".lock")
-        try:
-            with exclusive(str(path), self.lock_timeout):
-                yield
+        held = contextlib.ExitStack()
+        try:  # taking it: an error here is the lock's, not the block's
+            held.enter_context(exclusive(str(path), self.lock_timeout))
+        except OSError as e:  # not a file we may lock: a link or a folder in its place
+            raise CacheError(
+                f"cannot take the lock {str(path)!r} ({e.strerror or e})",
+                fix=fixes.say(f"remove {shlex.quote(str(path))} (a lock file is a plain file "
+                              "safehub makes; nothing else belongs there)"),
+            ) from e
         except LockTimeout as e:
             raise CacheError(
                 f"waited {self.lock_timeout:.0f}s for the lock {str(path)!r}",
@@ -133,6 +139,8 @@ class Cache:
                               "names it); only a running process holds a lock, so deleting "
                               "the file frees nothing"),
             ) from e
+        with held:
+            yield
 
     def _relocate_or_share(self) -> fixes.Fix:
         return fixes.either(fixes.say(self.relocate), fixes.say(
