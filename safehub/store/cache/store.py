@@ -125,20 +125,8 @@ class Cache:
         held = contextlib.ExitStack()
         try:  # taking it: an error here is the lock's, not the block's
             held.enter_context(exclusive(str(path), self.lock_timeout))
-        except OSError as e:  # not a file we may lock: a link or a folder in its place
-            raise CacheError(
-                f"cannot take the lock {str(path)!r} ({e.strerror or e})",
-                fix=fixes.say(f"remove {shlex.quote(str(path))} (a lock file is a plain file "
-                              "safehub makes; nothing else belongs there)"),
-            ) from e
-        except LockTimeout as e:
-            raise CacheError(
-                f"waited {self.lock_timeout:.0f}s for the lock {str(path)!r}",
-                fix=fixes.say(f"another safehub process holds it (a very large download?): "
-                              f"wait for it to end, or end it (`lsof {shlex.quote(str(path))}` "
-                              "names it); only a running process holds a lock, so deleting "
-                              "the file frees nothing"),
-            ) from e
+        except (OSError, LockTimeout) as e:
+            raise _not_locked(path, self.lock_timeout, e) from e
         with held:
             yield
 
@@ -372,3 +360,19 @@ def _refuse_orphan(root: Path, kept_by: str) -> None:
                     f"unset {kept_by} (then the user cache dir is used); the demo's stop "
                     "message names every variable to unset" if kept_by == "SAFEHUB_CACHE_DIR"
                     else f"remove the cache_dir the demo's folder names ({kept_by})"))
+
+
+def _not_locked(path: Path, timeout: float, error: Exception) -> CacheError:
+    """Why the lock file ``path`` was not taken: another process held it for ``timeout``
+    seconds, or it is not a file that may be locked (a link or a folder in its place)."""
+    quoted = shlex.quote(str(path))
+    if isinstance(error, OSError):
+        return CacheError(
+            f"cannot take the lock {str(path)!r} ({error.strerror or error})",
+            fix=fixes.say(f"remove {quoted} (a lock file is a plain file safehub makes; "
+                          "nothing else belongs there)"))
+    return CacheError(
+        f"waited {timeout:.0f}s for the lock {str(path)!r}",
+        fix=fixes.say(f"another safehub process holds it (a very large download?): wait for "
+                      f"it to end, or end it (`lsof {quoted}` names it); only a running "
+                      "process holds a lock, so deleting the file frees nothing"))
