@@ -164,6 +164,29 @@ def test_a_deadline_wakes_a_read_blocked_on_its_socket() -> None:
     assert honest.ok() and not honest.end()
 
 
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork here")
+def test_a_forked_child_never_shuts_the_parents_sockets_down() -> None:
+    """A child forked while a request runs drops the parent's deadlines: its copies of
+    the parent's sockets are closed, so none is shut down in the child when that
+    deadline passes (a shutdown acts on the socket the parent keeps, in its pool)."""
+    from safehub.sources import deadline
+
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        running = deadline.Deadline(600)
+        deadline.watch(ours)
+        pid = os.fork()
+        if pid == 0:  # the child: report, then leave at once (no pytest teardown)
+            kept = deadline._WATCHDOG._heap or running._descriptors
+            os._exit(1 if kept or not running._ended else 0)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        assert running._descriptors and not running._ended  # the parent's is untouched
+        assert not running.end()
+        theirs.sendall(b"x")
+        assert ours.recv(1) == b"x"  # still open, never shut down
+
+
 def test_ref_listing_is_bounded(hub_repo: HubRepo, make_hub_repo,  # type: ignore[no-untyped-def]
                                 server: GitHubStandIn) -> None:
     fork = make_hub_repo("mallory", "models", fork_of=hub_repo, tag=None)

@@ -148,10 +148,19 @@ class _Watchdog:
                 self._wake.wait(heap[0].at - now)
 
     def forked(self) -> None:
-        """In a child process: no watchdog runs there (the next request starts one)."""
+        """In a child process: no watchdog runs there (the next request starts one), and
+        the parent's deadlines are not the child's: their copies of the parent's sockets
+        are closed, never shut down (a shutdown acts on the socket the parent still uses,
+        a connection kept in its pool)."""
         self.lock = threading.Lock()
         self._wake = threading.Condition(self.lock)
         self._running = False
+        for deadline in self._heap:
+            deadline._ended = True
+            descriptors, deadline._descriptors = deadline._descriptors, []
+            for fd in descriptors:
+                os.close(fd)
+        self._heap = []
 
 
 _LOCAL = threading.local()
