@@ -13,7 +13,6 @@ prefetch, so a rename, a default branch or a denial gets the same verdict everyw
 
 from __future__ import annotations
 
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol
 
@@ -106,9 +105,9 @@ class Admission:
         if missing is not None and locked is None:
             from safehub.store.lockfile import spec_key
 
-            where = shlex.quote(str(self.lockfiles.lockfile_path))  # the file named, wherever from
+            where = fixes.quote(str(self.lockfiles.lockfile_path))  # the file named, wherever from
             raise PinError(missing.message, fix=fixes.either(
-                fixes.run(f"safehub lock {shlex.quote(spec_key(spec))} --lockfile {where}"),
+                fixes.run(f"safehub lock {fixes.quote(spec_key(spec))} --lockfile {where}"),
                 fixes.say("fix SAFEHUB_LOCKFILE or the policy's lockfile"))) from None
         if resolution == "online":
             resolved = self.resolver.online(spec)

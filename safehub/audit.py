@@ -23,7 +23,6 @@ interleave.
 from __future__ import annotations
 
 import functools
-import getpass
 import json
 import os
 import socket
@@ -43,10 +42,18 @@ __all__ = ["AuditLog"]
 
 @functools.lru_cache(maxsize=1)
 def _who() -> tuple[str, str]:
+    """The account the process runs as (its effective uid's name: no variable of the
+    environment can change it; the uid where the system names none) and the host."""
     try:
-        user = getpass.getuser()
-    except Exception:
-        user = str(os.getuid()) if hasattr(os, "getuid") else "?"
+        import pwd
+    except ImportError:  # no pwd (Windows): the login name
+        import getpass
+
+        return getpass.getuser(), socket.gethostname()
+    try:
+        user = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:  # a uid with no name (a container's)
+        user = str(os.geteuid())
     return user, socket.gethostname()
 
 

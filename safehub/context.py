@@ -57,7 +57,8 @@ class Context:
         self.settings = base.with_overrides(self.policy, **overrides) if overrides else base
         s = self.settings
         say_ignored(s.ignored)
-        confined = _confined()
+        self.confined = confined = _confined()
+        """The ruleset of ``safehub run --confine`` this process runs under, or None."""
         self.cache = Cache(s.cache_dir, lock_timeout=s.limits.lock_timeout,
                            relocate=s.how_to_set("cache_dir", _RELOCATE),
                            frozen=confined is not None and bool(confined.refuses(

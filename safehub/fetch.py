@@ -9,7 +9,6 @@ downloads), verifies in a staging folder, and installs with one atomic rename.
 from __future__ import annotations
 
 import os
-import shlex
 import sys
 import tempfile
 from collections.abc import Callable
@@ -87,12 +86,12 @@ class TreeFetcher:
             raise CacheError(
                 f"{spec} ({resolved.commit[:12]}) is not in the cache, which is read-only "
                 "inside `safehub run --confine`",
-                fix=fixes.run(f"safehub prefetch {shlex.quote(spec)}", "before the job"))
+                fix=fixes.run(f"safehub prefetch {fixes.quote(spec)}", "before the job"))
         broker.ask({"op": "prefetch", "spec": spec, "commit": resolved.commit})
         hit = self.cache_hit(resolved, locked, checked_on_open=checked_on_open)
         if hit is None:
             raise CacheError(f"safehub run fetched {spec} for the job, yet the cache does "
-                             "not hold it", fix=fixes.run(f"safehub prefetch {shlex.quote(spec)}"))
+                             "not hold it", fix=fixes.run(f"safehub prefetch {fixes.quote(spec)}"))
         return hit
 
     def _remember(self, tree: CachedTree) -> CachedTree:

@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from safehub.admission import Admitted, Resolution
     from safehub.context import Context
     from safehub.policy import Decision
+    from safehub.run.weights import WeightsGuard
     from safehub.store.cache import CachedTree
 
 __all__ = ["Passed", "Plan", "Trusted", "admit", "drop_in", "fetch_tree", "prepare", "run",
@@ -298,22 +299,29 @@ def run(ctx: Context, prepared: Prepared, seen: Audited, code: Callable[[Path], 
         nested: bool = False) -> Any:
     """Step 9: the repo's code under the weights guard, the runtime guard and nested-load
     routing; the guard's report is noted for the audit line."""
-    weights = guards.weights_guard(
-        prepared.spec, prepared.decision, prepared.lock.entry if prepared.lock else None,
-        data_dir=ctx.settings.data_dir, transport=ctx.weights_transport,
-        locked=ctx.locked_mode(), entrypoint=seen.outcome.entrypoint,
-        bound=_bound_weights(ctx, prepared))
-    refused: list[SafehubError] = []
-    handlers = {**_final(weights.handlers(), refused, (IntegrityError, PinError)),
-                **_final(hfroute.handlers(weights), refused, (IntegrityError,)),
-                **{name: _nested(ctx, name) for name in ("load", "list", "help")}}
     guard = guards.runtime_guard(  # the repo that runs: the new name after a rename
         prepared.resolved.location, prepared.decision, prepared.tree,
         mode=ctx.settings.runtime,
         own=lambda: guards.own_work(ctx.settings, prepared.decision, ctx.audit.path),
-        noticed=ctx.settings.data_dir)
-    weights.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
-    weights.blobs = ctx.snapshot_weights(prepared.lock.entry if prepared.lock else None)
+        noticed=ctx.settings.data_dir, confined=ctx.confined)
+    entry = prepared.lock.entry if prepared.lock else None
+    locked, entrypoint = ctx.locked_mode(), seen.outcome.entrypoint
+    bound = _bound_weights(ctx, prepared)
+
+    def weights_guard() -> WeightsGuard:  # at the repo's first request for a file
+        held = guards.weights_guard(prepared.spec, prepared.decision, entry,
+                                    data_dir=ctx.settings.data_dir,
+                                    transport=ctx.weights_transport, locked=locked,
+                                    entrypoint=entrypoint, bound=bound)
+        held.fetched = guard.report.add_fetched  # weights safehub fetches for the repo
+        held.blobs = ctx.snapshot_weights(entry)
+        return held
+
+    weights = guards.Weights(weights_guard)
+    refused: list[SafehubError] = []
+    handlers = {**_final(weights.handlers(), refused, (IntegrityError, PinError)),
+                **_final(hfroute.handlers(weights.guard), refused, (IntegrityError,)),
+                **{name: _nested(ctx, name) for name in torchhub.NESTED}}
     # The repo's code may call torch.hub after its load returns (model.forward, its
     # threads): those calls keep this load's routing.
     real = str(guard.tree)  # the tree's real path, as the guard holds it

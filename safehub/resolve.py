@@ -25,7 +25,6 @@ annotated tag 3, a branch 3, no ref 3 (repo, ``git/ref``, ``git/commits``), a fu
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -214,7 +213,7 @@ class Resolver:
                 f"{spec} is locked to commit {locked.entry.commit}, but {resolved.ref} now names "
                 f"{resolved.commit}: the ref moved. Nothing new was run",
                 fix=fixes.either(
-                    fixes.run(f"safehub lock --upgrade {shlex.quote(spec_key(spec))}",
+                    fixes.run(f"safehub lock --upgrade {fixes.quote(spec_key(spec))}",
                               "if the move is expected (review it first)"),
                     fixes.say("load without force_reload to keep the locked commit")))
         return resolved

@@ -14,7 +14,6 @@ how to consent.
 
 from __future__ import annotations
 
-import shlex
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
@@ -237,7 +236,7 @@ class Trust:
 
         user_policy = user_file()
         return fixes.either(
-            fixes.run("safehub trust " + shlex.quote(
+            fixes.run("safehub trust " + fixes.quote(
                 f"{subject.repo}:{subject.ref if as_asked and subject.ref else subject.commit}"),
                       "once, to trust this exact content (runs nothing)"),
             *(() if nested else (fixes.call("trust_repo", "True", "load"),)),

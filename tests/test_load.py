@@ -768,6 +768,30 @@ def test_a_local_load_is_audited(tmp_path: Path, isolated: Path) -> None:
     assert line["source"] == "local" and str(folder.resolve()) in json.dumps(line)
 
 
+def test_the_audit_user_is_the_processs_account_not_a_variable(
+        tmp_path: Path, isolated: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """USER and LOGNAME are the caller's to set: the audit line names the account of the
+    process's effective uid (the uid where the system names none)."""
+    import json
+    import pwd
+
+    from safehub import audit
+
+    monkeypatch.setenv("USER", "someone-else")
+    monkeypatch.setenv("LOGNAME", "someone-else")
+    audit._who.cache_clear()
+    try:
+        safehub.load(str(_local(tmp_path)), "tiny", source="local")
+    finally:
+        audit._who.cache_clear()
+    line = json.loads(next(isolated.rglob("audit.jsonl")).read_text().splitlines()[-1])
+    try:
+        expected = pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        expected = str(os.geteuid())
+    assert line["user"] == expected != "someone-else"
+
+
 def test_a_repo_may_load_its_own_verified_folder_locally(
     make_hub_repo: object, isolated: Path, canary: Path
 ) -> None:

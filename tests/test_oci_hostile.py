@@ -161,6 +161,46 @@ def test_a_wrong_media_type_even_under_the_pinned_digest(evil: Evil, monkeypatch
     assert "not a safehub snapshot" in e.message and "media type" in e.message
 
 
+def _repinned_config(evil: Evil, config: bytes) -> None:
+    """The snapshot again with ``config`` as its config blob, its manifest pinned by the
+    lockfile (as an edited lockfile or a foreign pusher would leave it)."""
+    doc = json.loads(evil.blobs[evil.manifest])
+    doc["config"].update(digest=sha256(config), size=len(config))
+    manifest = json.dumps(doc).encode()
+    evil.blobs[sha256(config)] = config
+    lock = Lockfile.load(Path.cwd() / "safehub.lock")
+    from safehub._internal.frozen import replace
+
+    lock.put(replace(lock.entries[SPEC], oci=sha256(manifest)))
+    lock.save()
+    evil.answers["/manifests/"] = Reply(200, manifest)
+
+
+def test_the_lockfiles_own_config_is_known_by_its_digest_in_the_pinned_manifest(
+        evil: Evil) -> None:
+    """The config prefetch pushes is the lockfile entry's, in one byte form: the pinned
+    manifest names its digest, so it is not fetched; a config in another form that says
+    the same loads (read and compared), one that says another commit is refused."""
+    evil.server.clear_log()
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    asked = [r.path for r in evil.server.requests_log if r.path.startswith("/v2/evil/")]
+    assert any(evil.archive in p for p in asked) and not any(evil.config in p for p in asked)
+
+    safehub.Hub().cache.remove(evil.commit)
+    spaced = json.dumps(json.loads(evil.blobs[evil.config]), indent=1).encode()
+    _repinned_config(evil, spaced)
+    evil.server.clear_log()
+    assert safehub.Hub().prepare(SPEC, trust_repo=True, verbose=False)
+    assert any(sha256(spaced) in r.path for r in evil.server.requests_log)
+
+    safehub.Hub().cache.remove(evil.commit)
+    other = json.loads(evil.blobs[evil.config])
+    other["commit"] = "0" * 40
+    _repinned_config(evil, json.dumps(other).encode())
+    e = refused(evil, IntegrityError)
+    assert "is for commit" in e.message and "the lockfile entry says" in e.message
+
+
 def test_a_manifest_over_its_cap_is_refused_before_it_is_read(evil: Evil) -> None:
     sent = [0]
 

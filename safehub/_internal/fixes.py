@@ -44,8 +44,8 @@ from safehub._internal.frozen import Frozen, fields, replace
 
 __all__ = ["SURFACES", "AddLines", "AllOf", "AnyOf", "Call", "CommandLine", "Fix", "Noted",
            "RemoveRule", "Run", "Say", "SetKeys", "add", "both", "call", "change",
-           "clear_cache", "either", "from_json", "noted", "remove", "render", "reworded", "run",
-           "say", "to_json"]
+           "clear_cache", "either", "from_json", "noted", "quote", "remove", "render", "reworded",
+           "run", "say", "to_json"]
 
 #: Where a fix is shown: a Python caller, the command line, torch.hub's routed calls, JSON.
 SURFACES = ("api", "cli", "torchhub", "json")
@@ -139,6 +139,14 @@ _FLAGS = {"trust_repo": "--trust", "force_reload": "--force-reload"}
 
 def run(command: str, where: str = "") -> Run:
     return Run(command, where)
+
+
+def quote(word: object) -> str:
+    """``word`` as one word of a fix's shell command (``shlex.quote``; imported when a fix
+    is written, not with every module that can write one)."""
+    import shlex
+
+    return shlex.quote(str(word))
 
 
 def add(path: object, lines: Sequence[str]) -> AddLines:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import shutil
 from typing import Any
 
@@ -94,6 +93,8 @@ def shell_program(command: str) -> str | None:
     """The program a shell command runs, if it is one simple command; else None."""
     if _special(command):
         return None
+    import shlex
+
     try:
         words = shlex.split(command)
     except ValueError:
@@ -105,6 +106,8 @@ def shell_program(command: str) -> str | None:
 
 def command_line(words: list[str]) -> str:
     """``words`` as one line, quoted, cut at 240 characters."""
+    import shlex
+
     line = " ".join(shlex.quote(w) for w in words)
     return line if len(line) <= _MAX_TEXT else line[:_MAX_TEXT - 3] + "..."
 

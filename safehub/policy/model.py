@@ -17,7 +17,6 @@ requirements, never take one away.
 from __future__ import annotations
 
 import json
-import shlex
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -246,7 +245,7 @@ class Policy(Frozen):
             if not locked and not (ref is not None and is_full_sha(ref)):
                 pinned = spec.key if ref is None else f"{spec.key}:{ref}"
                 return fixes.both(fixes.add(path, lines),
-                                  fixes.run(f"safehub lock {shlex.quote(pinned)}"))
+                                  fixes.run(f"safehub lock {fixes.quote(pinned)}"))
         return fixes.add(path, lines)
 
     def names(self, key: str) -> bool:
@@ -307,7 +306,7 @@ def _requirements(allows: Sequence[Rule], spec: RepoSpec, ref: str | None,
             pinned = spec.key if ref is None else f"{spec.key}:{ref}"
             found.append((
                 rule, f"{rule.where} requires a pinned commit: a 40-hex sha, or the spec locked in "
-                "the lockfile", fixes.run(f"safehub lock {shlex.quote(pinned)}")))
+                "the lockfile", fixes.run(f"safehub lock {fixes.quote(pinned)}")))
         if t.signature != "none":
             signer_sets.append(SignerSet(
                 rule.label, tuple(Signer(**s.set_values()) for s in t.signers),

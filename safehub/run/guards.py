@@ -7,22 +7,24 @@ import os
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from safehub._internal.urls import hosts_of_urls
+from safehub.run import runtime, torchhub
 from safehub.run.runtime import OwnWork, RuntimeGuard, RuntimeRules
-from safehub.run.weights import WeightsGuard
 from safehub.store.records import ConsentStore, WeightPins
 
 if TYPE_CHECKING:
     from safehub.config import Settings
     from safehub.policy import Decision
+    from safehub.run.confine.ruleset import Ruleset
+    from safehub.run.weights import WeightsGuard
     from safehub.sources.transport import Transport
     from safehub.spec import RepoSpec
     from safehub.store.cache import CachedTree
     from safehub.store.lockfile import LockEntry
 
-__all__ = ["once", "own_work", "runtime_guard", "weights_guard"]
+__all__ = ["Weights", "once", "own_work", "runtime_guard", "weights_guard"]
 
 
 def _user_policy() -> Path:
@@ -33,10 +35,12 @@ def _user_policy() -> Path:
 
 def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
                   mode: str, own: OwnWork | Callable[[], OwnWork] | None = None,
-                  noticed: Path | None = None) -> RuntimeGuard:
+                  noticed: Path | None = None, confined: Ruleset | None = None
+                  ) -> RuntimeGuard:
     """The runtime guard for one load: the policy's runtime keys, merged; ``own``: what
     safehub's own work may do while it pauses the guard (:func:`own_work`); ``noticed``:
-    the user data dir where a notice said once per user is recorded (:func:`once`)."""
+    the user data dir where a notice said once per user is recorded (:func:`once`);
+    ``confined``: the ruleset of ``safehub run --confine`` the process runs under."""
     reqs = decision.requirements
     user_policy = str(_user_policy())
     network, programs, writes = reqs.runtime.merged(mode)
@@ -51,7 +55,8 @@ def runtime_guard(spec: RepoSpec, decision: Decision, tree: CachedTree, *,
         repo_key=spec.key)
     return RuntimeGuard(rules, repo=spec.repo, tree=tree.path, verified_ns=tree.verified_ns,
                         tree_ident=tree.ident, own=own,
-                        first_time=once(noticed) if noticed is not None else None)
+                        first_time=once(noticed) if noticed is not None else None,
+                        confined=confined)
 
 
 def once(data_dir: Path) -> Callable[[str], bool]:
@@ -120,6 +125,33 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
                    (os.path.realpath(settings.data_dir / ConsentStore.FOLDER),))
 
 
+class Weights:
+    """The weights guard of one load, made when the repo's code first asks for a file:
+    most loads fetch none through torch.hub or the Hub, and never import the guard's
+    module (:mod:`safehub.run.weights`, with its checks of every weights format)."""
+
+    def __init__(self, make: Callable[[], WeightsGuard]) -> None:
+        self._make = make
+        self._guard: WeightsGuard | None = None
+
+    def guard(self) -> WeightsGuard:
+        """The guard, made at the first call (safehub's own work, not the repo's)."""
+        if self._guard is None:
+            with runtime.own_work():  # safehub's import (its files read), not the repo's
+                self._guard = self._make()
+        return self._guard
+
+    def handlers(self) -> dict[str, Callable[..., Any]]:
+        """The functions that stand in for torch.hub's (:data:`torchhub.WEIGHTS`)."""
+        def held(name: str) -> Callable[..., Any]:
+            def call(*args: Any, **kwargs: Any) -> Any:
+                return getattr(self.guard(), name)(*args, **kwargs)
+
+            return call
+
+        return {name: held(name) for name in torchhub.WEIGHTS}
+
+
 def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
                   data_dir: Path, transport: Callable[[], Transport], locked: str = "",
                   entrypoint: str | None = None,
@@ -128,6 +160,8 @@ def weights_guard(spec: RepoSpec, decision: Decision, lock: LockEntry | None, *,
     pins; ``transport`` makes the transport of its downloads (called on the first one);
     ``locked``: where locked mode was switched on ("": off); ``bound``: the weights the
     consent this load runs on binds."""
+    from safehub.run.weights import WeightsGuard
+
     reqs = decision.requirements
     pins = lock.weights if lock is not None else ()
     return WeightsGuard(

@@ -39,10 +39,11 @@ def route() -> None:
         sys.meta_path.insert(0, _Finder())  # imported again is routed again
 
 
-def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
+def handlers(guard: Callable[[], WeightsGuard]) -> dict[str, Callable[..., Any]]:
     """The load's stand-ins for the held functions (routing put in place): each hands its
-    call to :class:`safehub.run.hfhub.HubFiles` for ``guard``, imported at the first call
-    (a load whose code downloads nothing from the Hub imports none of it)."""
+    call to :class:`safehub.run.hfhub.HubFiles` for the load's weights guard (``guard()``
+    makes it at the first call), imported at the first call (a load whose code downloads
+    nothing from the Hub imports none of it)."""
     route()
 
     def held(name: str) -> Callable[..., Any]:
@@ -51,7 +52,7 @@ def handlers(guard: WeightsGuard) -> dict[str, Callable[..., Any]]:
 
             with own_work():  # safehub's import (its files read, compiled), not the repo's
                 from safehub.run.hfhub import HubFiles
-            return getattr(HubFiles(guard), name)(*args, **kwargs)
+            return getattr(HubFiles(guard()), name)(*args, **kwargs)
 
         return call
 

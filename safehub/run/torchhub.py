@@ -40,7 +40,9 @@ from safehub._internal import fixes
 from safehub.errors import HubconfError, NoHubconfError, SafehubError
 
 __all__ = [
+    "NESTED",
     "ROUTED",
+    "WEIGHTS",
     "call_entrypoint",
     "described",
     "docstring",
@@ -54,7 +56,11 @@ __all__ = [
     "uninstall",
 ]
 
-ROUTED = ("load", "list", "help", "download_url_to_file", "load_state_dict_from_url")
+NESTED = ("load", "list", "help")
+"""torch.hub's functions a repo's code calls to load another repo (a nested load)."""
+WEIGHTS = ("download_url_to_file", "load_state_dict_from_url")
+"""torch.hub's functions a repo's code calls to fetch a file (the weights guard holds them)."""
+ROUTED = (*NESTED, *WEIGHTS)
 _IMPORT = "_import_module"  # torch.hub's import of a hubconf.py by its location
 _THEIRS = "_safehub_torch_code"  # torch's code of a routed function, kept on the function
 _LOCK = threading.RLock()

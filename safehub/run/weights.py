@@ -265,11 +265,7 @@ class WeightsGuard(Mutable):
             _say_pinned(self, url, digest)
 
     # -- while hubconf runs: torch.hub's two download functions are routed here ------------
-
-    def handlers(self) -> dict[str, Callable[..., Any]]:
-        """The functions that stand in for torch.hub's while this guard holds."""
-        return {"download_url_to_file": self.download_url_to_file,
-                "load_state_dict_from_url": self.load_state_dict_from_url}
+    # (by name: safehub.run.torchhub.WEIGHTS, through safehub.run.guards.Weights)
 
     def _hop(self, url: str) -> None:
         """Every redirect hop is held to the patterns, as the first URL is."""

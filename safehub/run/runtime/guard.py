@@ -37,6 +37,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from safehub._internal import fixes
 from safehub._internal.fsutil import within, within_any
@@ -45,13 +46,15 @@ from safehub._internal.torchdir import torch_hub_path
 from safehub._internal.warn import warn
 from safehub.errors import RuntimeGuardError
 from safehub.run import hygiene
-from safehub.run.confine.ruleset import current as confine_ruleset
 from safehub.run.hygiene import leftovers, shadowing
 from safehub.run.runtime import _hook
 from safehub.run.runtime._events import Action
 from safehub.run.runtime.report import RuntimeReport
 from safehub.run.runtime.rules import OwnWork, RuntimeRules, toml_list
 from safehub.store.cache import warm
+
+if TYPE_CHECKING:
+    from safehub.run.confine.ruleset import Ruleset
 
 __all__ = ["OwnWork", "RuntimeGuard", "RuntimeReport"]
 
@@ -142,14 +145,17 @@ class RuntimeGuard:
     ``tree`` (the repo's verified folder), torch's hub dir, the temp dir, ``os.devnull``
     and ``write_roots`` are always writable; ``rules.writes`` adds more. ``own``: what
     safehub's own work during the load may touch (a callable: worked out when first
-    needed, as most loads make none); None: nothing beyond the rules.
+    needed, as most loads make none); None: nothing beyond the rules. ``confined``: the
+    ruleset of ``safehub run --confine`` the process runs under (the context reads it), for
+    the report's record of what the kernel refuses.
     """
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), verified_ns: int | None = None,
                  tree_ident: tuple[int, int] | None = None,
                  own: OwnWork | Callable[[], OwnWork] | None = None,
-                 first_time: Callable[[str], bool] | None = None) -> None:
+                 first_time: Callable[[str], bool] | None = None,
+                 confined: Ruleset | None = None) -> None:
         self.rules = rules
         self._first_time = first_time  # a notice is new for the user: said (guards.once)
         self.repo = repo
@@ -172,7 +178,7 @@ class RuntimeGuard:
         self._lock = threading.Lock()
         self._addresses = _AddressBook(rules.named_hosts())
         self._own_addresses: _AddressBook | None = None
-        self._confined = confine_ruleset()  # safehub run --confine: the kernel's rules
+        self._confined = confined  # safehub run --confine: the kernel's rules
         self._watch = tuple({str(tree).rstrip(os.sep) + os.sep, str(self.tree) + os.sep})
 
     # -- the guarded block ---------------------------------------------------------------

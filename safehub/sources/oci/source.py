@@ -27,8 +27,10 @@ from safehub.sources.oci.artifact import (
     Descriptor,
     Snapshot,
     SnapshotConfig,
+    canonical,
     parse_config,
     parse_manifest,
+    sha256,
 )
 from safehub.sources.transport import Progress
 from safehub.spec import RepoSpec
@@ -204,7 +206,10 @@ class OciSource:
     def _from(self, place: Place, pin: Pin, out: BinaryIO, max_bytes: int) -> None:
         where = str(place)
         snap = self._snapshot(place, pin.manifest)
-        parse_config(place.blob_bytes(snap.config), pin.config, where, pin.manifest)
+        if snap.config.digest != sha256(canonical(pin.config.document())):
+            # The lockfile's own config, as prefetch pushes it, is known by its digest in
+            # the pinned manifest; a config in another byte form is read and compared.
+            parse_config(place.blob_bytes(snap.config), pin.config, where, pin.manifest)
         if self._fleet:
             self.fleet_signers[pin.manifest] = self._fleet_signature(place, pin)
         if snap.archive.size > max_bytes:

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shlex
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -98,7 +97,7 @@ class Cache:
                 fix=fixes.either(
                     fixes.say("load what it holds (a lockfile with SAFEHUB_OFFLINE=1)"),
                     fixes.run("safehub prefetch --read-only --cache-dir "
-                              f"{shlex.quote(str(self.root))} SPEC",
+                              f"{fixes.quote(str(self.root))} SPEC",
                               "as its owner, to add to it")))
         _refuse_orphan(self.root, self.kept_by)
         try:
@@ -272,7 +271,7 @@ class Cache:
     def clear(self) -> None:
         """Remove everything safehub cached (locks stay, they may be held)."""
         if self.sealed:
-            root = shlex.quote(str(self.root))
+            root = fixes.quote(str(self.root))
             raise CacheError(
                 f"the cache {str(self.root)!r} is sealed for sharing (by `safehub prefetch "
                 "--read-only`): safehub never clears or writes it",
@@ -365,7 +364,7 @@ def _refuse_orphan(root: Path, kept_by: str) -> None:
 def _not_locked(path: Path, timeout: float, error: Exception) -> CacheError:
     """Why the lock file ``path`` was not taken: another process held it for ``timeout``
     seconds, or it is not a file that may be locked (a link or a folder in its place)."""
-    quoted = shlex.quote(str(path))
+    quoted = fixes.quote(str(path))
     if isinstance(error, OSError):
         return CacheError(
             f"cannot take the lock {str(path)!r} ({error.strerror or error})",
