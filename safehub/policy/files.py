@@ -23,7 +23,6 @@ from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
 from safehub.errors import PolicyError
 from safehub.policy.keys import KEYS
-from safehub.policy.local import holders
 from safehub.policy.model import Policy
 from safehub.policy.places import user_file
 from safehub.policy.schema import FileSpec, Table, parse_text
@@ -179,6 +178,8 @@ def describe(policy: Policy) -> dict[str, Any]:
     each key merged (entries compared as written: ``safehub run --confine --dry-run``
     resolves links and ``PATH`` names), what no file could widen (``notes``) and each file's
     own value (``layers``)."""
+    from safehub.policy.local import holders
+
     mode, unknown = policy.setting("mode"), policy.setting("unknown_repos")
     return {
         "files": list(policy.files),

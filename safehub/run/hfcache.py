@@ -20,6 +20,7 @@ from urllib.parse import quote
 from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
 from safehub._internal.urls import UrlError, read_url
+from safehub.run.hfroute import HUB, hub_cache, hub_endpoint
 from safehub.run.weightfile import stat_key
 
 if TYPE_CHECKING:
@@ -29,8 +30,6 @@ __all__ = ["HUB", "KINDS", "Where", "check_hub_file", "hub_cache",
            "hub_endpoint", "link", "listing_bytes", "listing_path", "new_file",
            "pinned_commit", "pinned_sha256", "place", "read_listing", "write_listing", "write_ref"]
 
-HUB = "https://huggingface.co"
-"""The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
 KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}
 """The repo kinds held, and the prefix of their repo ids in URLs and pin keys."""
 
@@ -176,34 +175,6 @@ def read_listing(path: Path, key: str) -> list[str]:
         raise IntegrityError(f"the kept listing of {key} ({path}) is not a list of files; "
                              "it was removed", fix=fixes.say("load again"))
     return listed
-
-
-def hub_cache() -> Path:
-    """The Hub cache huggingface_hub uses: its own setting where it is imported, else as
-    it would read the environment (safehub's own work may write there during a load).
-
-    >>> hub_cache().name
-    'hub'
-    """
-    import sys
-
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        return Path(constants.HF_HUB_CACHE)
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
-    return Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
-
-
-def hub_endpoint() -> str:
-    """The Hub endpoint huggingface_hub uses (without importing it: not imported, the
-    environment's, as it would read it)."""
-    import sys
-
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        return str(constants.ENDPOINT).rstrip("/")
-    return (os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")
 
 
 # -- a Hub file's pin, held by the weights guard ------------------------------------------------

@@ -93,12 +93,15 @@ import os
 import stat
 from collections.abc import Callable, Hashable
 from pathlib import Path
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from safehub._internal import fixes
 from safehub.errors import TamperedError
-from safehub.store.cache import integrity, quiet
+from safehub.store.cache import integrity
 from safehub.store.cache.integrity import Survey
+
+if TYPE_CHECKING:
+    from safehub.store.cache import quiet
 
 __all__ = ["STATE", "State", "Watched", "changed_dir", "check_opened", "recall",
            "refuse_bytecode", "refuse_bytecode_folder", "tree_path", "unchanged", "watch"]
@@ -172,6 +175,8 @@ def unchanged(root: Path, recorded: Survey, *, checked_on_open: bool) -> bool:
     # anywhere moves its folder's mtime and ctime).
     if not recorded.folders:  # a record without its folder list: list them all
         return recorded.dirs == integrity.scan_folders(root, None)
+    from safehub.store.cache import quiet  # a cached tree's check (a cold load has none)
+
     base = str(root)
     if STATE.watcher is None:
         STATE.watcher = quiet.Watcher()
