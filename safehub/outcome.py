@@ -63,7 +63,7 @@ class Prepared(Frozen):
         return self.tree.path
 
 
-class LocalVerdict(NamedTuple):
+class LocalVerdict(Frozen):
     """The verdict on a ``source="local"`` folder: ``allow`` (inside a verified tree whose
     code ran), ``local`` (the policy's ``local_dirs``) or ``warn``, and why."""
 
@@ -102,7 +102,7 @@ class Outcome(NamedTuple):
         return cls(real, None, entrypoint, folder=True)
 
 
-class AuditLine(NamedTuple):
+class AuditLine(Frozen):
     """One audit line: the decision, its reasons, and the other fields."""
 
     decision: str

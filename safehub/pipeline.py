@@ -25,9 +25,10 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal
 
 from safehub._internal import fixes, gcpause
+from safehub._internal.frozen import Frozen
 from safehub.errors import (
     HubconfError,
     IntegrityError,
@@ -60,7 +61,7 @@ __all__ = ["Passed", "Plan", "Trusted", "admit", "drop_in", "fetch_tree", "prepa
 Upto = Literal["admit", "tree", "signature", "trust"]
 
 
-class Plan(NamedTuple):
+class Plan(Frozen):
     """What a verb asks of the one sequence (the flags of :func:`steps`)."""
 
     entrypoint: str | None = None
@@ -88,7 +89,7 @@ class Plan(NamedTuple):
     """A load the repo's own code asked for (never prompted)."""
 
 
-class Trusted(NamedTuple):
+class Trusted(Frozen):
     """Step 8's result: the decision after the signature, who agreed (a load) or the
     verdict asked without acting (a dry run)."""
 
@@ -97,7 +98,7 @@ class Trusted(NamedTuple):
     verdict: Verdict | None = None
 
 
-class Passed(NamedTuple):
+class Passed(Frozen):
     """What the steps of a plan produced (those it did not run are None)."""
 
     admitted: Admitted

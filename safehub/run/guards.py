@@ -97,7 +97,7 @@ def own_work(settings: Settings, decision: Decision, audit_path: Path) -> OwnWor
 
     import platformdirs
 
-    from safehub.run.hfroute import hub_cache, hub_endpoint
+    from safehub.run.hfplaces import hub_cache, hub_endpoint
 
     patterns = [p.pattern for ps in decision.requirements.weights for p in ps
                 if not p.pattern.startswith("hf://")]  # a Hub repo names no host

@@ -20,7 +20,7 @@ from urllib.parse import quote
 from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
 from safehub._internal.urls import UrlError, read_url
-from safehub.run.hfroute import HUB, hub_cache, hub_endpoint
+from safehub.run.hfplaces import HUB, hub_cache, hub_endpoint
 from safehub.run.weightfile import stat_key
 
 if TYPE_CHECKING:

@@ -17,16 +17,12 @@ import os
 import sys
 import types
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HELD", "HUB", "handlers", "hub_cache", "hub_endpoint", "offline_during", "route"]
-
-HUB = "https://huggingface.co"
-"""The Hub's own endpoint (``HF_ENDPOINT``'s default)."""
+__all__ = ["HELD", "handlers", "offline_during", "route"]
 
 HELD = {"hf_hub_download": "huggingface_hub.file_download",
         "snapshot_download": "huggingface_hub._snapshot_download"}
@@ -139,27 +135,3 @@ class _Finder(importlib.abc.MetaPathFinder):
         if spec is not None and spec.loader is not None:
             spec.loader = _Loader(spec.loader, name)
         return spec
-
-
-def hub_cache() -> Path:
-    """The Hub cache huggingface_hub uses: its own setting where it is imported, else as
-    it would read the environment (safehub's own work may write there during a load).
-
-    >>> hub_cache().name
-    'hub'
-    """
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        return Path(constants.HF_HUB_CACHE)
-    home = os.environ.get("HF_HOME") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
-    return Path(os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub"))
-
-
-def hub_endpoint() -> str:
-    """The Hub endpoint huggingface_hub uses (without importing it: not imported, the
-    environment's, as it would read it)."""
-    constants = sys.modules.get("huggingface_hub.constants")
-    if constants is not None:
-        return str(constants.ENDPOINT).rstrip("/")
-    return (os.environ.get("HF_ENDPOINT") or HUB).rstrip("/")

@@ -30,8 +30,8 @@ from safehub.run.confine.ruleset import ENV, Grant, Ruleset, current
 if TYPE_CHECKING:
     from safehub.run.confine import _seccomp
 
-# _landlock and _seccomp (ctypes, libseccomp) are imported where they are used: every
-# load imports this package (the runtime guard reads ``current()``), few confine anything.
+# _landlock and _seccomp (ctypes, libseccomp) are imported where they are used: a load in
+# a confined job imports this package (the context reads ``current()``), few confine.
 
 __all__ = ["ENV", "MIN_ABI", "Grant", "Prepared", "Ruleset", "apply", "available", "current",
            "enter", "prepare"]

@@ -146,26 +146,22 @@ class RuntimeGuard:
     and ``write_roots`` are always writable; ``rules.writes`` adds more. ``own``: what
     safehub's own work during the load may touch (a callable: worked out when first
     needed, as most loads make none); None: nothing beyond the rules. ``confined``: the
-    ruleset of ``safehub run --confine`` the process runs under (the context reads it), for
-    the report's record of what the kernel refuses.
+    ruleset of ``safehub run --confine`` over the process (the kernel's refusals noted).
     """
 
     def __init__(self, rules: RuntimeRules, *, repo: str, tree: Path,
                  write_roots: Sequence[Path] = (), verified_ns: int | None = None,
-                 tree_ident: tuple[int, int] | None = None,
+                 tree_ident: tuple[int, int] | None = None, confined: Ruleset | None = None,
                  own: OwnWork | Callable[[], OwnWork] | None = None,
-                 first_time: Callable[[str], bool] | None = None,
-                 confined: Ruleset | None = None) -> None:
+                 first_time: Callable[[str], bool] | None = None) -> None:
         self.rules = rules
         self._first_time = first_time  # a notice is new for the user: said (guards.once)
         self.repo = repo
         self.tree = Path(_real(tree))
         self.report = RuntimeReport(repo=repo, mode=rules.mode)
-        self.verified_ns = verified_ns
-        """The latest ctime (ns) of the tree's entries when it was verified: its files are
-        checked against it as they are opened."""
-        self.tree_ident = tree_ident
-        """The tree folder's ``(st_dev, st_ino)`` when it was checked: it must stay that one."""
+        self.verified_ns = verified_ns  # the tree's latest ctime (ns) when it was verified:
+        # its files are checked against it as they are opened
+        self.tree_ident = tree_ident  # the tree folder's (st_dev, st_ino): it must stay that
         self._own = own
         roots: list[str | os.PathLike[str]] = [tree, torch_hub_path(), tempfile.gettempdir(),
                                                 *rules.write_paths(), *write_roots]
