@@ -135,9 +135,10 @@ def _check_ref(ref: str, spec: str) -> None:
         raise bad("HEAD is not a ref safehub resolves; leave the ref out for the default branch")
 
 
-_URL = re.compile(r"(?:https?://|git@|ssh://git@)?(?:www\.)?github\.com[:/]+"
-                  r"([^/\s:]+)/([^/\s:#?]+?)(?:\.git)?/?(?:/(?:tree|commit|releases/tag)/"
-                  r"([^\s#?]+?))?/?(?:[#?].*)?")
+_URL = (r"(?:https?://|git@|ssh://git@)?(?:www\.)?github\.com[:/]+"
+        r"([^/\s:]+)/([^/\s:#?]+?)(?:\.git)?/?(?:/(?:tree|commit|releases/tag)/"
+        r"([^\s#?]+?))?/?(?:[#?].*)?")
+"""A GitHub URL, compiled where a spec names ``github.com`` (it must, to match)."""
 
 
 def _from_url(text: str) -> str | None:
@@ -146,7 +147,7 @@ def _from_url(text: str) -> str | None:
     >>> _from_url("https://github.com/pytorch/vision.git"), _from_url("pytorch/vision")
     ('pytorch/vision', None)
     """
-    m = _URL.fullmatch(text.strip())
+    m = re.fullmatch(_URL, text.strip()) if "github.com" in text else None
     if m is None:
         return None
     owner, name, ref = m.groups()

@@ -304,8 +304,9 @@ def _classify(name: str, origin: str) -> str:
     return f"module {origin}"
 
 
-_GITHUB_REPO = re.compile(r"https?://(?:www\.)?github\.com/([A-Za-z0-9-]+)/([A-Za-z0-9._-]+?)"
-                          r"(?:\.git)?(?:[/#?].*)?$")
+_GITHUB_REPO = (r"https?://(?:www\.)?github\.com/([A-Za-z0-9-]+)/([A-Za-z0-9._-]+?)"
+                r"(?:\.git)?(?:[/#?].*)?$")
+"""A GitHub repo's URL (compiled at the first distribution a tree shadows)."""
 
 
 def source_repos(distribution: str) -> set[str]:
@@ -325,7 +326,7 @@ def source_repos(distribution: str) -> set[str]:
     urls += [entry.partition(",")[2] for entry in metadata.get_all("Project-URL") or ()]
     found = set()
     for url in urls:
-        match = _GITHUB_REPO.match(url.strip())
+        match = re.match(_GITHUB_REPO, url.strip())
         if match:
             found.add(f"{match[1]}/{match[2]}".lower())
     return found
