@@ -6,6 +6,7 @@ loading.
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -490,8 +491,8 @@ def test_gitattributes_export_rules_use_the_per_file_fallback(
     with pytest.warns(UserWarning, match="gitattributes"):
         load(f"{repo.spec}:v1.0")
     tree = cache_tree(repo.sha)
-    verdict = (tree.parent / "verdict.json").read_text()
-    assert '"level": "per-file"' in verdict and '"unverified": [\n  "version.py"' in verdict
+    verdict = json.loads((tree.parent / "verdict.json").read_text())
+    assert verdict["level"] == "per-file" and verdict["unverified"] == ["version.py"]
     assert repo.sha in (tree / "version.py").read_text()
     assert (tree / "data.txt").read_bytes() == b"one\r\ntwo\r\n"  # verified by undoing it
     assert not (tree / "notes").exists() and not (tree / ".gitattributes").exists()

