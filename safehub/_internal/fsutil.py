@@ -62,8 +62,11 @@ def atomic_write(path: Path, data: bytes, *, mode: int = 0o644, durable: bool = 
     """Write ``data`` to ``path`` through a temp file in the same folder and ``os.replace``;
     ``durable``: synced to disk first (not for a record whose loss only costs work again:
     on ext4 a sync also flushes every other file written just before, a large download)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except FileNotFoundError:  # its folder first (most writes find it there)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
