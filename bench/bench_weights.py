@@ -11,7 +11,8 @@ over HTTPS by a plain threaded server in a child process on loopback (so serving
 compete with the measured download for this interpreter's lock), with a throwaway CA both
 clients trust. ``--rate MBPS``: the server sends at most that many MB (10^6 bytes) a second,
 as a link of that speed would (a token bucket in its write path: the file sent in 256 KiB
-pieces, the server sleeping until each piece's tokens are there); unpaced, it is as fast
+pieces, the server sleeping until each piece's tokens are there, the bucket 1 MiB deep so
+that a late wake-up is made up for); unpaced, it is as fast
 as the server's own CPU (it shares this machine's cores with the client). Measured, the
 three alternating (who goes first alternates too), the target file removed before each
 download:
@@ -68,7 +69,8 @@ SERVER = """
 import http.server, functools, ssl, sys, time
 folder, cert, key = sys.argv[1:4]
 rate = float(sys.argv[4]) * 1e6  # bytes a second; 0: unpaced
-PIECE = 256 * 1024  # a piece sent at once; also the bucket's depth (the most sent early)
+PIECE = 256 * 1024  # a piece sent at once
+DEPTH = 4 * PIECE  # the bucket's depth: what is sent ahead of the rate after a late wake-up
 
 
 class Handler(http.server.SimpleHTTPRequestHandler):
@@ -82,9 +84,9 @@ class Handler(http.server.SimpleHTTPRequestHandler):
         due = time.perf_counter()  # when the bytes sent so far are all due on the link
         while n := source.readinto(buf):
             now = time.perf_counter()
-            due = max(due, now) + n / rate
-            if due - now > PIECE / rate:  # the bucket holds one piece: wait for tokens
-                time.sleep(due - now - PIECE / rate)
+            due = max(due, now - DEPTH / rate) + n / rate  # unused tokens: DEPTH at most
+            if due > now:  # this piece's tokens are not all there yet: wait for them
+                time.sleep(due - now)
             outputfile.write(buf[:n])
 
 
@@ -264,6 +266,11 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
         "download_budget_s": {k: {part: med([r[part] for r in v]) for part in v[0]}
                               for k, v in runs.items()},
         "download_all_wall_s": {k: [round(r["wall"], 3) for r in v] for k, v in runs.items()},
+        "download_all_budget_s": {k: [{part: round(x, 4) for part, x in r.items()} for r in v]
+                                  for k, v in runs.items()},
+        "paired_ratio": {k: med([a["wall"] / b["wall"]
+                                 for a, b in zip(runs["safehub"], v, strict=True)])
+                         for k, v in runs.items() if k != "safehub"},
         "hash_wall_s": {k: med(v) for k, v in hashing.items()},
         "warm_check_us": med(checks) * 1e6,
     }
@@ -286,6 +293,10 @@ def _show(r: dict[str, Any], size: int) -> None:
         print(f"{'    throughput (MB/s)':44}{mb / w[torch_kind]:12.0f}{mb / w['safehub']:12.0f}")
         print(f"{'  download CPU of this process (s)':44}{c[torch_kind]:12.3f}"
               f"{c['safehub']:12.3f}{c['safehub'] / max(c[torch_kind], 1e-9):9.2f}x")
+    paired = r["paired_ratio"]
+    label = "median of each round's ratio (wall)"
+    print(f"{label:44}{'':24}{paired['torch']:9.2f}x "
+          f"(hash checked {paired['torch, hashed']:.2f}x)")
     every = r["download_all_wall_s"]
     print(f"{'every run, wall (s)':44}   torch {every['torch']}, hashed "
           f"{every['torch, hashed']}, safehub {every['safehub']}")
