@@ -139,7 +139,7 @@ def _budget(run: Any, server: int) -> dict[str, float]:
     user, system = after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime
     return {"wall": wall, "user": user, "sys": system, "main": main,
             "others": max(user + system - main, 0.0), "server": srv,
-            "total": user + system + srv}
+            "total": user + system + srv, "cores_busy": (user + system + srv) / wall}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -312,14 +312,14 @@ def _show_budget(r: dict[str, Any], size: int) -> None:
     b, cores, rate = r["download_budget_s"], r["cores"], r.get("rate_mbps") or 0.0
     link = size / (rate * 1e6) if rate else 0.0
     print(f"{'CPU per download, median (s)':28}{'user':>8}{'sys':>8}{'caller':>8}{'others':>8}"
-          f"{'server':>8}{'core-s':>8}{'least wall':>12}")
+          f"{'server':>8}{'core-s':>8}{'least wall':>12}{'cores busy':>12}")
     least = {}
     for kind, label in (("torch", "torch.hub"), ("torch, hashed", "torch.hub, hash checked"),
                         ("safehub", "safehub")):
         p = b[kind]
         least[kind] = max(p["total"] / cores, p["main"], p["others"], p["server"], link)
         print(f"{label:28}{p['user']:8.3f}{p['sys']:8.3f}{p['main']:8.3f}{p['others']:8.3f}"
-              f"{p['server']:8.3f}{p['total']:8.3f}{least[kind]:12.3f}")
+              f"{p['server']:8.3f}{p['total']:8.3f}{least[kind]:12.3f}{p['cores_busy']:12.2f}")
     t, th, s = b["torch"]["total"], b["torch, hashed"]["total"], b["safehub"]["total"]
     least_s, least_t, least_th = least["safehub"], least["torch"], least["torch, hashed"]
     print(f"core-seconds needed: safehub {s:.2f}, torch {t:.2f} (hash checked {th:.2f}); on "
@@ -329,7 +329,8 @@ def _show_budget(r: dict[str, Any], size: int) -> None:
     print(f"  (least wall: the largest of core-seconds / {cores} cores, the busiest thread "
           "(the server's; the client's calling thread, which reads; its others: safehub's "
           "hashing thread)" + (f" and the link's {link:.3f} s at {rate:g} MB/s" if rate else "")
-          + "; server CPU in 10 ms ticks)")
+          + "; server CPU in 10 ms ticks; cores busy: core-seconds / wall, near 1.0 where the "
+          "two processes shared one core, as when another job holds the other)")
 
 
 if __name__ == "__main__":
