@@ -12,10 +12,9 @@ compete with the measured download for this interpreter's lock), with a throwawa
 clients trust. ``--rate MBPS``: the server sends at most that many MB (10^6 bytes) a second,
 as a link of that speed would (a token bucket in its write path: the file sent in 256 KiB
 pieces, the server sleeping until each piece's tokens are there, the bucket 1 MiB deep so
-that a late wake-up is made up for); unpaced, it is as fast
-as the server's own CPU (it shares this machine's cores with the client). Measured, the
-three alternating (who goes first alternates too), the target file removed before each
-download:
+that a late wake-up is made up for); unpaced, it is as fast as the server's own CPU (it
+shares this machine's cores with the client). Measured, the three in turn (who goes first
+rotates from round to round), the target file removed before each download:
 
   * torch.hub's ``download_url_to_file`` (what ``load_state_dict_from_url`` calls on a
     miss; torch checks no digest unless the file name carries a prefix): wall and CPU; and
@@ -234,7 +233,7 @@ def _measure(url: str, work: Path, source: Path, size: int, rounds: int, ca: Pat
     for i in range(rounds):
         order = [("torch", torch_download), ("torch, hashed", torch_hashed),
                  ("safehub", safehub_download)]
-        for name, run in order if i % 2 == 0 else order[::-1]:
+        for name, run in order[i % 3:] + order[:i % 3]:  # each goes first in turn
             for f in out.iterdir():
                 f.unlink()
             if not locked:
