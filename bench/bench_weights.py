@@ -35,11 +35,13 @@ rotates from round to round), the target file removed before each download:
   * the CPU budget of each download: the client's user and system CPU (``getrusage``; its
     calling thread's own CPU apart, ``time.thread_time``), the server process's
     (``/proc/PID/stat``, utime + stime, before and after: 10 ms ticks), their sum in
-    core-seconds, and the least wall those allow on this machine's cores: the larger of
+    core-seconds, and the least wall those allow on this machine's cores: the largest of
     core-seconds / cores, the busiest single thread's CPU (a download is a pipeline of
-    threads: the server's, the client's reading one, safehub's hashing one) and, paced,
-    the link's time. Where that least wall is over 1.1x torch's, the target cannot be met
-    on this machine, however the client is written.
+    threads: the server's, the client's reading one, safehub's one that hashes and writes
+    the file) and, paced, the link's time; and "cores busy", core-seconds / wall (near 1.0:
+    client and server shared one core, as when another job holds the other). Where that
+    least wall is over 1.1x torch's, the target cannot be met on this machine, however the
+    client is written.
 
 The ``torch.load`` that follows a download is the same for both and is not timed. Targets:
 safehub's download at most 1.1x torch's wall; its hashing at least 90% of sha256sum's.
