@@ -243,6 +243,20 @@ def test_the_header_check_reads_real_safetensors_files() -> None:
         read_kind(io.BytesIO(pickled), len(pickled), named=True)
 
 
+def test_only_a_header_length_that_fits_the_file_claims_safetensors() -> None:
+    """An unnamed file claims safetensors by its first bytes only where they are a header
+    length that fits in the file, then '{': a JSON or text file whose ninth byte is '{' is
+    other bytes (torch.load's to read, under the pickle rules), not a broken safetensors."""
+    for text in (b'{"models{": 1}\n', b"weights:{\n  a: 1\n}\n" * 10, b"# commnt{ x\n"):
+        assert text[8:9] == b"{"
+        assert read_kind(io.BytesIO(text), len(text)) == PICKLE
+    lying = struct.pack("<Q", 40) + b'{"w": 1}' + bytes(40)  # fits, then a broken header
+    with pytest.raises(CheckpointError):
+        read_kind(io.BytesIO(lying), len(lying))
+    with pytest.raises(CheckpointError):  # named: whatever its bytes
+        read_kind(io.BytesIO(b'{"models{": 1}\n'), 15, named=True)
+
+
 def test_a_warn_mode_file_only_warns_about_its_format_rule(
         host: str, server: GitHubStandIn, isolated: Path) -> None:
     server.add_static("/w/model.pth", _pickle_bytes())

@@ -40,8 +40,9 @@ _BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
 
 
 class CheckpointError(ValueError):
-    """A file that claims to be safetensors (by its name or its first bytes) whose header
-    does not describe it truthfully; the message says what is wrong."""
+    """A file that claims to be safetensors (by its name, or by first bytes that are a
+    header length fitting in the file, then ``{``) whose header does not describe it
+    truthfully; the message says what is wrong."""
 
 
 def file_kind(path: str, *, named: bool = False) -> str:
@@ -57,7 +58,7 @@ def read_kind(f: IO[bytes], size: int, *, named: bool = False) -> str:
     """As :func:`file_kind`, for an open file of ``size`` bytes (read from its start)."""
     head = f.read(9)
     pickled = head[:4] == b"PK\x03\x04" or head[:1] == b"\x80"
-    if not named and head[8:9] != b"{":
+    if not named and not _says_safetensors(head, size):
         return PICKLE
     try:
         _check(f, head, size)
@@ -66,6 +67,16 @@ def read_kind(f: IO[bytes], size: int, *, named: bool = False) -> str:
             return PICKLE
         raise
     return SAFETENSORS
+
+
+def _says_safetensors(head: bytes, size: int) -> bool:
+    """The first bytes claim safetensors: a header length that fits in the file (and in
+    :data:`MAX_HEADER`), then ``{``. Text or JSON never does (its first eight bytes read as
+    a length beyond any file), nor do random bytes but for one file in 2**36 or more."""
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    length: int = struct.unpack("<Q", head[:8])[0]
+    return length <= min(MAX_HEADER, size - 8)
 
 
 def _check(f: IO[bytes], head: bytes, size: int) -> None:
