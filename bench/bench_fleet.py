@@ -453,19 +453,24 @@ def alone(signed: tuple[str, str, Any], torch_case: tuple[str, str, Any],
              "safehub, fleet signature": (signed[1], signed[2])}
     got: dict[str, list[tuple[float, ...]]] = {k: [] for k in kinds}
     github = {k: 0 for k in kinds}
-    for r in range(rounds):
-        for kind, (code, env) in kinds.items():
+    order = list(kinds.items())
+    for r in range(rounds):  # who goes first rotates: none always follows the same one
+        for kind, (code, env) in order[r % 3:] + order[:r % 3]:
             server.clear_log()  # type: ignore[attr-defined]
             got[kind].append(_whole(code, specs, env(1000 + r), project))
             github[kind] += server.count()  # type: ignore[attr-defined]
     med = {k: [statistics.median(t[i] for t in v) for i in range(4)] for k, v in got.items()}
     base = med["torch.hub"]
     rows = [f"one node at a time x 3 specs, median of {rounds} (window after import torch: "
-            "wall / CPU; whole process: wall / CPU; ratio to torch.hub's):"]
+            "wall / CPU; whole process: wall / CPU; ratio to torch.hub's; paired: the "
+            "median of each round's own window CPU ratio, which a drift of the machine's "
+            "speed between rounds leaves out):"]
     for kind, (w, c, ww, wc) in med.items():
-        rows.append(f"  {kind:26} window {w:6.0f} / {c:5.0f} ms ({c / base[1]:.2f}x CPU); "
-                    f"whole {ww:6.0f} / {wc:5.0f} ms ({ww / base[2]:.2f}x wall, "
-                    f"{wc / base[3]:.2f}x CPU)")
+        paired = statistics.median(mine[1] / theirs[1] for mine, theirs
+                                   in zip(got[kind], got["torch.hub"], strict=True))
+        rows.append(f"  {kind:26} window {w:6.0f} / {c:5.0f} ms ({c / base[1]:.2f}x CPU, "
+                    f"paired {paired:.2f}x); whole {ww:6.0f} / {wc:5.0f} ms "
+                    f"({ww / base[2]:.2f}x wall, {wc / base[3]:.2f}x CPU)")
     rows.append(f"  signature: {med['safehub, fleet signature'][1] - med['safehub'][1]:+.0f} ms "
                 f"CPU over without; GitHub requests by safehub's nodes "
                 f"{github['safehub'] + github['safehub, fleet signature']}, by torch.hub's "
