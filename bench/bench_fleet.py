@@ -250,9 +250,11 @@ def oci_bench(n: int, big_mb: int, weights_mb: int = 100, *, weights_only: bool 
             print("\n".join(["OCI (CNCF Distribution 2.8 as Debian ships it, TLS, loopback):",
                              *rows]))
             return 0
-        with DockerRegistry(work / "origin", tls, auth=False) as origin:
+        with DockerRegistry(work / "origin", tls, auth=False) as origin, \
+                contextlib.ExitStack() as stack:
             proxy = DockerRegistry(work / "proxy", tls, auth=False, proxy_of=origin)
             proxy.start(env)
+            stack.callback(proxy.stop)  # on every way out (--profile, --alone return early)
             quiet = io.StringIO()
             with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
                 t = time.perf_counter()
