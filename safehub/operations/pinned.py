@@ -86,7 +86,8 @@ def _asked_listing(hub: Hub, pin: WeightPin, at: str) -> tuple[str, bytes]:
     ``at`` (else its commit, else its revision). Only the endpoint's own origin is asked."""
     from safehub._internal.urls import read_url
     from safehub.errors import FetchError, PolicyDenied
-    from safehub.run.hfcache import hub_endpoint, listing_bytes
+    from safehub.run.hfcache import listing_bytes
+    from safehub.run.hfplaces import hub_endpoint
 
     found = hub_listing(pin.url)
     assert found is not None
@@ -158,7 +159,7 @@ def source_url(pin: WeightPin, *, revision: bool = False) -> str:
     if found is None:
         return pin.url
     kind, repo, rev, path = found
-    from safehub.run.hfcache import hub_endpoint
+    from safehub.run.hfplaces import hub_endpoint
 
     at = quote(rev if revision or not pin.commit else pin.commit, safe="")
     return f"{hub_endpoint()}/{kind + '/' if kind else ''}{repo}/resolve/{at}/{path}"

@@ -20,14 +20,12 @@ from urllib.parse import quote
 from safehub._internal import fixes
 from safehub._internal.frozen import Frozen
 from safehub._internal.urls import UrlError, read_url
-from safehub.run.hfplaces import HUB, hub_cache, hub_endpoint
 from safehub.run.weightfile import stat_key
 
 if TYPE_CHECKING:
     from safehub.run.weights import WeightsGuard
 
-__all__ = ["HUB", "KINDS", "Where", "check_hub_file", "hub_cache",
-           "hub_endpoint", "link", "listing_bytes", "listing_path", "new_file",
+__all__ = ["KINDS", "Where", "check_hub_file", "link", "listing_bytes", "listing_path", "new_file",
            "pinned_commit", "pinned_sha256", "place", "read_listing", "write_listing", "write_ref"]
 
 KINDS = {"model": "", "dataset": "datasets/", "space": "spaces/"}

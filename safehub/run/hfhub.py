@@ -55,11 +55,9 @@ from safehub.errors import (
     SafehubError,
 )
 from safehub.run.hfcache import (
-    HUB,
     KINDS,
     Where,
     check_hub_file,
-    hub_endpoint,
     link,
     listing_path,
     new_file,
@@ -70,6 +68,7 @@ from safehub.run.hfcache import (
     write_listing,
     write_ref,
 )
+from safehub.run.hfplaces import HUB, hub_endpoint
 from safehub.run.hfsnapshot import from_snapshot, listing_from_snapshot
 
 if TYPE_CHECKING:

@@ -76,14 +76,20 @@ def _says_safetensors(head: bytes, size: int) -> bool:
     if len(head) < 9 or head[8:9] != b"{":
         return False
     length: int = struct.unpack("<Q", head[:8])[0]
-    return length <= min(MAX_HEADER, size - 8)
+    return _fits(length, size)
+
+
+def _fits(length: int, size: int) -> bool:
+    """A header of ``length`` bytes can be read (:data:`MAX_HEADER`) and lies inside a file
+    of ``size`` bytes after its 8-byte length."""
+    return length <= MAX_HEADER and 8 + length <= size
 
 
 def _check(f: IO[bytes], head: bytes, size: int) -> None:
     if len(head) < 9:
         raise CheckpointError(f"it is {size} bytes long, too short for a safetensors header")
     (length,) = struct.unpack("<Q", head[:8])
-    if length > MAX_HEADER or 8 + length > size:
+    if not _fits(length, size):
         raise CheckpointError(f"its header says it is {length:,} bytes long, but the file "
                               f"has {size - 8:,} bytes after the length"
                               if length <= MAX_HEADER else
